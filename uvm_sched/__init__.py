@@ -1,0 +1,50 @@
+"""uvm_sched: train DNNs bigger than the GPU on CUDA Unified Memory, with learned
+allocator-level prefetch/evict schedules.
+
+Runtime (native allocator): ``allocator()`` (PyTorch), ``cupy_allocator()``,
+``NUMBA_CUDA_MEMORY_MANAGER=uvm_sched.numba``, ``malloc``/``free``/``stats``/``step``/
+``drain_events``/``backend``/``library_path``, ``Scheduler``.
+Offline advisor: ``uvm_sched.trace``, ``uvm_sched.pattern``, ``plan``/``Plan``,
+``uvm_sched.sim``, ``uvm_sched.viz``, the ``uvm-sched`` command.
+
+Names are resolved lazily so ``import uvm_sched`` loads neither the native library nor
+any framework.
+"""
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it
+_EXPORTS = {
+    "malloc": "uvm_sched._api",
+    "free": "uvm_sched._api",
+    "stats": "uvm_sched._api",
+    "step": "uvm_sched._api",
+    "drain_events": "uvm_sched._api",
+    "backend": "uvm_sched._api",
+    "library_path": "uvm_sched._api",
+    "allocator": "uvm_sched.integrations.torch",
+    "cupy_allocator": "uvm_sched.integrations.cupy",
+    "Plan": "uvm_sched.planner",
+    "plan": "uvm_sched.planner",
+    "Scheduler": "uvm_sched.runtime",
+}
+_SUBMODULES = {"trace", "pattern", "planner", "sim", "hw", "viz", "native", "integrations"}
+
+__all__ = sorted(_EXPORTS) + sorted(_SUBMODULES) + ["__version__"]
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    if name in _SUBMODULES:
+        return importlib.import_module(f"uvm_sched.{name}")
+    raise AttributeError(f"module 'uvm_sched' has no attribute {name!r}")
+
+
+def __dir__():
+    return __all__

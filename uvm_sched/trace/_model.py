@@ -1,0 +1,389 @@
+"""The trace data model: one row per allocator/access/marker event, stored as columns.
+
+Vocabulary (used across the package):
+
+* **tick** -- one step of the compute stream (one op or kernel). Events carry the tick
+  at which they happen; within a tick the order of rows is the order of events:
+  allocations, then the accesses of the tick's kernel, then frees.
+  ``Trace.tick_ns[t]`` is the device time of tick ``t`` in nanoseconds (NaN where unknown).
+* **block** -- one allocation, from its ALLOC to its FREE. Block ids are unique within a
+  trace and never reused (importers that see reused addresses mint new ids), so a block id
+  names one lifetime.
+* **iteration** -- a MARK event at tick ``t`` says a training iteration starts at ``t``.
+* **allocator event** -- an ALLOC or FREE row; the runtime (and a ``Plan``) count time in
+  allocator events, since that is all an allocator sees.
+"""
+from __future__ import annotations
+
+import json
+from enum import IntEnum
+from typing import Any, Mapping
+
+import numpy as np
+
+__all__ = ["EventKind", "AccessMode", "Trace", "TraceBuilder", "TraceError", "COLUMNS"]
+
+
+class TraceError(ValueError):
+    """A trace (or a file holding one) is inconsistent; the message names the first bad row."""
+
+
+class EventKind(IntEnum):
+    ALLOC = 0
+    FREE = 1
+    ACCESS = 2
+    MARK = 3
+
+
+class AccessMode(IntEnum):
+    NONE = 0
+    READ = 1
+    WRITE = 2
+    READ_WRITE = 3
+
+
+# name -> numpy dtype; the order is the on-disk column order.
+COLUMNS: dict[str, np.dtype] = {
+    "tick": np.dtype(np.int64),
+    "t_ns": np.dtype(np.int64),
+    "kind": np.dtype(np.uint8),
+    "block": np.dtype(np.int64),  # -1 for MARK rows
+    "size": np.dtype(np.int64),  # bytes of the block (ALLOC/FREE/ACCESS rows), 0 for MARK
+    "stream": np.dtype(np.int64),
+    "device": np.dtype(np.int16),
+    "mode": np.dtype(np.uint8),  # AccessMode, ACCESS rows only
+    "offset": np.dtype(np.int64),  # byte offset of a partial access; -1 = whole block
+    "length": np.dtype(np.int64),  # bytes of a partial access; -1 = whole block
+}
+
+_DEFAULTS = {"stream": 0, "device": 0, "mode": 0, "offset": -1, "length": -1}
+
+
+class Trace:
+    """An immutable, validated event trace (struct of arrays).
+
+    ``events``: mapping of column name -> 1-D array (all of equal length; ``tick``, ``kind``,
+    ``block`` and ``size`` are required, ``t_ns`` defaults to ``tick``, the rest to their
+    neutral values). ``tick_ns``: device time per tick in ns (length ``n_ticks``; NaN where
+    unknown; ``None`` = unknown everywhere). ``meta``: JSON-able metadata (``source``,
+    ``name``, ``hw``, ``units``...).
+    """
+
+    def __init__(
+        self,
+        events: Mapping[str, Any],
+        *,
+        tick_ns: Any = None,
+        meta: Mapping[str, Any] | None = None,
+        validate: bool = True,
+    ) -> None:
+        missing = [c for c in ("tick", "kind", "block", "size") if c not in events]
+        if missing:
+            raise TraceError(f"trace events lack required column(s) {missing}")
+        n = len(np.asarray(events["tick"]))
+        cols: dict[str, np.ndarray] = {}
+        for name, dtype in COLUMNS.items():
+            if name in events and events[name] is not None:
+                arr = np.ascontiguousarray(np.asarray(events[name]), dtype=dtype)
+            elif name == "t_ns":
+                arr = np.asarray(events["tick"], dtype=dtype).copy()
+            else:
+                arr = np.full(n, _DEFAULTS[name], dtype=dtype)
+            if arr.shape != (n,):
+                raise TraceError(f"column {name!r} has shape {arr.shape}, expected ({n},)")
+            arr.setflags(write=False)
+            cols[name] = arr
+        self._cols = cols
+        n_ticks = int(cols["tick"].max()) + 1 if n else 0
+        if tick_ns is None:
+            tns = np.full(n_ticks, np.nan)
+        else:
+            tns = np.asarray(tick_ns, dtype=np.float64).copy()
+            if tns.ndim != 1 or len(tns) < n_ticks:
+                raise TraceError(
+                    f"tick_ns has {tns.shape} entries but the events reach tick {n_ticks - 1}"
+                )
+        tns.setflags(write=False)
+        self.tick_ns: np.ndarray = tns
+        self.meta: dict[str, Any] = dict(meta or {})
+        json.dumps(self.meta)  # metadata must survive a file round trip
+        if validate:
+            self.validate()
+
+    # -- columns -------------------------------------------------------------------------
+    def __getattr__(self, name: str) -> np.ndarray:
+        cols = self.__dict__.get("_cols")
+        if cols is not None and name in cols:
+            return cols[name]
+        raise AttributeError(name)
+
+    @property
+    def columns(self) -> dict[str, np.ndarray]:
+        """The event columns (read-only arrays), keyed by name."""
+        return dict(self._cols)
+
+    def __len__(self) -> int:
+        return len(self._cols["tick"])
+
+    @property
+    def n_events(self) -> int:
+        return len(self)
+
+    @property
+    def n_ticks(self) -> int:
+        """Number of ticks (``len(tick_ns)``)."""
+        return len(self.tick_ns)
+
+    def __repr__(self) -> str:
+        name = self.meta.get("name") or self.meta.get("source") or "trace"
+        return (
+            f"<Trace {name}: {self.n_events:,} events, {self.n_ticks:,} ticks, "
+            f"{len(self.iteration_starts)} marks, peak {self.peak_bytes:,} bytes>"
+        )
+
+    # -- derived views -------------------------------------------------------------------
+    @property
+    def iteration_starts(self) -> np.ndarray:
+        """Ticks at which MARK events say an iteration starts (sorted, unique)."""
+        return np.unique(self._cols["tick"][self._cols["kind"] == EventKind.MARK])
+
+    def block_table(self):
+        """Per-block summary as a pandas DataFrame indexed by block id: size (bytes),
+        alloc_tick, free_tick (-1 if never freed), alloc_row, free_row, stream."""
+        import pandas as pd
+
+        k, b = self._cols["kind"], self._cols["block"]
+        a = np.flatnonzero(k == EventKind.ALLOC)
+        f = np.flatnonzero(k == EventKind.FREE)
+        df = pd.DataFrame(
+            {
+                "size": self._cols["size"][a],
+                "alloc_tick": self._cols["tick"][a],
+                "alloc_row": a,
+                "stream": self._cols["stream"][a],
+            },
+            index=pd.Index(b[a], name="block"),
+        )
+        free_tick = pd.Series(self._cols["tick"][f], index=b[f])
+        free_row = pd.Series(f, index=b[f])
+        df["free_tick"] = free_tick.reindex(df.index).fillna(-1).astype(np.int64)
+        df["free_row"] = free_row.reindex(df.index).fillna(-1).astype(np.int64)
+        return df
+
+    def live_bytes(self) -> np.ndarray:
+        """Bytes allocated and not yet freed after each event (int64, one per row)."""
+        k = self._cols["kind"]
+        delta = np.where(k == EventKind.ALLOC, self._cols["size"], 0) - np.where(
+            k == EventKind.FREE, self._cols["size"], 0
+        )
+        return np.cumsum(delta, dtype=np.int64)
+
+    @property
+    def peak_bytes(self) -> int:
+        """Largest number of bytes live at once (allocator view), in bytes."""
+        if not len(self):
+            return 0
+        return int(max(0, self.live_bytes().max()))
+
+    @property
+    def has_accesses(self) -> bool:
+        """True when the trace carries ground-truth ACCESS rows."""
+        return bool(np.any(self._cols["kind"] == EventKind.ACCESS))
+
+    def to_pandas(self):
+        """The events as a pandas DataFrame (``kind``/``mode`` as categorical names)."""
+        import pandas as pd
+
+        df = pd.DataFrame({k: v for k, v in self._cols.items()})
+        df["kind"] = pd.Categorical.from_codes(
+            df["kind"].astype(np.int64), [e.name.lower() for e in EventKind]
+        )
+        df["mode"] = pd.Categorical.from_codes(
+            df["mode"].astype(np.int64), [m.name.lower() for m in AccessMode]
+        )
+        return df
+
+    def slice_ticks(self, start: int, stop: int) -> "Trace":
+        """Events with ``start <= tick < stop``, ticks renumbered from 0. Blocks alive at
+        ``start`` are re-allocated at tick 0 (so the slice validates on its own)."""
+        t, k, b = self._cols["tick"], self._cols["kind"], self._cols["block"]
+        inside = (t >= start) & (t < stop)
+        before = t < start
+        allocated_before = set(b[before & (k == EventKind.ALLOC)].tolist())
+        freed_before = set(b[before & (k == EventKind.FREE)].tolist())
+        carried = np.array(sorted(allocated_before - freed_before), dtype=np.int64)
+        bt = self.block_table()
+        pre = {
+            "tick": np.zeros(len(carried), np.int64),
+            "t_ns": np.full(len(carried), self._cols["t_ns"][inside][0] if inside.any() else 0),
+            "kind": np.full(len(carried), EventKind.ALLOC, np.uint8),
+            "block": carried,
+            "size": bt.loc[carried, "size"].to_numpy() if len(carried) else carried,
+            "stream": bt.loc[carried, "stream"].to_numpy() if len(carried) else carried,
+        }
+        cols = {}
+        for name in COLUMNS:
+            main = self._cols[name][inside]
+            if name == "tick":
+                main = main - start
+            extra = pre.get(name, np.full(len(carried), _DEFAULTS.get(name, 0)))
+            cols[name] = np.concatenate([np.asarray(extra, COLUMNS[name]), main])
+        return Trace(cols, tick_ns=self.tick_ns[start:stop], meta=self.meta)
+
+    # -- validation ----------------------------------------------------------------------
+    def validate(self) -> None:
+        """Raise ``TraceError`` naming the first bad row: negative size, ticks or time going
+        backwards, free/access before alloc, double alloc, double free, access after free,
+        unknown kind or access mode. O(n log n)."""
+        c = self._cols
+        n = len(self)
+        if n == 0:
+            return
+        problems: list[tuple[int, str]] = []
+
+        def first(mask: np.ndarray, why: str, rows: np.ndarray | None = None) -> None:
+            idx = np.flatnonzero(mask)
+            if len(idx):
+                r = int(idx[0] if rows is None else rows[idx].min())
+                problems.append((r, why))
+
+        first(c["kind"] > EventKind.MARK, "unknown event kind")
+        first(c["mode"] > AccessMode.READ_WRITE, "unknown access mode")
+        first(c["size"] < 0, "negative size")
+        first(c["tick"] < 0, "negative tick")
+        first(np.diff(c["tick"]) < 0, "tick goes backwards", np.arange(1, n))
+        first(np.diff(c["t_ns"]) < 0, "time (t_ns) goes backwards", np.arange(1, n))
+        is_block_evt = c["kind"] != EventKind.MARK
+        rows = np.flatnonzero(is_block_evt)
+        if len(rows):
+            order = rows[np.argsort(c["block"][rows], kind="stable")]
+            blk, knd = c["block"][order], c["kind"][order]
+            start = np.ones(len(order), bool)
+            start[1:] = blk[1:] != blk[:-1]
+            end = np.ones(len(order), bool)
+            end[:-1] = blk[1:] != blk[:-1]
+            first(start & (knd == EventKind.FREE), "free of a block never allocated", order)
+            first(start & (knd == EventKind.ACCESS), "access to a block never allocated", order)
+            first(~start & (knd == EventKind.ALLOC), "block id allocated twice", order)
+            after_free = np.zeros(len(order), bool)
+            after_free[1:] = (knd[:-1] == EventKind.FREE) & ~start[1:]
+            first(after_free & (knd == EventKind.FREE), "double free", order)
+            first(after_free & (knd == EventKind.ACCESS), "access to a freed block", order)
+            first(c["block"][rows] < 0, "negative block id on a block event", rows)
+            # A FREE must name the size it was allocated with: allocators are called that way.
+            alloc_size = np.zeros(len(order), np.int64)
+            grp = np.cumsum(start) - 1
+            alloc_size = c["size"][order][start][grp]
+            first(
+                (knd == EventKind.FREE) & (c["size"][order] != alloc_size),
+                "free size differs from the allocated size",
+                order,
+            )
+            acc = (knd == EventKind.ACCESS) & (c["offset"][order] >= 0)
+            first(
+                acc & (c["offset"][order] + np.maximum(c["length"][order], 0) > alloc_size),
+                "access beyond the end of its block",
+                order,
+            )
+        if problems:
+            row, why = min(problems)
+            raise TraceError(f"invalid trace at row {row:,}: {why} ({self._describe_row(row)})")
+
+    def _describe_row(self, row: int) -> str:
+        c = self._cols
+        kind = EventKind(int(c["kind"][row])).name.lower() if c["kind"][row] <= 3 else "?"
+        return (
+            f"kind={kind} block={int(c['block'][row])} size={int(c['size'][row]):,} "
+            f"tick={int(c['tick'][row])} t_ns={int(c['t_ns'][row])}"
+        )
+
+    # -- files -----------------------------------------------------------------------------
+    def save(self, path) -> None:
+        """Write the trace as Parquet (with schema version) to ``path``."""
+        from ._parquet import save_parquet
+
+        save_parquet(self, path)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Trace):
+            return NotImplemented
+        return (
+            all(np.array_equal(self._cols[k], other._cols[k]) for k in COLUMNS)
+            and np.array_equal(self.tick_ns, other.tick_ns, equal_nan=True)
+            and self.meta == other.meta
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class TraceBuilder:
+    """Appends events one by one (for importers and the recorder), then ``build()``s a Trace.
+
+    Ticks only move forward: ``next_tick(ns)`` closes the current tick with its device
+    time in ns. Block ids are minted by ``alloc`` (or given explicitly).
+    """
+
+    def __init__(self, **meta: Any) -> None:
+        self._rows: dict[str, list] = {name: [] for name in COLUMNS}
+        self._tick_ns: list[float] = []
+        self.tick = 0
+        self._next_block = 0
+        self._live: dict[int, int] = {}
+        self.meta: dict[str, Any] = dict(meta)
+
+    def _append(self, kind, block, size, t_ns, stream, device, mode=0, offset=-1, length=-1):
+        r = self._rows
+        r["tick"].append(self.tick)
+        r["t_ns"].append(self.tick if t_ns is None else t_ns)
+        r["kind"].append(int(kind))
+        r["block"].append(block)
+        r["size"].append(size)
+        r["stream"].append(stream)
+        r["device"].append(device)
+        r["mode"].append(int(mode))
+        r["offset"].append(offset)
+        r["length"].append(length)
+
+    def alloc(self, size: int, *, block: int | None = None, t_ns=None, stream=0, device=0) -> int:
+        """Record an allocation of ``size`` bytes; returns the block id."""
+        if block is None:
+            block = self._next_block
+        self._next_block = max(self._next_block, block + 1)
+        self._live[block] = size
+        self._append(EventKind.ALLOC, block, size, t_ns, stream, device)
+        return block
+
+    def free(self, block: int, *, t_ns=None, stream=0, device=0) -> None:
+        """Record the free of ``block`` (its size is the allocated size)."""
+        size = self._live.pop(block, -1)
+        if size < 0:
+            raise TraceError(f"free of block {block} which is not live")
+        self._append(EventKind.FREE, block, size, t_ns, stream, device)
+
+    def access(self, block: int, mode=AccessMode.READ, *, offset=-1, length=-1, t_ns=None,
+               stream=0, device=0) -> None:
+        """Record an access of the live ``block`` by the current tick's kernel."""
+        size = self._live.get(block, -1)
+        if size < 0:
+            raise TraceError(f"access to block {block} which is not live")
+        self._append(EventKind.ACCESS, block, size, t_ns, stream, device, mode, offset, length)
+
+    def mark(self, *, t_ns=None) -> None:
+        """Record that an iteration starts at the current tick."""
+        self._append(EventKind.MARK, -1, 0, t_ns, 0, 0)
+
+    def next_tick(self, device_ns: float = float("nan")) -> None:
+        """Close the current tick, giving its device time in ns, and start the next."""
+        self._tick_ns.append(device_ns)
+        self.tick += 1
+
+    def is_live(self, block: int) -> bool:
+        return block in self._live
+
+    def build(self, validate: bool = True) -> Trace:
+        """The finished trace; a tick still open is closed with unknown device time."""
+        n_ticks = self.tick + (1 if self._rows["tick"] and self._rows["tick"][-1] == self.tick else 0)
+        tick_ns = self._tick_ns + [float("nan")] * (n_ticks - len(self._tick_ns))
+        cols = {k: np.asarray(v, dtype=COLUMNS[k]) for k, v in self._rows.items()}
+        return Trace(cols, tick_ns=np.asarray(tick_ns, np.float64), meta=self.meta,
+                     validate=validate)
