@@ -1,0 +1,968 @@
+"""The ``uvm-sched`` command: record, analyse, plan, simulate, compare, report and export
+memory traces, and a ``demo`` that does the whole job on a small built-in model.
+
+Exit codes: 0 success; 2 usage errors and bad input (unreadable or corrupt file, bad budget,
+unknown model or hardware profile); 1 anything unexpected (``--debug`` shows the traceback).
+Results go to stdout (rich tables, or JSON with ``--json``); progress bars and notes about
+files written go to stderr, so ``--json`` output can be piped as is.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import math
+import os
+import sys
+import time
+import traceback
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+from ._fmt import fmt_bytes, fmt_count, fmt_pct, fmt_ratio, fmt_seconds
+
+__all__ = ["main", "build_parser"]
+
+PROG = "uvm-sched"
+DEFAULT_HW = "h200-pcie5"
+DEFAULT_BUDGET = "50%"
+DEFAULT_COMPARE_BUDGETS = "75%,50%,30%"
+DEMO_REPORT = "uvm_sched_demo.html"
+# The demo's model and sizes: chosen so the whole demo (record, plan, every policy, report)
+# runs in about a minute on 2 CPU cores; --small is the smallest setting (used by tests).
+DEMO_DEFAULT = {"model": "gpt2_small", "batch": 4, "seq": 256, "iters": 3}
+DEMO_SMALL = {"model": "gpt2_small", "batch": 1, "seq": 64, "iters": 3}
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+
+# ----------------------------------------------------------------------------------------
+# errors
+class UsageError(Exception):
+    """Bad input from the user (a file, a budget, a name): exit code 2, one line."""
+
+
+class PartMissing(Exception):
+    """A part of uvm_sched this subcommand needs is not in this build (exit code 1)."""
+
+
+def _part(module: str, attr: str, what: str) -> Any:
+    """``module.attr``, or a PartMissing error saying which part of the package is absent."""
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        missing = e.name or ""
+        if missing == module or module.startswith(missing + ".") or missing.startswith(module):
+            raise PartMissing(f"{what} ({module}) is not available in this build of uvm_sched") from None
+        raise PartMissing(
+            f"{what} needs the Python package {missing!r}, which is not installed "
+            f"(pip install {missing})"
+        ) from None
+    obj = getattr(mod, attr, None)
+    if obj is None:
+        raise PartMissing(f"{what} ({module}.{attr}) is not available in this build of uvm_sched")
+    return obj
+
+
+def _input_error_types() -> tuple[type, ...]:
+    """Exception types that mean "the input is bad" (exit 2). Only classes from modules that
+    are already imported are looked up, so an error path never imports a missing part."""
+    types: list[type] = [UsageError, FileNotFoundError, IsADirectoryError, NotADirectoryError,
+                         PermissionError]
+    for mod, name in (("uvm_sched.trace._model", "TraceError"),
+                      ("uvm_sched.planner._plan", "PlanError"),
+                      ("uvm_sched.hw", "ProfileError"),
+                      ("uvm_sched.sim", "BudgetError")):
+        m = sys.modules.get(mod)
+        t = getattr(m, name, None) if m is not None else None
+        if isinstance(t, type):
+            types.append(t)
+    return tuple(types)
+
+
+# ----------------------------------------------------------------------------------------
+# output
+class _Out:
+    """Where results, notes and progress go, decided once from the options."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        from rich.console import Console
+
+        self.json = bool(getattr(args, "json", False))
+        self.quiet = bool(getattr(args, "quiet", False))
+        # Off a terminal rich would wrap tables at 80 columns; a wider fixed width keeps each
+        # row on one line in logs and pipes.
+        width = None if sys.stdout.isatty() else 160
+        self.stdout = Console(file=sys.stdout, width=width, highlight=False, soft_wrap=False)
+        self.stderr = Console(file=sys.stderr, stderr=True, highlight=False)
+        self.progress_on = (not self.quiet) and sys.stderr.isatty()
+
+    def note(self, text: str) -> None:
+        """A line for humans (files written, hints): stdout, or stderr under --json."""
+        if self.quiet:
+            return
+        (self.stderr if self.json else self.stdout).print(text, markup=False)
+
+    def emit_json(self, obj: Any) -> None:
+        sys.stdout.write(json.dumps(obj, indent=2, default=_json_default, allow_nan=False) + "\n")
+        sys.stdout.flush()
+
+    @contextmanager
+    def progress(self, total: int | None = None, description: str = "") -> Iterator["_Steps"]:
+        """A rich progress bar on stderr (shown only on a terminal and without --quiet)."""
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn,
+                                   TextColumn, TimeElapsedColumn)
+
+        prog = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                        MofNCompleteColumn(), TimeElapsedColumn(), console=self.stderr,
+                        transient=True, disable=not self.progress_on)
+        with prog:
+            task = prog.add_task(description, total=total)
+            yield _Steps(prog, task)
+
+
+class _Steps:
+    def __init__(self, prog, task) -> None:
+        self._prog, self._task = prog, task
+
+    def step(self, description: str) -> None:
+        """Say what is being done now (the bar keeps its count)."""
+        self._prog.update(self._task, description=description)
+
+    def advance(self, n: int = 1) -> None:
+        self._prog.advance(self._task, n)
+
+
+def _json_default(o: Any) -> Any:
+    import numpy as np
+
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.floating):
+        return None if not math.isfinite(float(o)) else float(o)
+    if isinstance(o, np.bool_):
+        return bool(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON-serialisable: {type(o).__name__}")
+
+
+def _clean(o: Any) -> Any:
+    """NaN/inf -> None, recursively (JSON has no NaN; strict parsers reject it)."""
+    if isinstance(o, float):
+        return o if math.isfinite(o) else None
+    if isinstance(o, dict):
+        return {str(k): _clean(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_clean(v) for v in o]
+    try:
+        import numpy as np
+
+        if isinstance(o, np.floating):
+            return _clean(float(o))
+        if isinstance(o, np.integer):
+            return int(o)
+        if isinstance(o, np.ndarray):
+            return _clean(o.tolist())
+    except ImportError:  # pragma: no cover
+        pass
+    return o
+
+
+def _table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]],
+           *, right: Sequence[int] = ()):
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left", show_edge=True, pad_edge=True)
+    for i, c in enumerate(columns):
+        t.add_column(c, justify="right" if i in right else "left", no_wrap=True)
+    for r in rows:
+        t.add_row(*[str(x) for x in r])
+    return t
+
+
+# ----------------------------------------------------------------------------------------
+# shared input handling
+def _require_input(path: str, what: str = "trace") -> Path:
+    """``path`` exists and is readable (checked first, before any slow import or work)."""
+    p = Path(path)
+    if not p.exists():
+        raise UsageError(f"{path}: no such {what} file" + (" or folder" if what == "trace" else ""))
+    if not os.access(p, os.R_OK):
+        raise UsageError(f"{path}: {what} is not readable (permission denied)")
+    if p.is_dir() and what != "trace":
+        raise UsageError(f"{path}: is a folder, not a {what} file")
+    return p
+
+
+def _load_trace(path: str):
+    """The trace at ``path`` (any format ``uvm_sched.trace.load`` reads, file or folder)."""
+    p = _require_input(path, "trace")
+    load = _part("uvm_sched.trace", "load", "trace loading")
+    try:
+        return load(p)
+    except (MemoryError, KeyboardInterrupt):
+        raise
+    except Exception as e:  # noqa: BLE001 - any failure to parse the file is bad input
+        msg = str(e).strip() or type(e).__name__
+        if str(p) not in msg:
+            msg = f"{path}: {msg}"
+        raise UsageError(f"cannot read trace: {msg}") from e
+
+
+def _load_plan(path: str):
+    p = _require_input(path, "plan")
+    Plan = _part("uvm_sched.planner", "Plan", "plans")
+    try:
+        return Plan.load(p)
+    except (MemoryError, KeyboardInterrupt):
+        raise
+    except Exception as e:  # noqa: BLE001 - a plan that does not parse is bad input
+        msg = str(e).strip() or type(e).__name__
+        if str(p) not in msg:
+            msg = f"{path}: {msg}"
+        raise UsageError(f"cannot read plan: {msg}") from e
+
+
+def _profile(name: str):
+    from .hw import ProfileError, load_profile
+
+    try:
+        return load_profile(name)
+    except ProfileError as e:
+        raise UsageError(str(e)) from None
+
+
+def _budget_bytes(spec: str | None, peak_bytes: int, hw) -> int:
+    """A budget string read with ``resolve_budget`` (None = the device's capacity)."""
+    from ._budget import resolve_budget
+
+    try:
+        return resolve_budget(spec, peak_bytes, default_bytes=hw.device_capacity_bytes)
+    except (ValueError, TypeError) as e:
+        raise UsageError(f"bad --budget {spec!r}: {e}") from None
+
+
+def _budget_list(spec: str) -> list[str]:
+    items = [s.strip() for s in spec.split(",") if s.strip()]
+    if not items:
+        raise UsageError(f"bad --budget {spec!r}: give one or more budgets, e.g. 75%,50%,30%")
+    return items
+
+
+def _check_budget_syntax(specs: Sequence[str]) -> None:
+    """Reject an unreadable budget before any long work (peak 1 GiB as a stand-in)."""
+    from ._budget import resolve_budget
+
+    for s in specs:
+        try:
+            resolve_budget(s, 2**30)
+        except (ValueError, TypeError) as e:
+            raise UsageError(f"bad --budget {s!r}: {e}") from None
+
+
+def _writable(path: str) -> Path:
+    """``path`` as a Path whose folder exists (checked before long work, not after)."""
+    p = Path(path)
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise UsageError(f"cannot write {path}: folder {parent} does not exist")
+    if p.is_dir():
+        raise UsageError(f"cannot write {path}: it is a folder")
+    return p
+
+
+def _write_text(path: Path, text: str) -> None:
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as e:
+        raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
+
+
+def _trace_info(trace) -> dict[str, Any]:
+    """Trace facts for humans and --json: counts in events/ticks, bytes, ns."""
+    import numpy as np
+
+    from .trace._model import EventKind
+
+    kind = trace.kind
+    known = np.isfinite(trace.tick_ns)
+    return {
+        "name": trace.meta.get("name") or trace.meta.get("model") or trace.meta.get("source"),
+        "source": trace.meta.get("source"),
+        "events": int(len(trace)),
+        "ticks": int(trace.n_ticks),
+        "blocks": int(np.count_nonzero(kind == EventKind.ALLOC)),
+        "accesses": int(np.count_nonzero(kind == EventKind.ACCESS)),
+        "iteration_marks": int(len(trace.iteration_starts)),
+        "peak_bytes": int(trace.peak_bytes),
+        "device_time_ns": float(np.sum(trace.tick_ns[known])) if known.any() else None,
+        "meta": {k: v for k, v in trace.meta.items() if k not in ("alloc_sizes",)},
+    }
+
+
+def _trace_line(info: dict[str, Any]) -> str:
+    t = info.get("device_time_ns")
+    return (f"{info['name'] or 'trace'}: {fmt_count(info['events'])} events, "
+            f"{fmt_count(info['ticks'])} ticks, {fmt_count(info['blocks'])} blocks, "
+            f"{info['iteration_marks']} iteration marks, peak {fmt_bytes(info['peak_bytes'])}"
+            + (f", device time {fmt_seconds(t / 1e9)}" if t else ""))
+
+
+# ----------------------------------------------------------------------------------------
+# simulation results
+def _result_row(res, ideal) -> dict[str, Any]:
+    """One policy's figures (seconds, bytes, counts) for tables and JSON."""
+    d = {
+        "policy": res.policy if isinstance(res.policy, str) else "plan",
+        "iteration_time_s": float(res.iteration_time_s),
+        "slowdown": float(res.slowdown(ideal)) if ideal is not None else None,
+        "stall_time_s": float(res.stall_time_s),
+        "bytes_h2d": int(res.bytes_h2d),
+        "bytes_d2h": int(res.bytes_d2h),
+        "faults": int(res.faults),
+        "peak_resident_bytes": int(res.peak_resident_bytes),
+        "divergences": int(res.divergences),
+    }
+    return d
+
+
+_RESULT_COLS = ("policy", "iteration time", "slowdown vs ideal", "stall", "host→device",
+                "device→host", "faults", "peak resident")
+
+
+def _result_cells(r: dict[str, Any]) -> list[str]:
+    return [r["policy"], fmt_seconds(r["iteration_time_s"]), fmt_ratio(r["slowdown"]),
+            fmt_seconds(r["stall_time_s"]), fmt_bytes(r["bytes_h2d"]), fmt_bytes(r["bytes_d2h"]),
+            fmt_count(r["faults"]), fmt_bytes(r["peak_resident_bytes"])]
+
+
+def _policies(spec: str | None, known: Sequence[str]) -> list[str]:
+    if not spec:
+        return list(known)
+    out = [p.strip() for p in spec.split(",") if p.strip()]
+    bad = [p for p in out if p not in known]
+    if bad:
+        raise UsageError(f"unknown policy {bad[0]!r}; known: {', '.join(known)}")
+    return out
+
+
+def _simulate_policies(trace, hw, budget_bytes: int, policies: Sequence[str], out: _Out, *,
+                       plan=None, mode: str = "oblivious", label: str = "simulating"):
+    """SimResults for ``ideal`` and each policy (a Plan stands in for ``uvm-sched`` when
+    given, so the plan shown in a report is the one simulated)."""
+    simulate = _part("uvm_sched.sim", "simulate", "the simulator")
+    names = list(dict.fromkeys(["ideal", *policies]))
+    results = {}
+    with out.progress(total=len(names), description=label) as bar:
+        for name in names:
+            bar.step(f"{label}: {name}")
+            if name == "uvm-sched" and plan is not None:
+                results[name] = simulate(trace, plan, hw, budget=budget_bytes)
+            elif name == "uvm-sched":
+                results[name] = simulate(trace, name, hw, budget=budget_bytes, mode=mode)
+            else:
+                results[name] = simulate(trace, name, hw, budget=budget_bytes)
+            bar.advance()
+    return results
+
+
+# ----------------------------------------------------------------------------------------
+# subcommands
+def cmd_record(args, out: _Out) -> int:
+    zoo_names = _part("uvm_sched.trace.zoo", "names", "the model zoo")
+    names = list(zoo_names())
+    if args.list:
+        if out.json:
+            out.emit_json({"models": names})
+        else:
+            out.stdout.print("\n".join(names), markup=False)
+        return EXIT_OK
+    if not args.model:
+        raise UsageError("record needs a MODEL (uvm-sched record --list shows the zoo)")
+    if args.model not in names:
+        raise UsageError(f"unknown model {args.model!r}; the zoo has: {', '.join(names)}")
+    dest = _writable(args.output or f"{args.model}.parquet")
+    _profile(args.hw)  # an unknown profile is a usage error before minutes of recording
+    record = _part("uvm_sched.trace.zoo", "record", "the model zoo")
+    opts = {k: getattr(args, k) for k in ("batch", "seq") if getattr(args, k) is not None}
+    t0 = time.perf_counter()
+    with out.progress(description=f"recording {args.model}") as bar:
+        bar.step(f"recording {args.model} on meta tensors")
+        trace = record(args.model, iters=args.iters, hw=args.hw, amp=args.amp, **opts)
+    elapsed = time.perf_counter() - t0
+    try:
+        trace.save(dest)
+    except OSError as e:
+        raise UsageError(f"cannot write {dest}: {e.strerror or e}") from None
+    info = _trace_info(trace)
+    if out.json:
+        out.emit_json(_clean({"path": str(dest), "model": args.model, "record_s": elapsed, **info}))
+    else:
+        out.stdout.print(_trace_line(info), markup=False)
+        out.note(f"wrote {dest} (recorded in {fmt_seconds(elapsed)})")
+    return EXIT_OK
+
+
+def cmd_analyze(args, out: _Out) -> int:
+    trace = _load_trace(args.trace)
+    analyze = _part("uvm_sched.pattern", "analyze", "pattern analysis")
+    with out.progress(description="analysing") as bar:
+        bar.step("learning the iteration pattern")
+        pattern = analyze(trace)
+    info = _trace_info(trace)
+    if out.json:
+        out.emit_json(_clean({"trace": info, "pattern": pattern.summary()}))
+    else:
+        out.stdout.print(_trace_line(info), markup=False)
+        out.stdout.print(str(pattern), markup=False)
+    return EXIT_OK
+
+
+def cmd_plan(args, out: _Out) -> int:
+    trace = _load_trace(args.trace)  # bad input first, before any missing part
+    hw = _profile(args.hw)
+    _check_budget_syntax([args.budget])
+    dest = _writable(args.output) if args.output else None
+    plan_fn = _part("uvm_sched.planner", "plan", "the planner")
+    opts: dict[str, Any] = {}
+    if args.sample_rate is not None:
+        opts["sample_rate"] = args.sample_rate
+    if args.noise is not None:
+        opts["noise"] = args.noise
+    if opts and args.mode != "sampled":
+        raise UsageError("--sample-rate/--noise only apply with --mode sampled")
+    with out.progress(description="planning") as bar:
+        budget = _budget_bytes(args.budget, trace.peak_bytes, hw)
+        bar.step(f"planning for {fmt_bytes(budget)} ({args.mode})")
+        t0 = time.perf_counter()
+        plan = plan_fn(trace, budget, hw, mode=args.mode, **opts)
+        elapsed = time.perf_counter() - t0
+    if dest is not None:
+        try:
+            plan.save(dest)
+        except OSError as e:
+            raise UsageError(f"cannot write {dest}: {e.strerror or e}") from None
+    summary = plan.summary()
+    meta = {k: v for k, v in plan.meta.items() if k != "alloc_sizes"}
+    meta["alloc_count"] = len(plan.meta.get("alloc_sizes", ()))
+    if out.json:
+        out.emit_json(_clean({"path": str(dest) if dest else None, "actions": len(plan),
+                              "plan_s": elapsed, "meta": meta, "summary": summary}))
+        return EXIT_OK
+    peak = trace.peak_bytes
+    out.stdout.print(
+        f"plan ({plan.meta.get('mode', args.mode)}) for {fmt_bytes(budget)} on {hw.name}: "
+        f"{fmt_pct(budget / peak) if peak else '-'} of peak {fmt_bytes(peak)}, "
+        f"{fmt_count(plan.meta['period_events'])} allocator events per iteration, "
+        f"{fmt_count(len(plan))} actions (planned in {fmt_seconds(elapsed)})", markup=False)
+    rows = [(a, fmt_count(v["count"]), fmt_bytes(v["bytes"])) for a, v in summary.items()
+            if v["count"]]
+    out.stdout.print(_table("actions per iteration", ("action", "count", "bytes"), rows,
+                            right=(1, 2)))
+    pred = plan.meta.get("predicted")
+    if isinstance(pred, dict) and pred:
+        out.stdout.print("predicted: " + ", ".join(f"{k}={v}" for k, v in pred.items()),
+                         markup=False)
+    if dest is not None:
+        out.note(f"wrote {dest}")
+    else:
+        out.note("(plan not saved; pass -o plan.json to keep it)")
+    return EXIT_OK
+
+
+def cmd_simulate(args, out: _Out) -> int:
+    trace = _load_trace(args.trace)  # bad input first, before any missing part
+    hw = _profile(args.hw)
+    if args.budget is not None:
+        _check_budget_syntax([args.budget])
+    plan = _load_plan(args.plan) if args.plan else None
+    known = list(_part("uvm_sched.sim", "POLICIES", "the simulator"))
+    if plan is not None and args.policy not in (None, "uvm-sched"):
+        raise UsageError("--plan replays a saved plan; leave out --policy (or say uvm-sched)")
+    policy = "uvm-sched" if plan is not None else (args.policy or "uvm-sched")
+    _policies(policy, known)
+    if args.budget is None and plan is not None:
+        budget = int(plan.meta["budget_bytes"])
+    else:
+        budget = _budget_bytes(args.budget, trace.peak_bytes, hw)
+    results = _simulate_policies(trace, hw, budget, [policy], out, plan=plan, mode=args.mode)
+    ideal = results["ideal"]
+    res = results[policy]
+    row = _result_row(res, ideal)
+    row["policy"] = policy if plan is None else f"plan {Path(args.plan).name}"
+    if out.json:
+        d = res.to_dict()
+        d["slowdown"] = row["slowdown"]
+        out.emit_json(_clean({"trace": args.trace, "hw": hw.name, "budget_bytes": budget,
+                              "peak_bytes": trace.peak_bytes, "result": d,
+                              "ideal": ideal.to_dict()}))
+        return EXIT_OK
+    _print_budget_line(out, trace.peak_bytes, budget, hw.name)
+    t = _table(None, _RESULT_COLS, [_result_cells(_result_row(ideal, ideal)), _result_cells(row)],
+               right=range(1, 8))
+    out.stdout.print(t)
+    br = getattr(res, "stall_breakdown", None) or {}
+    if br:
+        out.stdout.print("stall breakdown: " + ", ".join(f"{k} {fmt_seconds(v)}" for k, v in br.items()),
+                         markup=False)
+    return EXIT_OK
+
+
+def _print_budget_line(out: _Out, peak: int, budget: int, hw_name: str) -> None:
+    share = f" ({fmt_pct(budget / peak)} of peak {fmt_bytes(peak)})" if peak else ""
+    out.stdout.print(f"budget {fmt_bytes(budget)}{share} on {hw_name}", markup=False)
+
+
+def _frontier(df) -> list[dict[str, Any]]:
+    """Per policy, the points (saving, slowdown) no other budget of the same policy beats:
+    saving = 1 - budget/peak (share of peak memory not held on the device)."""
+    out: list[dict[str, Any]] = []
+    for policy, g in df.groupby("policy", sort=False):
+        pts = sorted(((float(r.saving), float(r.slowdown), int(r.budget_bytes))
+                      for r in g.itertuples()), key=lambda p: (-p[0], p[1]))
+        best = math.inf
+        for saving, slow, b in pts:
+            # walking from the largest saving down, keep a point only if it is faster than
+            # every point that saves more
+            if slow < best:
+                out.append({"policy": policy, "saving": saving, "slowdown": slow,
+                            "budget_bytes": b})
+                best = slow
+    return out
+
+
+def cmd_compare(args, out: _Out) -> int:
+    trace = _load_trace(args.trace)  # bad input first, before any missing part
+    hw = _profile(args.hw)
+    specs = _budget_list(args.budget)
+    _check_budget_syntax(specs)
+    compare = _part("uvm_sched.sim", "compare", "the simulator")
+    known = list(_part("uvm_sched.sim", "POLICIES", "the simulator"))
+    policies = _policies(args.policies, known)
+    plot = _writable(args.plot) if args.plot else None
+    frontier_fig = _part("uvm_sched.viz", "frontier", "plots") if plot else None
+    import pandas as pd
+
+    budgets = [_budget_bytes(s, trace.peak_bytes, hw) for s in specs]
+    frames = []
+    with out.progress(total=len(budgets), description="comparing") as bar:
+        for spec, b in zip(specs, budgets):
+            bar.step(f"simulating {len(policies)} policies at {spec} ({fmt_bytes(b)})")
+            frames.append(compare(trace, hw, [b], policies=policies, mode=args.mode))
+            bar.advance()
+    df = pd.concat(frames, ignore_index=True)
+    peak = trace.peak_bytes
+    df["saving"] = [1.0 - b / peak if peak else float("nan") for b in df["budget_bytes"]]
+    front = _frontier(df)
+    if plot is not None:
+        fig = frontier_fig(df)
+        _save_figure(fig, plot)
+    if out.json:
+        out.emit_json(_clean({"trace": args.trace, "hw": hw.name, "peak_bytes": peak,
+                              "rows": df.to_dict(orient="records"), "frontier": front,
+                              "plot": str(plot) if plot else None}))
+        return EXIT_OK
+    out.stdout.print(f"{trace.meta.get('name') or args.trace}: peak {fmt_bytes(peak)} on {hw.name}",
+                     markup=False)
+    for b, g in df.groupby("budget_bytes", sort=False):
+        share = f"{fmt_pct(b / peak)} of peak" if peak else ""
+        rows = [[r.policy, fmt_seconds(r.iteration_time_s), fmt_ratio(r.slowdown),
+                 fmt_seconds(r.stall_time_s), fmt_bytes(r.bytes_h2d), fmt_bytes(r.bytes_d2h),
+                 fmt_count(r.faults)] for r in g.itertuples()]
+        out.stdout.print(_table(f"budget {fmt_bytes(b)} ({share})", _RESULT_COLS[:7], rows,
+                                right=range(1, 7)))
+    rows = [[f["policy"], fmt_pct(f["saving"]), fmt_bytes(f["budget_bytes"]),
+             fmt_ratio(f["slowdown"])] for f in front if f["policy"] != "ideal"]
+    out.stdout.print(_table("savings/slowdown frontier (memory saved vs peak, per policy)",
+                            ("policy", "memory saved", "budget", "slowdown"), rows,
+                            right=(1, 2, 3)))
+    if plot is not None:
+        out.note(f"wrote {plot}")
+    return EXIT_OK
+
+
+def _save_figure(fig, path: Path) -> None:
+    """Write a plotly figure as self-contained HTML, a matplotlib one as an image."""
+    try:
+        if hasattr(fig, "write_html"):
+            fig.write_html(str(path), include_plotlyjs=True)
+        else:
+            fig.savefig(str(path))
+    except OSError as e:
+        raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
+
+
+def cmd_report(args, out: _Out) -> int:
+    trace = _load_trace(args.trace)  # bad input first, before any missing part
+    hw = _profile(args.hw)
+    if args.budget is not None:
+        _check_budget_syntax([args.budget])
+    dest = _writable(args.output)
+    report = _part("uvm_sched.viz", "report", "the HTML report")
+    plan = _load_plan(args.plan) if args.plan else None
+    if args.budget is None and plan is not None:
+        budget = int(plan.meta["budget_bytes"])
+    else:
+        budget = _budget_bytes(args.budget or DEFAULT_BUDGET, trace.peak_bytes, hw)
+    results = []
+    if not args.no_sim:
+        known = list(_part("uvm_sched.sim", "POLICIES", "the simulator"))
+        policies = _policies(args.policies or ",".join(p for p in ("demand", "uvm-sched")
+                                                       if p in known), known)
+        sims = _simulate_policies(trace, hw, budget, policies, out, plan=plan, mode=args.mode)
+        results = list(sims.values())
+    with out.progress(description="report") as bar:
+        bar.step("drawing the report")
+        title = args.title or f"uvm_sched: {trace.meta.get('name') or Path(args.trace).name}"
+        html = report(trace, plan=plan, results=results or None, title=title)
+    _write_text(dest, html)
+    if out.json:
+        out.emit_json({"path": str(dest), "bytes": dest.stat().st_size, "budget_bytes": budget,
+                       "results": [_clean(r.to_dict()) for r in results]})
+    else:
+        out.note(f"wrote {dest} ({fmt_bytes(dest.stat().st_size)}); open it in a browser")
+    return EXIT_OK
+
+
+_EXPORTERS = {"torch-snapshot": "export_torch_snapshot", "perfetto": "export_perfetto"}
+_EXPORT_SUFFIX = {"torch-snapshot": ".pickle", "perfetto": ".json"}
+
+
+def cmd_export(args, out: _Out) -> int:
+    trace = _load_trace(args.trace)  # bad input first, before any missing part
+    fn = _part("uvm_sched.trace", _EXPORTERS[args.to], f"the {args.to} exporter")
+    dest = _writable(args.output or (Path(args.trace).stem + _EXPORT_SUFFIX[args.to]))
+    with out.progress(description="export") as bar:
+        bar.step(f"writing {args.to}")
+        try:
+            fn(trace, dest)
+        except OSError as e:
+            raise UsageError(f"cannot write {dest}: {e.strerror or e}") from None
+    if out.json:
+        out.emit_json({"path": str(dest), "format": args.to, "bytes": dest.stat().st_size})
+    else:
+        out.note(f"wrote {dest} ({args.to}, {fmt_bytes(dest.stat().st_size)})")
+    return EXIT_OK
+
+
+def cmd_demo(args, out: _Out) -> int:
+    preset = dict(DEMO_SMALL if args.small else DEMO_DEFAULT)
+    for k in ("model", "batch", "seq", "iters"):
+        if getattr(args, k) is not None:
+            preset[k] = getattr(args, k)
+    hw = _profile(args.hw)
+    _check_budget_syntax([args.budget])
+    dest = None if args.no_report else _writable(args.output)
+    zoo_names = _part("uvm_sched.trace.zoo", "names", "the model zoo")
+    record = _part("uvm_sched.trace.zoo", "record", "the model zoo")
+    plan_fn = _part("uvm_sched.planner", "plan", "the planner")
+    simulate = _part("uvm_sched.sim", "simulate", "the simulator")
+    policies = list(_part("uvm_sched.sim", "POLICIES", "the simulator"))
+    report = _part("uvm_sched.viz", "report", "the HTML report") if dest else None
+    if preset["model"] not in zoo_names():
+        raise UsageError(f"unknown model {preset['model']!r}; the zoo has: {', '.join(zoo_names())}")
+    names = list(dict.fromkeys(["ideal", *policies]))
+    timings: dict[str, float] = {}
+    t_all = time.perf_counter()
+    with out.progress(total=3 + len(names) + (1 if dest else 0), description="demo") as bar:
+        bar.step(f"recording {preset['model']} (batch {preset['batch']}) on meta tensors")
+        t0 = time.perf_counter()
+        opts = {k: preset[k] for k in ("batch", "seq") if preset.get(k) is not None}
+        trace = record(preset["model"], iters=preset["iters"], hw=hw.name, **opts)
+        timings["record_s"] = time.perf_counter() - t0
+        bar.advance()
+        budget = _budget_bytes(args.budget, trace.peak_bytes, hw)
+        bar.step(f"planning for {fmt_bytes(budget)}")
+        t0 = time.perf_counter()
+        plan = plan_fn(trace, budget, hw, mode="oblivious")
+        timings["plan_s"] = time.perf_counter() - t0
+        bar.advance()
+        results = {}
+        t0 = time.perf_counter()
+        for name in names:
+            bar.step(f"simulating {name}")
+            pol = plan if name == "uvm-sched" else name
+            results[name] = simulate(trace, pol, hw, budget=budget)
+            bar.advance()
+        timings["simulate_s"] = time.perf_counter() - t0
+        if dest is not None:
+            bar.step("drawing the report")
+            t0 = time.perf_counter()
+            title = (f"uvm_sched demo: {preset['model']} batch {preset['batch']}, "
+                     f"budget {fmt_bytes(budget)} on {hw.name}")
+            html = report(trace, plan=plan, results=list(results.values()), title=title)
+            _write_text(dest, html)
+            timings["report_s"] = time.perf_counter() - t0
+            bar.advance()
+    timings["total_s"] = time.perf_counter() - t_all
+    ideal = results["ideal"]
+    rows = []
+    for name, res in results.items():
+        r = _result_row(res, ideal)
+        r["policy"] = name
+        rows.append(r)
+    peak = trace.peak_bytes
+    if out.json:
+        out.emit_json(_clean({"model": preset["model"], "batch": preset["batch"],
+                              "seq": preset.get("seq"), "iters": preset["iters"], "hw": hw.name,
+                              "peak_bytes": peak, "budget_bytes": budget, "results": rows,
+                              "plan": {"actions": len(plan), "summary": plan.summary()},
+                              "report": str(dest) if dest else None, "timings": timings}))
+        return EXIT_OK
+    info = _trace_info(trace)
+    out.stdout.print(_trace_line(info), markup=False)
+    _print_budget_line(out, peak, budget, hw.name)
+    out.stdout.print(_table(f"every policy at {fmt_pct(budget / peak) if peak else '-'} of peak",
+                            _RESULT_COLS, [_result_cells(r) for r in rows], right=range(1, 8)))
+    best = min((r for r in rows if r["policy"] not in ("ideal", "bound")),
+               key=lambda r: r["iteration_time_s"], default=None)
+    if best is not None:
+        out.stdout.print(f"fastest real policy: {best['policy']} at {fmt_ratio(best['slowdown'])} "
+                         f"of ideal while holding {fmt_bytes(budget)} instead of {fmt_bytes(peak)}",
+                         markup=False)
+    if dest is not None:
+        out.note(f"wrote the timeline report to {dest.resolve()} (open it in a browser)")
+    out.note(f"done in {fmt_seconds(timings['total_s'])}")
+    return EXIT_OK
+
+
+# ----------------------------------------------------------------------------------------
+# parser
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: ``uvm-sched plan: error: ... (see --help)``, exit 2."""
+
+    def error(self, message: str):  # noqa: D401 - argparse API
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+_FMT = argparse.RawDescriptionHelpFormatter
+
+MAIN_EPILOG = """\
+examples:
+  uvm-sched demo                                   # the whole job on a small built-in model
+  uvm-sched record gpt2_small --batch 8 -o gpt2.parquet
+  uvm-sched analyze gpt2.parquet
+  uvm-sched plan gpt2.parquet --budget 50% -o plan.json
+  uvm-sched simulate gpt2.parquet --policy demand --budget 50%
+  uvm-sched compare gpt2.parquet --budget 75%,50%,30% --hw gh200-c2c
+  uvm-sched report gpt2.parquet --plan plan.json -o report.html
+  uvm-sched export snapshot.pickle --to perfetto -o trace.json
+
+TRACE is any file or folder uvm_sched.trace.load reads: a uvm_sched Parquet trace, a
+torch.cuda.memory._dump_snapshot pickle, a Kineto/profiler JSON, a G10-style kernels folder.
+Budgets: bytes (40GiB, 40GB, 123456) or a share of the trace's peak (50%).
+Exit codes: 0 ok, 2 usage or bad input, 1 unexpected failure (--debug shows the traceback).
+"""
+
+
+def _common() -> argparse.ArgumentParser:
+    """Options every subcommand takes (also accepted before the subcommand name)."""
+    p = argparse.ArgumentParser(add_help=False)
+    g = p.add_argument_group("output")
+    # SUPPRESS: a subcommand that does not see the flag must not overwrite the main parser's
+    g.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                   help="print machine-readable JSON on stdout (nothing else goes there)")
+    g.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                   help="no progress bars or notes")
+    g.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                   help="show the full traceback on errors")
+    return p
+
+
+def _hw_arg(p, default=DEFAULT_HW):
+    p.add_argument("--hw", default=default, metavar="PROFILE",
+                   help=f"hardware profile name or TOML path (default {default}); "
+                        "shipped: h200-pcie5, h100-pcie5, a100-40gb-pcie4, gh200-c2c, a100-40gb-g10")
+
+
+def _mode_arg(p):
+    p.add_argument("--mode", choices=("oblivious", "sampled"), default="oblivious",
+                   help="planner mode: oblivious reads only allocator events (default); sampled "
+                        "also uses access samples")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser of ``uvm-sched`` (exposed for docs and tests)."""
+    from . import __version__
+
+    common = _common()
+    parser = _Parser(prog=PROG, formatter_class=_FMT, epilog=MAIN_EPILOG,
+                     description="Plan prefetch/evict schedules for CUDA Unified Memory from "
+                                 "allocator traces,\nand judge them in a simulator against the "
+                                 "usual policies.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--json", action="store_true", default=False, help=argparse.SUPPRESS)
+    parser.add_argument("-q", "--quiet", action="store_true", default=False, help=argparse.SUPPRESS)
+    parser.add_argument("--debug", action="store_true", default=False, help=argparse.SUPPRESS)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    def add(name, func, help_, epilog):
+        p = sub.add_parser(name, help=help_, description=help_[0].upper() + help_[1:] + ".",
+                           parents=[common], formatter_class=_FMT, epilog="examples:\n" + epilog)
+        p.set_defaults(func=func)
+        return p
+
+    p = add("demo", cmd_demo,
+            "record a small model, plan for half its peak, simulate every policy, write a report",
+            "  uvm-sched demo\n  uvm-sched demo --small -o /tmp/demo.html\n"
+            "  uvm-sched demo --model resnet50 --batch 8 --budget 30% --hw gh200-c2c\n")
+    p.add_argument("--small", action="store_true",
+                   help=f"the smallest setting ({DEMO_SMALL['model']} batch {DEMO_SMALL['batch']}, "
+                        f"seq {DEMO_SMALL['seq']}): seconds instead of a minute")
+    p.add_argument("--model", help=f"zoo model (default {DEMO_DEFAULT['model']})")
+    p.add_argument("--batch", type=_positive_int, help=f"batch size (default {DEMO_DEFAULT['batch']})")
+    p.add_argument("--seq", type=_positive_int, help="sequence length for language models")
+    p.add_argument("--iters", type=_positive_int, help="iterations to record (default 3)")
+    p.add_argument("--budget", default=DEFAULT_BUDGET, help="device memory budget (default 50%%)")
+    _hw_arg(p)
+    p.add_argument("-o", "--output", default=DEMO_REPORT,
+                   help=f"HTML report to write (default ./{DEMO_REPORT})")
+    p.add_argument("--no-report", action="store_true", help="skip the HTML report")
+
+    p = add("record", cmd_record, "record a zoo model's training iterations on meta tensors",
+            "  uvm-sched record --list\n  uvm-sched record resnet50 --batch 32 -o resnet50.parquet\n"
+            "  uvm-sched record gpt2_small --batch 8 --seq 512 --iters 4 -o gpt2.parquet\n")
+    p.add_argument("model", nargs="?", metavar="MODEL", help="zoo model name (see --list)")
+    p.add_argument("--list", action="store_true", help="list the zoo's models and exit")
+    p.add_argument("--batch", type=_positive_int, help="batch size (default: the zoo's small size)")
+    p.add_argument("--seq", type=_positive_int, help="sequence length for language models")
+    p.add_argument("--iters", type=_positive_int, default=3, help="iterations to record (default 3)")
+    p.add_argument("--amp", action="store_true", help="mixed precision (bf16 autocast)")
+    _hw_arg(p)
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="Parquet trace to write (default MODEL.parquet)")
+
+    p = add("analyze", cmd_analyze, "characterise a trace: period, block classes, lifetimes",
+            "  uvm-sched analyze gpt2.parquet\n  uvm-sched analyze snapshot.pickle --json\n")
+    p.add_argument("trace", metavar="TRACE")
+
+    p = add("plan", cmd_plan, "plan prefetches and evictions for a memory budget",
+            "  uvm-sched plan gpt2.parquet --budget 50% -o plan.json\n"
+            "  uvm-sched plan gpt2.parquet --budget 12GiB --hw gh200-c2c --mode sampled "
+            "--sample-rate 0.1 -o plan.parquet\n")
+    p.add_argument("trace", metavar="TRACE")
+    p.add_argument("--budget", default=DEFAULT_BUDGET, help="device memory budget (default 50%%)")
+    _hw_arg(p)
+    _mode_arg(p)
+    p.add_argument("--sample-rate", type=_fraction, help="sampled mode: share of accesses seen")
+    p.add_argument("--noise", type=_fraction, help="sampled mode: share of samples misplaced")
+    p.add_argument("-o", "--output", metavar="FILE", help="plan file to write (.json or .parquet)")
+
+    p = add("simulate", cmd_simulate, "simulate one policy (or a saved plan) against the ideal run",
+            "  uvm-sched simulate gpt2.parquet --policy demand --budget 50%\n"
+            "  uvm-sched simulate gpt2.parquet --plan plan.json --hw h200-pcie5\n")
+    p.add_argument("trace", metavar="TRACE")
+    p.add_argument("--policy", help="ideal, demand, prefetch-on-alloc, swap-activations, bound, "
+                                    "uvm-sched (default uvm-sched)")
+    p.add_argument("--plan", metavar="FILE", help="replay a saved plan instead of planning")
+    p.add_argument("--budget", help="device memory budget (default: the plan's, else 50%%)")
+    _hw_arg(p)
+    _mode_arg(p)
+
+    p = add("compare", cmd_compare, "every policy side by side at one or more budgets",
+            "  uvm-sched compare gpt2.parquet\n"
+            "  uvm-sched compare gpt2.parquet --budget 75%,50%,30% --hw gh200-c2c --json\n"
+            "  uvm-sched compare gpt2.parquet --plot frontier.html\n")
+    p.add_argument("trace", metavar="TRACE")
+    p.add_argument("--budget", default=DEFAULT_COMPARE_BUDGETS,
+                   help=f"comma-separated budgets (default {DEFAULT_COMPARE_BUDGETS.replace('%', '%%')})")
+    _hw_arg(p)
+    _mode_arg(p)
+    p.add_argument("--policies", help="comma-separated subset of the policies (default all)")
+    p.add_argument("--plot", metavar="FILE", help="also write the savings/slowdown frontier (HTML)")
+
+    p = add("report", cmd_report, "write an interactive HTML timeline of a trace and its plan",
+            "  uvm-sched report gpt2.parquet -o report.html\n"
+            "  uvm-sched report gpt2.parquet --plan plan.json -o report.html\n")
+    p.add_argument("trace", metavar="TRACE")
+    p.add_argument("--plan", metavar="FILE", help="a saved plan to draw and simulate")
+    p.add_argument("--budget", help="budget to simulate at (default: the plan's, else 50%%)")
+    _hw_arg(p)
+    _mode_arg(p)
+    p.add_argument("--policies", help="policies to simulate for the stall and copy-engine views "
+                                      "(default demand,uvm-sched)")
+    p.add_argument("--no-sim", action="store_true", help="draw the trace (and plan) only")
+    p.add_argument("--title", help="page title")
+    p.add_argument("-o", "--output", default="report.html", metavar="FILE",
+                   help="HTML file to write (default report.html)")
+
+    p = add("export", cmd_export, "convert a trace for other viewers",
+            "  uvm-sched export gpt2.parquet --to torch-snapshot -o gpt2.pickle   "
+            "# pytorch.org/memory_viz\n"
+            "  uvm-sched export gpt2.parquet --to perfetto -o gpt2.json          "
+            "# ui.perfetto.dev\n")
+    p.add_argument("trace", metavar="TRACE")
+    p.add_argument("--to", required=True, choices=sorted(_EXPORTERS), help="output format")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="file to write (default: the trace's name with .pickle / .json)")
+    return parser
+
+
+def _positive_int(s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {s!r}") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {s!r}")
+    return v
+
+
+def _fraction(s: str) -> float:
+    try:
+        v = float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {s!r}") from None
+    if not 0 <= v <= 1:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {s!r}")
+    return v
+
+
+# ----------------------------------------------------------------------------------------
+def _one_line(e: BaseException) -> str:
+    msg = " ".join(str(e).split()) or type(e).__name__
+    return msg
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``uvm-sched``; returns the exit code (0 ok, 2 usage/input, 1 failure)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    prog = f"{PROG} {args.command}"
+    debug = bool(getattr(args, "debug", False))
+    try:
+        out = _Out(args)
+        return int(args.func(args, out) or 0)
+    except KeyboardInterrupt:
+        sys.stderr.write(f"{prog}: interrupted\n")
+        return 130
+    except PartMissing as e:
+        if debug:
+            traceback.print_exc()
+        sys.stderr.write(f"{prog}: error: {_one_line(e)}\n")
+        return EXIT_FAIL
+    except BrokenPipeError:
+        # the reader went away (e.g. `| head`): nothing left to say
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return EXIT_OK
+    except Exception as e:  # noqa: BLE001 - the one place errors become exit codes
+        if debug:
+            traceback.print_exc()
+        if isinstance(e, _input_error_types()):
+            sys.stderr.write(f"{prog}: error: {_one_line(e)}\n")
+            return EXIT_USAGE
+        hint = "" if debug else " (rerun with --debug for the traceback)"
+        sys.stderr.write(f"{prog}: internal error: {type(e).__name__}: {_one_line(e)}{hint}\n")
+        return EXIT_FAIL
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
