@@ -59,6 +59,39 @@ COLUMNS: dict[str, np.dtype] = {
 _DEFAULTS = {"stream": 0, "device": 0, "mode": 0, "offset": -1, "length": -1}
 
 
+def _as_column(name: str, values: Any, dtype: np.dtype) -> np.ndarray:
+    """``values`` as a contiguous array of ``dtype``; TraceError where that would lose
+    information (non-numbers, NaN, fractions, values out of the column's range)."""
+    try:
+        src = np.asarray(values)
+        if src.dtype.kind == "f":
+            ok = np.isfinite(src)
+            if not ok.all():
+                row = int(np.flatnonzero(~ok.ravel())[0])
+                raise TraceError(f"column {name!r} has a non-finite value at row {row:,}")
+            frac = src != np.floor(src)
+            if frac.any():
+                row = int(np.flatnonzero(frac.ravel())[0])
+                raise TraceError(
+                    f"column {name!r} has a fractional value {float(src.ravel()[row])} at row {row:,}"
+                )
+        elif src.dtype.kind not in "iub":
+            raise TraceError(f"column {name!r} holds {src.dtype} values, expected integers")
+        if src.size and src.dtype.kind in "iuf":
+            info = np.iinfo(dtype)
+            lo, hi = src.min(), src.max()
+            if lo < info.min or hi > info.max:
+                raise TraceError(
+                    f"column {name!r} has values in [{lo}, {hi}], outside {dtype} "
+                    f"[{info.min}, {info.max}]"
+                )
+        return np.ascontiguousarray(src, dtype=dtype)
+    except (TypeError, ValueError, OverflowError) as e:
+        if isinstance(e, TraceError):
+            raise
+        raise TraceError(f"column {name!r} cannot be read as {dtype} ({e})") from None
+
+
 class Trace:
     """An immutable, validated event trace (struct of arrays).
 
@@ -84,7 +117,7 @@ class Trace:
         cols: dict[str, np.ndarray] = {}
         for name, dtype in COLUMNS.items():
             if name in events and events[name] is not None:
-                arr = np.ascontiguousarray(np.asarray(events[name]), dtype=dtype)
+                arr = _as_column(name, events[name], dtype)
             elif name == "t_ns":
                 arr = np.asarray(events["tick"], dtype=dtype).copy()
             else:
@@ -94,11 +127,15 @@ class Trace:
             arr.setflags(write=False)
             cols[name] = arr
         self._cols = cols
-        n_ticks = int(cols["tick"].max()) + 1 if n else 0
+        # max(0, ...): a trace of negative ticks must reach validate() to be named there.
+        n_ticks = max(0, int(cols["tick"].max()) + 1) if n else 0
         if tick_ns is None:
             tns = np.full(n_ticks, np.nan)
         else:
-            tns = np.asarray(tick_ns, dtype=np.float64).copy()
+            try:
+                tns = np.asarray(tick_ns, dtype=np.float64).copy()
+            except (TypeError, ValueError) as e:
+                raise TraceError(f"tick_ns is not an array of numbers ({e})") from None
             if tns.ndim != 1 or len(tns) < n_ticks:
                 raise TraceError(
                     f"tick_ns has {tns.shape} entries but the events reach tick {n_ticks - 1}"
@@ -106,7 +143,10 @@ class Trace:
         tns.setflags(write=False)
         self.tick_ns: np.ndarray = tns
         self.meta: dict[str, Any] = dict(meta or {})
-        json.dumps(self.meta)  # metadata must survive a file round trip
+        try:
+            json.dumps(self.meta)  # metadata must survive a file round trip
+        except (TypeError, ValueError) as e:
+            raise TraceError(f"trace meta must be JSON-able ({e})") from None
         if validate:
             self.validate()
 
@@ -220,6 +260,9 @@ class Trace:
             "block": carried,
             "size": bt.loc[carried, "size"].to_numpy() if len(carried) else carried,
             "stream": bt.loc[carried, "stream"].to_numpy() if len(carried) else carried,
+            "device": self._cols["device"][bt.loc[carried, "alloc_row"].to_numpy()]
+            if len(carried)
+            else carried,
         }
         cols = {}
         for name in COLUMNS:
@@ -234,9 +277,13 @@ class Trace:
     def validate(self) -> None:
         """Raise ``TraceError`` naming the first bad row: negative size, ticks or time going
         backwards, free/access before alloc, double alloc, double free, access after free,
-        unknown kind or access mode. O(n log n)."""
+        unknown kind or access mode, negative device time in ``tick_ns``. O(n log n)."""
         c = self._cols
         n = len(self)
+        neg = np.flatnonzero(self.tick_ns < 0)  # NaN (unknown) compares False
+        if len(neg):
+            t = int(neg[0])
+            raise TraceError(f"invalid trace: tick_ns[{t:,}] = {self.tick_ns[t]} ns is negative")
         if n == 0:
             return
         problems: list[tuple[int, str]] = []
@@ -348,6 +395,8 @@ class TraceBuilder:
         """Record an allocation of ``size`` bytes; returns the block id."""
         if block is None:
             block = self._next_block
+        elif block in self._live:
+            raise TraceError(f"alloc of block {block} which is already live")
         self._next_block = max(self._next_block, block + 1)
         self._live[block] = size
         self._append(EventKind.ALLOC, block, size, t_ns, stream, device)

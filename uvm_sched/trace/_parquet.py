@@ -19,6 +19,8 @@ def is_parquet(head: bytes) -> bool:
 
 
 def save_parquet(trace: Trace, path) -> None:
+    """Write ``trace`` to ``path`` (Parquet, zstd), atomically: a crash leaves no
+    half-written file under ``path``."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -33,17 +35,24 @@ def save_parquet(trace: Trace, path) -> None:
     }
     table = table.replace_schema_metadata(meta)
     tmp = Path(str(path) + ".tmp")
-    pq.write_table(table, tmp, compression="zstd")
-    tmp.replace(path)  # never leave a half-written trace under the real name
+    try:
+        pq.write_table(table, tmp, compression="zstd")
+        tmp.replace(path)  # never leave a half-written trace under the real name
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def load_parquet(path) -> Trace:
+    """Read a trace written by ``save_parquet``. TraceError for a file that is not one
+    (truncated, corrupt, foreign Parquet, or a newer schema)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
         table = pq.read_table(path)
-    except (pa.ArrowInvalid, OSError) as e:
+    except (pa.ArrowException, OSError) as e:
+        if isinstance(e, FileNotFoundError):
+            raise
         raise TraceError(f"{path}: not a readable Parquet trace ({e})") from None
     md = table.schema.metadata or {}
     version = md.get(b"uvm_sched.schema_version")
@@ -51,15 +60,38 @@ def load_parquet(path) -> Trace:
         raise TraceError(
             f"{path}: a Parquet file, but not a uvm_sched trace (no uvm_sched.schema_version key)"
         )
-    if int(version) > SCHEMA_VERSION:
+    try:
+        version = int(version)
+    except ValueError:
+        raise TraceError(f"{path}: unreadable trace schema version {version[:20]!r}") from None
+    if version > SCHEMA_VERSION:
         raise TraceError(
-            f"{path}: trace schema version {int(version)} is newer than this uvm_sched reads "
+            f"{path}: trace schema version {version} is newer than this uvm_sched reads "
             f"({SCHEMA_VERSION}); upgrade uvm_sched"
         )
     missing = [c for c in COLUMNS if c not in table.column_names]
     if missing:
         raise TraceError(f"{path}: trace file lacks column(s) {missing}")
-    cols = {c: table.column(c).to_numpy() for c in COLUMNS}
-    tick_ns = np.frombuffer(base64.b64decode(md.get(b"uvm_sched.tick_ns", b"")), "<f8")
-    meta = json.loads(md.get(b"uvm_sched.meta", b"{}"))
-    return Trace(cols, tick_ns=tick_ns.copy(), meta=meta)
+    cols = {}
+    for c in COLUMNS:
+        col = table.column(c)
+        if col.null_count:
+            raise TraceError(f"{path}: column {c!r} has {col.null_count:,} null value(s)")
+        try:
+            cols[c] = col.to_numpy()
+        except (pa.ArrowException, ValueError) as e:
+            raise TraceError(f"{path}: column {c!r} unreadable ({e})") from None
+    try:
+        raw = base64.b64decode(md.get(b"uvm_sched.tick_ns", b""), validate=True)
+        if len(raw) % 8:
+            raise ValueError(f"{len(raw):,} bytes is not a whole number of float64")
+        tick_ns = np.frombuffer(raw, "<f8").copy()
+    except ValueError as e:  # binascii.Error is a ValueError
+        raise TraceError(f"{path}: corrupt per-tick device times (uvm_sched.tick_ns: {e})") from None
+    try:
+        meta = json.loads(md.get(b"uvm_sched.meta", b"{}"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise TraceError(f"{path}: corrupt trace metadata (uvm_sched.meta: {e})") from None
+    if not isinstance(meta, dict):
+        raise TraceError(f"{path}: trace metadata is a {type(meta).__name__}, expected a JSON object")
+    return Trace(cols, tick_ns=tick_ns, meta=meta)
