@@ -1,0 +1,212 @@
+"""Plotly drawings of the specs built in ``_figures`` (interactive; imported only when used)."""
+from __future__ import annotations
+
+import html
+import textwrap
+
+import numpy as np
+import plotly.graph_objects as go
+
+from ._units import CAUSE_COLORS, CLASS_COLORS, MARK_STYLE, STALL_COLORS
+
+# Above this many line segments a trace is drawn with WebGL (scattergl) to stay responsive.
+_GL_SEGMENTS = 5_000
+_FONT = dict(family="Helvetica, Arial, sans-serif", size=12)
+
+
+def _note_lines(spec) -> list[str]:
+    return [ln for n in spec["notes"] for ln in textwrap.wrap(n, 140)]
+
+
+def _title(spec) -> dict:
+    text = f"<b>{html.escape(spec['title'])}</b>"
+    lines = _note_lines(spec)
+    if lines:
+        text += "<br><sup>" + "<br>".join(html.escape(ln) for ln in lines) + "</sup>"
+    return dict(text=text, x=0.01, xanchor="left", y=0.98, yanchor="top")
+
+
+def _layout(fig: go.Figure, spec, *, height: int = 460) -> go.Figure:
+    n = len(_note_lines(spec))
+    fig.update_layout(
+        title=_title(spec), height=height + 16 * n, template="plotly_white", font=_FONT,
+        margin=dict(l=70, r=20, t=60 + 16 * n, b=50),
+        legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0),
+        hovermode="closest",
+    )
+    return fig
+
+
+def _segments(x0, x1, y) -> tuple[np.ndarray, np.ndarray]:
+    """Horizontal segments as one polyline with NaN breaks (one trace, fast to draw)."""
+    n = len(x0)
+    xs = np.full(3 * n, np.nan)
+    ys = np.full(3 * n, np.nan)
+    xs[0::3], xs[1::3] = x0, x1
+    ys[0::3] = ys[1::3] = y
+    return xs, ys
+
+
+def _per_point(values, fill=np.nan) -> np.ndarray:
+    v = np.asarray(values, dtype=np.float64)
+    out = np.full(3 * len(v), fill)
+    out[0::3] = out[1::3] = v
+    return out
+
+
+def memory_timeline(spec) -> go.Figure:
+    fig = go.Figure()
+    x = spec["ticks"]
+    unit = spec["unit"]
+    ms = spec["ms"]
+    for cls, y in spec["series"].items():
+        fig.add_trace(go.Scatter(
+            x=x, y=y, name=cls, mode="lines", stackgroup="mem", line=dict(width=0.5, shape="hv",
+            color=CLASS_COLORS[cls]), fillcolor=CLASS_COLORS[cls], customdata=ms,
+            hovertemplate=f"{cls}: %{{y:.3f}} {unit}<br>tick %{{x}} (t=%{{customdata:.3f}} ms)<extra></extra>"))
+    if spec["resident"] is not None:
+        tk, y, label = spec["resident"]
+        fig.add_trace(go.Scatter(
+            x=tk, y=y, name=label, mode="lines", line=dict(color="black", width=1.5, shape="hv"),
+            hovertemplate=f"resident %{{y:.3f}} {unit}<br>tick %{{x}}<extra></extra>"))
+        if len(tk):
+            fig.add_vrect(x0=float(tk.min()), x1=float(tk.max()) + 1, fillcolor="#EEEEEE",
+                          opacity=0.5, line_width=0, layer="below",
+                          annotation_text="simulated window", annotation_position="top left")
+    if spec["budget"]:
+        b = spec["budget"] / spec["div"]
+        fig.add_trace(go.Scatter(
+            x=[0, spec["n_ticks"]], y=[b, b], name=f"budget {b:.3f} {unit}", mode="lines",
+            line=dict(color="#D62728", width=2, dash="dash"), hoverinfo="name"))
+    marks = spec["marks"]
+    if 0 < len(marks) <= 100:
+        for m in marks:
+            fig.add_vline(x=float(m), line=dict(color="#888888", width=0.6, dash="dot"))
+    fig.update_xaxes(title_text="tick (one kernel per tick; dotted: iteration starts)",
+                     range=[0, max(1, spec["n_ticks"])])
+    fig.update_yaxes(title_text=f"memory in use ({unit})", rangemode="tozero")
+    return _layout(fig, spec)
+
+
+def lifetimes(spec) -> go.Figure:
+    fig = go.Figure()
+    lt = spec["blocks"]
+    spans = spec["spans"]
+    n = len(lt)
+    width = float(np.clip(480 / max(n, 1), 1, 10))
+    unit, div = spec["unit"], spec["div"]
+    Scatter = go.Scattergl if n > _GL_SEGMENTS or len(spans) > _GL_SEGMENTS else go.Scatter
+    for cls in CLASS_COLORS:
+        sel = lt[lt["cls"] == cls]
+        if not len(sel):
+            continue
+        xs, ys = _segments(sel["start"].to_numpy(), sel["end"].to_numpy(), sel["y"].to_numpy())
+        cd = np.stack([_per_point(sel["block"]), _per_point(sel["size"] / div),
+                       _per_point(sel["start"]), _per_point(sel["end"] - 1)], axis=1)
+        fig.add_trace(Scatter(
+            x=xs, y=ys, mode="lines", name=f"{cls} (live)", legendgroup=cls,
+            line=dict(color=CLASS_COLORS[cls], width=width), opacity=0.3, customdata=cd,
+            hovertemplate=(f"block %{{customdata[0]}} ({cls})<br>%{{customdata[1]:.3f}} {unit}"
+                           "<br>alloc tick %{customdata[2]}, last tick %{customdata[3]}<extra></extra>")))
+        if len(spans):
+            sp = spans[spans["cls"] == cls]
+            if len(sp):
+                xs, ys = _segments(sp["start"].to_numpy(), sp["end"].to_numpy(), sp["y"].to_numpy())
+                fig.add_trace(Scatter(
+                    x=xs, y=ys, mode="lines", name=f"{cls} (accessed)", legendgroup=cls,
+                    line=dict(color=CLASS_COLORS[cls], width=width), customdata=_per_point(sp["block"]),
+                    hovertemplate="block %{customdata} accessed, tick %{x}<extra></extra>"))
+    marks = spec["marks"]
+    if marks is not None:
+        MScatter = go.Scattergl if len(marks) > _GL_SEGMENTS else go.Scatter
+        for fam, (label, symbol, color) in MARK_STYLE.items():
+            m = marks[marks["family"] == fam]
+            if not len(m):
+                continue
+            cd = np.stack([m["block"].to_numpy(np.float64), m["bytes"].to_numpy(np.float64) / div,
+                           m["tick"].to_numpy(np.float64)], axis=1)
+            fig.add_trace(MScatter(
+                x=m["x"].to_numpy(np.float64), y=m["y"].to_numpy(np.float64), mode="markers",
+                name=f"planned {label}", marker=dict(symbol=symbol, color=color, size=8,
+                line=dict(width=0.5, color="white")), customdata=cd, text=m["action"].to_numpy(),
+                hovertemplate=(f"%{{text}}<br>block %{{customdata[0]}}, %{{customdata[1]:.3f}} {unit}"
+                               "<br>fired at tick %{customdata[2]}<extra></extra>")))
+    fig.update_xaxes(title_text="tick (faint: live but idle; solid: accessed by the tick's kernel)",
+                     range=[0, max(1, spec["n_ticks"])])
+    fig.update_yaxes(title_text="block (allocation order)", autorange="reversed",
+                     showgrid=False, zeroline=False)
+    return _layout(fig, spec, height=560)
+
+
+def copy_engines(spec) -> go.Figure:
+    fig = go.Figure()
+    df = spec["transfers"]
+    n_h2d = int(df.loc[df["direction"] == "h2d", "lane"].max() + 1) if (df["direction"] == "h2d").any() else 1
+    n_d2h = int(df.loc[df["direction"] == "d2h", "lane"].max() + 1) if (df["direction"] == "d2h").any() else 1
+    # host->device lanes on top (y = 0..), device->host below, a gap between
+    y = np.where(df["direction"] == "h2d", df["lane"], n_h2d + 0.6 + df["lane"]).astype(np.float64)
+    width = float(np.clip(200 / (n_h2d + n_d2h), 3, 24))
+    Scatter = go.Scattergl if len(df) > _GL_SEGMENTS else go.Scatter
+    for cause in list(CAUSE_COLORS) + sorted(set(df["cause"]) - set(CAUSE_COLORS)):
+        m = (df["cause"] == cause).to_numpy()
+        if not m.any():
+            continue
+        sub = df[m]
+        xs, ys = _segments(sub["start_ms"].to_numpy(), sub["end_ms"].to_numpy(), y[m])
+        cd = np.stack([_per_point(sub["bytes"] / 2**20), _per_point(sub["block"]),
+                       _per_point(sub["end_ms"] - sub["start_ms"])], axis=1)
+        fig.add_trace(Scatter(
+            x=xs, y=ys, mode="lines", name=f"{cause} transfers",
+            line=dict(color=CAUSE_COLORS.get(cause, "#17BECF"), width=width), customdata=cd,
+            hovertemplate=(f"{cause}: %{{customdata[0]:.3f}} MiB, block %{{customdata[1]}}"
+                           "<br>%{x:.3f} ms, lasts %{customdata[2]:.3f} ms<extra></extra>")))
+    if not len(df):
+        fig.add_annotation(text="no transfers in the measured window", showarrow=False,
+                           x=0.5, y=0.5, xref="paper", yref="paper")
+    tickvals = list(range(n_h2d)) + [n_h2d + 0.6 + i for i in range(n_d2h)]
+    ticktext = [f"host→device {i}" for i in range(n_h2d)] + [f"device→host {i}" for i in range(n_d2h)]
+    fig.update_yaxes(tickvals=tickvals, ticktext=ticktext, autorange="reversed",
+                     title_text="copy engine lane", showgrid=False, zeroline=False)
+    fig.update_xaxes(title_text="time since the measured iteration started (ms)",
+                     range=[0, max(spec["window_ms"], 1e-9)])
+    return _layout(fig, spec, height=300 + 18 * (n_h2d + n_d2h))
+
+
+def stalls(spec) -> go.Figure:
+    fig = go.Figure()
+    df = spec["table"]
+    for kind, color in STALL_COLORS.items():
+        fig.add_trace(go.Bar(
+            x=df["tick"], y=df[kind], name=f"{kind} stall", marker=dict(color=color, line_width=0),
+            hovertemplate=f"{kind} stall %{{y:.4f}} ms<br>tick %{{x}}<extra></extra>"))
+    fig.add_trace(go.Scatter(
+        x=df["tick"], y=df["compute_ms"], name="compute", mode="lines",
+        line=dict(color="#7F7F7F", width=1, shape="hv"),
+        hovertemplate="compute %{y:.4f} ms<br>tick %{x}<extra></extra>"))
+    fig.update_layout(barmode="stack", bargap=0)
+    fig.update_xaxes(title_text="tick of the measured iteration")
+    fig.update_yaxes(title_text="time per tick (ms)", rangemode="tozero")
+    return _layout(fig, spec, height=380)
+
+
+def frontier(spec) -> go.Figure:
+    fig = go.Figure()
+    df = spec["table"]
+    palette = ["#1B7837", "#D62728", "#1F77B4", "#FF7F0E", "#9467BD", "#8C564B", "#E377C2", "#17BECF"]
+    for i, (pol, g) in enumerate(df.groupby("policy", sort=False)):
+        extra = g["budget_bytes"].to_numpy(np.float64) / 2**30 if "budget_bytes" in g else np.full(len(g), np.nan)
+        fig.add_trace(go.Scatter(
+            x=g["savings_pct"], y=g["slowdown"], name=str(pol), mode="lines+markers",
+            line=dict(color=palette[i % len(palette)], width=2, dash="dot" if pol == "bound" else "solid"),
+            marker=dict(size=8), customdata=extra,
+            hovertemplate=(f"{pol}<br>saves %{{x:.0f}}% of peak (budget %{{customdata:.2f}} GiB)"
+                           "<br>slowdown %{y:.3f}x<extra></extra>")))
+    x_hi = max(100.0, float(df["savings_pct"].max()) if len(df) else 100.0)
+    fig.add_trace(go.Scatter(x=[0, x_hi], y=[1, 1], name="ideal (all resident)", mode="lines",
+                             line=dict(color="black", width=1, dash="dash"), hoverinfo="name"))
+    ys = df["slowdown"].to_numpy(np.float64)
+    if len(ys) and ys.max() / max(ys.min(), 1e-9) > 20:
+        fig.update_yaxes(type="log")
+    fig.update_xaxes(title_text="memory saved (% of peak bytes)", range=[0, 100])
+    fig.update_yaxes(title_text="slowdown (× ideal iteration time)")
+    return _layout(fig, spec, height=420)
