@@ -1,0 +1,289 @@
+"""Plan quality: the zoo x budgets x policies x hardware table, in the simulator.
+
+Every zoo model is recorded on meta tensors (the zoo's default, CPU-friendly sizes), then
+``uvm_sched.sim.compare`` runs every policy at 100/75/50/30% of the model's peak on
+h200-pcie5 and gh200-c2c, with the planner ("uvm-sched") in both modes: oblivious (allocator
+events only) and sampled (plus access samples). Figures are simulated: see
+benchmarks/README.md.
+
+Writes benchmarks/results/quality.md and quality.json with the date, commit and machine, and
+the headline: per model and hardware, the largest memory saving (1 - budget/peak) each policy
+reaches while staying within 5% / 10% of the ideal (all-resident) iteration time.
+
+    python benchmarks/bench_quality.py                 # the full table (minutes)
+    python benchmarks/bench_quality.py --quick         # two models, one hardware profile
+    python benchmarks/bench_quality.py --models gpt2_small,resnet50 --budgets 50,30
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(REPO))
+
+from uvm_sched._fmt import fmt_bytes, fmt_pct, fmt_ratio, fmt_seconds  # noqa: E402
+
+RESULTS = HERE / "results"
+DEFAULT_BUDGETS = (100, 75, 50, 30)
+DEFAULT_HW = ("h200-pcie5", "gh200-c2c")
+OBLIVIOUS, SAMPLED = "uvm-sched (oblivious)", "uvm-sched (sampled)"
+# Policies that are not something a user can run: the reference and the lower bound.
+NOT_RUNNABLE = ("ideal", "bound")
+HEADLINE_LIMITS = (1.05, 1.10)
+
+
+# -- provenance (also used by g10_compare.py) ------------------------------------------------
+def provenance(argv: list[str] | None = None) -> dict:
+    """Date (UTC), commit (with -dirty when tracked files differ), machine, versions."""
+    def git(*a: str) -> str:
+        try:
+            return subprocess.run(["git", *a], cwd=REPO, capture_output=True, text=True,
+                                  timeout=30).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    commit = git("rev-parse", "HEAD") or "unknown"
+    if git("status", "--porcelain", "--untracked-files=no"):
+        commit += "-dirty"
+    versions = {"python": platform.python_version()}
+    for mod in ("numpy", "pandas", "torch"):
+        m = sys.modules.get(mod)
+        if m is not None:
+            versions[mod] = getattr(m, "__version__", "?")
+    return {
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": commit,
+        "machine": {"platform": platform.platform(), "processor": platform.processor() or
+                    platform.machine(), "cpu_count": os.cpu_count()},
+        "versions": versions,
+        "command": " ".join(["python", *[str(a) for a in (argv if argv is not None else sys.argv)]]),
+        "simulated": True,
+    }
+
+
+def provenance_md(p: dict) -> str:
+    m = p["machine"]
+    return (f"- date: {p['date']}\n- commit: `{p['commit']}`\n"
+            f"- machine: {m['platform']}, {m['processor']}, {m['cpu_count']} CPUs\n"
+            f"- versions: " + ", ".join(f"{k} {v}" for k, v in p["versions"].items()) + "\n"
+            f"- command: `{p['command']}`\n"
+            f"- all figures are **simulated** (uvm_sched.sim with the named hardware profile), "
+            f"not measured on a GPU\n")
+
+
+def write_json(path: Path, doc: dict) -> None:
+    def default(o):
+        import numpy as np
+
+        if isinstance(o, np.integer):
+            return int(o)
+        if isinstance(o, np.floating):
+            return float(o) if math.isfinite(float(o)) else None
+        if isinstance(o, np.bool_):
+            return bool(o)
+        raise TypeError(type(o).__name__)
+
+    def clean(o):
+        if isinstance(o, float) and not math.isfinite(o):
+            return None
+        if isinstance(o, dict):
+            return {str(k): clean(v) for k, v in o.items()}
+        if isinstance(o, (list, tuple)):
+            return [clean(v) for v in o]
+        return o
+
+    path.write_text(json.dumps(clean(doc), indent=1, default=default) + "\n")
+
+
+# -- the sweep ----------------------------------------------------------------------------
+def sweep(trace, hw: str, budgets_pct, *, sampled: bool = True):
+    """One compare() per planner mode; rows relabelled so the two modes sit side by side."""
+    import pandas as pd
+
+    from uvm_sched.sim import POLICIES, compare
+
+    budgets = [f"{b}%" for b in budgets_pct]
+    df = compare(trace, hw, budgets, policies=list(POLICIES), mode="oblivious")
+    df = df.copy()
+    df.loc[df["policy"] == "uvm-sched", "policy"] = OBLIVIOUS
+    frames = [df]
+    if sampled:
+        s = compare(trace, hw, budgets, policies=["uvm-sched"], mode="sampled")
+        s = s[s["policy"] == "uvm-sched"].copy()
+        s["policy"] = SAMPLED
+        frames.append(s)
+    out = pd.concat(frames, ignore_index=True)
+    out["budget_pct"] = [round(100 * b / trace.peak_bytes) for b in out["budget_bytes"]]
+    out["saving"] = 1.0 - out["budget_bytes"] / trace.peak_bytes
+    return out
+
+
+def headline(rows, limits=HEADLINE_LIMITS) -> list[dict]:
+    """Per (model, hw, policy): the largest saving with slowdown <= each limit (None when
+    no budget tried stays within it)."""
+    out = []
+    for (model, hw, policy), g in rows.groupby(["model", "hw", "policy"], sort=False):
+        if policy in NOT_RUNNABLE:
+            continue
+        rec = {"model": model, "hw": hw, "policy": policy}
+        for lim in limits:
+            ok = g[g["slowdown"] <= lim]
+            rec[f"saving_at_{lim:.2f}"] = float(ok["saving"].max()) if len(ok) else None
+        out.append(rec)
+    return out
+
+
+def headline_md(head: list[dict], limits=HEADLINE_LIMITS) -> str:
+    """One row per model and hardware: our two modes beside the best baseline."""
+    import pandas as pd
+
+    h = pd.DataFrame(head)
+    cols = ["model", "hw"]
+    for lim in limits:
+        tag = f"≤{round((lim - 1) * 100)}% slower"
+        cols += [f"uvm-sched oblivious ({tag})", f"uvm-sched sampled ({tag})",
+                 f"best baseline ({tag})"]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for (model, hw), g in h.groupby(["model", "hw"], sort=False):
+        cells = [model, hw]
+        for lim in limits:
+            key = f"saving_at_{lim:.2f}"
+            by = {r.policy: getattr(r, key) for r in g.itertuples()}
+
+            def pct(x):
+                return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else fmt_pct(x, digits=0)
+
+            base = {p: v for p, v in by.items() if p not in (OBLIVIOUS, SAMPLED)}
+            best = max(base.items(), key=lambda kv: (-1 if kv[1] is None or math.isnan(kv[1])
+                                                     else kv[1]), default=(None, None))
+            cells += [pct(by.get(OBLIVIOUS)), pct(by.get(SAMPLED)),
+                      f"{pct(best[1])} ({best[0]})" if best[0] else "-"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def detail_md(rows, budgets_pct) -> str:
+    """Per model and hardware: slowdown and bytes moved (both ways) per policy and budget."""
+    parts = []
+    for (model, hw), g in rows.groupby(["model", "hw"], sort=False):
+        peak = int(g["peak_bytes"].iloc[0])
+        ideal = g[g["policy"] == "ideal"]["iteration_time_s"]
+        parts.append(f"### {model} on {hw} (peak {fmt_bytes(peak)}, ideal iteration "
+                     f"{fmt_seconds(float(ideal.iloc[0])) if len(ideal) else '-'})\n")
+        cols = ["policy"] + [f"{b}%" for b in budgets_pct]
+        parts.append("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n")
+        for policy, gp in g.groupby("policy", sort=False):
+            cells = [policy]
+            for b in budgets_pct:
+                r = gp[gp["budget_pct"] == b]
+                if not len(r):
+                    cells.append("-")
+                    continue
+                r = r.iloc[0]
+                moved = int(r["bytes_h2d"]) + int(r["bytes_d2h"])
+                cells.append(f"{fmt_ratio(r['slowdown'])} · {fmt_bytes(moved, digits=1)}")
+            parts.append("| " + " | ".join(cells) + " |\n")
+        parts.append("\n")
+    return "".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", help="comma-separated zoo names (default: the whole zoo)")
+    ap.add_argument("--budgets", default=",".join(map(str, DEFAULT_BUDGETS)),
+                    help="percentages of peak (default 100,75,50,30)")
+    ap.add_argument("--hw", default=",".join(DEFAULT_HW), help="hardware profiles")
+    ap.add_argument("--quick", action="store_true",
+                    help="gpt2_small and resnet50 on h200-pcie5 only (a smoke run)")
+    ap.add_argument("--no-sampled", action="store_true", help="skip the sampled planner mode")
+    ap.add_argument("--out", default=str(RESULTS), help="results folder")
+    ap.add_argument("--name", default="quality", help="results file stem (default quality)")
+    args = ap.parse_args(argv)
+
+    import pandas as pd
+
+    from uvm_sched.trace import zoo
+
+    models = args.models.split(",") if args.models else list(zoo.names())
+    hws = args.hw.split(",")
+    if args.quick:
+        models, hws = [m for m in ("gpt2_small", "resnet50") if m in zoo.names()], hws[:1]
+    budgets = [int(b) for b in args.budgets.split(",")]
+    unknown = [m for m in models if m not in zoo.names()]
+    if unknown:
+        ap.error(f"unknown model(s) {unknown}; the zoo has {zoo.names()}")
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    t_start = time.perf_counter()
+    frames, traces = [], {}
+    for model in models:
+        for hw in hws:
+            # record per hardware profile: the recorder's per-tick device time is a roofline
+            # for the named GPU, so compute time (what transfers must hide behind) differs
+            t0 = time.perf_counter()
+            trace = zoo.record(model, hw=hw)
+            rec_s = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            df = sweep(trace, hw, budgets, sampled=not args.no_sampled)
+            sim_s = time.perf_counter() - t0
+            df.insert(0, "model", model)
+            df.insert(1, "hw", hw)
+            df["peak_bytes"] = trace.peak_bytes
+            frames.append(df)
+            traces[(model, hw)] = {"events": len(trace), "ticks": trace.n_ticks,
+                                   "peak_bytes": trace.peak_bytes, "record_s": rec_s,
+                                   "simulate_s": sim_s,
+                                   "batch": trace.meta.get("batch"), "seq": trace.meta.get("seq")}
+            ours = df[df["policy"] == OBLIVIOUS].set_index("budget_pct")["slowdown"]
+            print(f"{model:>14} {hw:>11}: peak {fmt_bytes(trace.peak_bytes):>10}, "
+                  f"{len(trace):,} events; record {rec_s:.1f}s, simulate {sim_s:.1f}s; "
+                  "uvm-sched slowdown " + ", ".join(f"{b}%: {fmt_ratio(ours.get(b))}"
+                                                    for b in budgets), flush=True)
+    rows = pd.concat(frames, ignore_index=True)
+    head = headline(rows)
+    prov = provenance(argv if argv is not None else sys.argv)
+    prov["elapsed_s"] = round(time.perf_counter() - t_start, 1)
+
+    md = [f"# Plan quality: zoo x budgets x policies x hardware (simulated)\n\n",
+          provenance_md(prov), f"- elapsed: {prov['elapsed_s']} s\n\n",
+          "Saving = 1 - budget/peak: the share of the model's peak memory that does not have to "
+          "be on the device. Slowdown = iteration time / the ideal (all-resident) iteration "
+          "time at the same hardware. Budgets tried: "
+          + ", ".join(f"{b}%" for b in budgets) + " of peak, so savings are coarse steps.\n\n",
+          "## Headline: largest saving within 5% / 10% of ideal\n\n",
+          "`-`: no budget tried stays within the limit. Best baseline: the best of the "
+          "runnable non-planner policies (the simulator's `bound` is a lower bound, not a "
+          "policy, and is left out).\n\n",
+          headline_md(head), "\n## Detail: slowdown · bytes moved (both directions) per "
+          "budget\n\n", detail_md(rows, budgets),
+          "## Traces\n\n| model | hw | batch | seq | events | ticks | peak | record s | simulate s |\n"
+          "|---|---|---|---|---|---|---|---|---|\n"]
+    for (model, hw), t in traces.items():
+        md.append(f"| {model} | {hw} | {t['batch']} | {t['seq']} | {t['events']:,} | "
+                  f"{t['ticks']:,} | {fmt_bytes(t['peak_bytes'])} | {t['record_s']:.1f} | "
+                  f"{t['simulate_s']:.1f} |\n")
+    (out_dir / f"{args.name}.md").write_text("".join(md))
+    write_json(out_dir / f"{args.name}.json",
+               {"provenance": prov, "budgets_pct": budgets, "hw": hws, "models": models,
+                "traces": [{"model": m, "hw": h, **t} for (m, h), t in traces.items()],
+                "headline": head, "rows": rows.to_dict(orient="records")})
+    print()
+    print(headline_md(head))
+    print(f"wrote {out_dir / (args.name + '.md')} and .json in {prov['elapsed_s']} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
