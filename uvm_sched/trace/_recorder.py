@@ -1,0 +1,559 @@
+"""Workload recorder: run real PyTorch training steps on ``meta`` tensors and record what a
+GPU caching allocator would see.
+
+How it works. ``model_fn()`` and ``batch_fn()`` are called under ``torch.device("meta")``,
+so parameters and inputs carry shapes and dtypes but no data and any batch size costs
+nothing. ``iters`` training steps (forward, loss, backward, ``optimizer.step()``,
+``zero_grad(set_to_none=True)``) run under a ``TorchDispatchMode`` that sees every aten op
+below autograd -- forward, backward and optimizer alike -- and records, per op:
+
+* **ALLOC** for every output whose storage is new (size = the storage's ``nbytes``, which is
+  what the CUDA caching allocator is asked for; a real allocator rounds requests up to
+  512 B -- we keep the exact size, ``meta["size_rounding"]`` says so). Zero-byte storages
+  are not recorded (the CUDA allocator returns a null pointer for them).
+* **ACCESS** rows: READ for each input storage, WRITE for each new output storage,
+  READ_WRITE for storages the op mutates (in-place ops and ``out=`` arguments, read from the
+  op schema's alias annotations). One row per storage per op; a view that covers only part
+  of its storage gives ``offset``/``length`` in bytes, a view of the whole storage gives -1.
+* **FREE** when the storage dies: each recorded storage carries a weak reference whose
+  callback fires when the last tensor/view/autograd-saved reference is gone (storages have
+  a preserved Python object, so the callback runs exactly when the ``StorageImpl`` dies,
+  not when one view dies). Views and ops returning aliases share the storage and allocate
+  nothing.
+* **MARK** at the first tick of every iteration.
+
+Ticks. An op that allocates or touches device memory gets one tick; ops that launch no
+kernel and touch nothing (views, ``detach``, metadata, ops on host tensors such as the
+optimizer's step counters) get no tick. Frees that happen between two ops belong to the
+tick of the op before (after its accesses, as the trace contract orders a tick).
+Allocating factories that launch no kernel (``empty``, ``empty_strided``, ``new_empty``...)
+get a tick with their ALLOC rows, no ACCESS rows and 0 ns. Parameters and buffers built by
+``model_fn`` are allocated at tick 0, before the first iteration; each iteration calls
+``batch_fn()`` again, so the batch is a fresh allocation every iteration (as a data loader's
+host-to-device copy is). Storages the recorder never saw created (e.g. a tensor captured by
+the model from outside ``model_fn``) are allocated lazily at their first use and counted in
+``meta["late_blocks"]``.
+
+Device time per tick (``Trace.tick_ns``) is a roofline over the op's FLOPs (the formulas of
+``torch.utils.flop_counter.flop_registry``: matmuls, convolutions, attention; other ops
+count 0 FLOPs and are bound by bytes) and the bytes it touches (the view extents of its
+tensor inputs and outputs), for the named hardware profile: ``max(flops / peak, bytes /
+hbm_bandwidth) + LAUNCH_OVERHEAD_NS``, where the peak is ``peak_flops_bf16`` for bf16/fp16
+operands and ``peak_flops_fp32`` otherwise. The roofline is optimistic (real kernels reach
+50-80% of peak), so compute time is a lower bound and a schedule that hides transfers
+behind it is judged conservatively.
+
+Mixed precision (``amp=True``). ``torch.autocast`` has no ``meta`` device type (it raises
+"unsupported autocast device_type 'meta'", and CPU/CUDA autocast ignore meta tensors), so
+the recorder emulates CUDA autocast one level up, with a ``TorchFunctionMode`` (above
+autograd, so the casts get their backward ops like real autocast): matmul/convolution/
+attention functions run on bf16 copies of their float32 arguments (parameter copies are
+cached per forward, as autocast's weight cache does), and the functions CUDA autocast runs in
+float32 (softmax, log_softmax, layer/group norm, losses, exp/log/pow...) get float32 copies.
+Parameters, gradients and optimizer state stay float32, as with real AMP.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+import weakref
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ._model import COLUMNS, AccessMode, EventKind, Trace
+
+__all__ = ["record", "LAUNCH_OVERHEAD_NS"]
+
+#: Fixed device time added to every tick that launches a kernel, in ns. Back-to-back CUDA
+#: kernels on Hopper/Ampere are spaced by ~1-3 us (launch latency and tail of the previous
+#: grid; the floor of an empty kernel measured by nsys is ~2 us); 2 us is that floor. It
+#: keeps tiny elementwise ops from costing ~0 ns, which the roofline alone would give them.
+LAUNCH_OVERHEAD_NS = 2_000.0
+
+_ALLOC, _FREE, _ACCESS, _MARK = (int(EventKind.ALLOC), int(EventKind.FREE),
+                                 int(EventKind.ACCESS), int(EventKind.MARK))
+_R, _W, _RW = int(AccessMode.READ), int(AccessMode.WRITE), int(AccessMode.READ_WRITE)
+
+# Factories that allocate but launch no kernel (the memory is not touched).
+_NO_KERNEL_ALLOC = {
+    "empty", "empty_strided", "new_empty", "new_empty_strided", "empty_like",
+}
+_LOW = (torch.bfloat16, torch.float16)
+
+
+class _OpInfo:
+    """What the recorder needs to know about one aten overload, computed once."""
+
+    __slots__ = ("mut_pos", "mut_kw", "no_kernel_alloc", "flop_fn", "name")
+
+    def __init__(self, func) -> None:
+        from torch.utils.flop_counter import flop_registry
+
+        mut_pos, mut_kw = [], []
+        for i, a in enumerate(func._schema.arguments):
+            if a.alias_info is not None and a.alias_info.is_write:
+                (mut_kw if a.kwarg_only else mut_pos).append(i if not a.kwarg_only else a.name)
+        self.mut_pos = tuple(mut_pos)
+        self.mut_kw = tuple(mut_kw)
+        self.name = func.overloadpacket.__name__
+        self.no_kernel_alloc = self.name in _NO_KERNEL_ALLOC
+        self.flop_fn = flop_registry.get(func.overloadpacket)
+
+
+def _tensors(x, out: list) -> None:
+    """Append the tensors in ``x`` (a tensor, or a list/tuple of tensors and others)."""
+    if isinstance(x, torch.Tensor):
+        out.append(x)
+    elif isinstance(x, (list, tuple)):
+        for y in x:
+            if isinstance(y, torch.Tensor):
+                out.append(y)
+            elif isinstance(y, (list, tuple)):
+                _tensors(y, out)
+
+
+class _Recorder:
+    """Event rows and live storages; the dispatch mode calls ``op`` after every aten op."""
+
+    def __init__(self, device: str, hw) -> None:
+        self.device = torch.device(device)
+        self.rows: list[tuple] = []  # (tick, kind, block, size, mode, offset, length)
+        self.tick_ns: list[float] = []
+        self.tick = -1  # the tick last opened
+        self.live: dict[int, list] = {}  # storage cdata -> [block, size, weakref]
+        self.next_block = 0
+        self.pending_mark = False
+        self.closed = False
+        self.late_blocks = 0
+        self.flop_failures: dict[str, int] = {}
+        self.n_ops = 0
+        self.total_flops = 0.0
+        self.infos: dict[Any, _OpInfo] = {}
+        self.peak32 = float(hw.peak_flops_fp32)
+        self.peak16 = float(hw.peak_flops_bf16)
+        self.bw = float(hw.hbm_bandwidth_Bps)
+
+    # -- storages ------------------------------------------------------------------------
+    def _dead(self, key: int, wr) -> None:
+        if self.closed:
+            return  # after the recording: the model's teardown is not part of the workload
+        entry = self.live.get(key)
+        if entry is not None and entry[2] is wr:
+            del self.live[key]
+            self.rows.append((max(self.tick, 0), _FREE, entry[0], entry[1], 0, -1, -1))
+
+    def _new(self, st, key: int) -> list:
+        # A weakref callback (not polling) so a free costs nothing until it happens.
+        wr = weakref.ref(st, functools.partial(self._dead, key))
+        entry = [self.next_block, st.nbytes(), wr]
+        self.next_block += 1
+        self.live[key] = entry
+        return entry
+
+    def open_tick(self) -> None:
+        self.tick += 1
+        self.tick_ns.append(0.0)
+        if self.pending_mark:
+            self.rows.append((self.tick, _MARK, -1, 0, 0, -1, -1))
+            self.pending_mark = False
+
+    def alloc_existing(self, tensors) -> None:
+        """ALLOC rows (in the current tick) for the storages of ``tensors`` not yet live."""
+        for t in tensors:
+            if t.device != self.device:
+                continue
+            st = t.untyped_storage()
+            key = st._cdata
+            if key not in self.live and st.nbytes() > 0:
+                e = self._new(st, key)
+                self.rows.append((self.tick, _ALLOC, e[0], e[1], 0, -1, -1))
+
+    # -- the hot path ----------------------------------------------------------------------
+    def op(self, func, args, kwargs, out) -> None:
+        info = self.infos.get(func)
+        if info is None:
+            info = self.infos[func] = _OpInfo(func)
+        dev = self.device
+        live = self.live
+        ins: list = []
+        for a in args:
+            _tensors(a, ins)
+        if kwargs:
+            for a in kwargs.values():
+                _tensors(a, ins)
+        outs: list = []
+        _tensors(out, outs)
+
+        mutated: set[int] = set()
+        if info.mut_pos or info.mut_kw:
+            m: list = []
+            for i in info.mut_pos:
+                if i < len(args):
+                    _tensors(args[i], m)
+            for k in info.mut_kw:
+                if k in kwargs:
+                    _tensors(kwargs[k], m)
+            for t in m:
+                if t.device == dev:
+                    mutated.add(t.untyped_storage()._cdata)
+
+        # storage key -> [entry, mode, offset_lo, offset_hi] ; in order of first sight
+        touched: dict[int, list] = {}
+        new: list = []
+        nbytes = 0.0
+        low = False
+        for t in ins:
+            if t.device != dev:
+                continue
+            st = t.untyped_storage()
+            key = st._cdata
+            e = live.get(key)
+            if e is None:
+                if st.nbytes() == 0:
+                    continue
+                e = self._new(st, key)
+                new.append(e)
+                self.late_blocks += 1
+            elif key in mutated and st.nbytes() != e[1]:
+                # resize_ on an out= argument: the allocator frees and allocates again.
+                self.rows.append((max(self.tick, 0), _FREE, e[0], e[1], 0, -1, -1))
+                del live[key]
+                e = self._new(st, key)
+                new.append(e)
+            n, lo, hi = _extent(t)
+            nbytes += n
+            if t.dtype in _LOW:
+                low = True
+            mode = _RW if key in mutated else _R
+            rec = touched.get(key)
+            if rec is None:
+                touched[key] = [e, mode, lo, hi]
+            else:
+                rec[1] |= mode
+                rec[2] = min(rec[2], lo)
+                rec[3] = max(rec[3], hi)
+        for t in outs:
+            if t.device != dev:
+                continue
+            st = t.untyped_storage()
+            key = st._cdata
+            e = live.get(key)
+            if e is None:
+                if st.nbytes() == 0:
+                    continue
+                e = self._new(st, key)
+                new.append(e)
+                mode = _W
+            elif key in touched:
+                continue  # an input returned (in-place result or alias): already counted
+            elif key in mutated:
+                mode = _RW
+            else:
+                continue  # an alias of a storage that is live already: no write
+            n, lo, hi = _extent(t)
+            nbytes += n
+            if t.dtype in _LOW:
+                low = True
+            touched[key] = [e, mode, lo, hi]
+        if not new and not mutated:
+            return  # views, metadata, host-only ops: no kernel, no tick
+        self.n_ops += 1
+        self.open_tick()
+        tick = self.tick
+        rows = self.rows
+        for e in new:
+            rows.append((tick, _ALLOC, e[0], e[1], 0, -1, -1))
+        if info.no_kernel_alloc:
+            return  # allocates only: 0 ns, nothing touched
+        for rec in touched.values():
+            e = rec[0]
+            lo, hi = rec[2], rec[3]
+            if lo <= 0 and hi >= e[1]:
+                rows.append((tick, _ACCESS, e[0], e[1], rec[1], -1, -1))
+            else:
+                rows.append((tick, _ACCESS, e[0], e[1], rec[1], lo, hi - lo))
+        flops = 0.0
+        if info.flop_fn is not None:
+            try:
+                flops = float(info.flop_fn(*args, **(kwargs or {}), out_val=out))
+            except Exception:  # a formula that does not cover this overload's arguments
+                self.flop_failures[info.name] = self.flop_failures.get(info.name, 0) + 1
+        self.total_flops += flops
+        peak = self.peak16 if low else self.peak32
+        self.tick_ns[tick] = max(flops / peak, nbytes / self.bw) * 1e9 + LAUNCH_OVERHEAD_NS
+
+    # -- result ------------------------------------------------------------------------------
+    def build(self, meta: dict) -> Trace:
+        n_ticks = self.tick + 1
+        tick_ns = np.asarray(self.tick_ns, dtype=np.float64)
+        start_ns = np.zeros(n_ticks + 1, dtype=np.float64)
+        np.cumsum(tick_ns, out=start_ns[1:])
+        if self.rows:
+            arr = np.asarray(self.rows, dtype=np.int64)
+        else:
+            arr = np.zeros((0, 7), dtype=np.int64)
+        tick = arr[:, 0]
+        cols = {
+            "tick": tick,
+            "t_ns": np.rint(start_ns[tick]).astype(np.int64),
+            "kind": arr[:, 1],
+            "block": arr[:, 2],
+            "size": arr[:, 3],
+            "mode": arr[:, 4],
+            "offset": arr[:, 5],
+            "length": arr[:, 6],
+        }
+        cols = {k: cols.get(k) for k in COLUMNS}
+        return Trace(cols, tick_ns=tick_ns, meta=meta)
+
+
+def _extent(t: torch.Tensor) -> tuple[int, int, int]:
+    """(bytes the view spans once, lowest byte offset, one past the highest) in its storage."""
+    itemsize = t.element_size()
+    numel = t.numel()
+    lo = t.storage_offset() * itemsize
+    if numel == 0:
+        return 0, lo, lo
+    span = 1
+    for s, st in zip(t.shape, t.stride()):
+        span += (s - 1) * abs(st)
+    hi = lo + span * itemsize
+    # An expanded (stride 0) view reads each element once, not once per broadcast copy.
+    return min(numel, span) * itemsize, lo, hi
+
+
+class _Mode(TorchDispatchMode):
+    def __init__(self, rec: _Recorder) -> None:
+        super().__init__()
+        self.rec = rec
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        self.rec.op(func, args, kwargs, out)
+        return out
+
+
+# -- autocast emulation (see the module docstring) ---------------------------------------------
+_AMP_LOW = {
+    "linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
+    "conv_transpose3d", "matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "addmm", "baddbmm",
+    "addbmm", "addmv", "mv", "einsum", "prelu", "scaled_dot_product_attention",
+    "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention",
+}
+_AMP_FP32 = {
+    "softmax", "log_softmax", "layer_norm", "group_norm", "rms_norm", "cross_entropy",
+    "cross_entropy_loss", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "kl_div",
+    "binary_cross_entropy_with_logits", "exp", "log", "log1p", "pow", "rsqrt", "reciprocal",
+    "logsumexp", "cosine_similarity", "cumsum", "cumprod", "norm", "dist", "cdist",
+}
+
+
+class _Autocast(TorchFunctionMode):
+    """CUDA-autocast semantics for meta tensors (torch.autocast has no meta device type)."""
+
+    def __init__(self, dtype=torch.bfloat16) -> None:
+        super().__init__()
+        self.dtype = dtype
+        self.cache: dict[int, torch.Tensor] = {}
+
+    def _cast(self, x, to):
+        if isinstance(x, torch.Tensor):
+            if x.is_floating_point() and x.dtype != to and x.dtype in (torch.float32, *_LOW):
+                # autocast caches the low-precision copy of leaf tensors that need grad
+                # (parameters) for the whole forward region.
+                if to is self.dtype and x.is_leaf and x.requires_grad:
+                    c = self.cache.get(id(x))
+                    if c is None:
+                        c = self.cache[id(x)] = x.to(to)
+                    return c
+                return x.to(to)
+            return x
+        if isinstance(x, (list, tuple)):
+            return type(x)(self._cast(y, to) for y in x)
+        return x
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        if name in _AMP_LOW:
+            to = self.dtype
+        elif name in _AMP_FP32:
+            to = torch.float32
+        else:
+            return func(*args, **kwargs)
+        with torch._C.DisableTorchFunction():
+            args = self._cast(args, to)
+            kwargs = {k: self._cast(v, to) for k, v in kwargs.items()}
+        return func(*args, **kwargs)
+
+
+# -- the public entry -----------------------------------------------------------------------------
+def _as_tuple(batch) -> tuple:
+    return batch if isinstance(batch, tuple) else (batch,)
+
+
+def _default_loss(output, batch) -> torch.Tensor:
+    outs: list = []
+    if isinstance(output, dict):
+        output = tuple(output.values())
+    _tensors(output, outs)
+    outs = [o for o in outs if o.is_floating_point()]
+    if not outs:
+        raise TypeError("the model returned no floating-point tensor; pass loss_fn=")
+    loss = outs[0].mean()
+    for o in outs[1:]:
+        loss = loss + o.mean()
+    return loss
+
+
+def _loss_caller(loss_fn):
+    if loss_fn is None:
+        return _default_loss
+    try:
+        n = len([p for p in inspect.signature(loss_fn).parameters.values()
+                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)])
+    except (TypeError, ValueError):
+        n = 2
+    if n == 1:
+        return lambda out, batch: loss_fn(out)
+    return loss_fn
+
+
+def _make_optimizer(optimizer, params):
+    kw = {}
+    if isinstance(optimizer, type) and issubclass(optimizer, torch.optim.Optimizer):
+        # On a GPU the built-in optimizers default to their multi-tensor (foreach)
+        # implementation; on meta they would fall back to the per-parameter loop, whose
+        # allocations differ. Ask for what a GPU run gets.
+        if "foreach" in inspect.signature(optimizer.__init__).parameters:
+            kw["foreach"] = True
+    return optimizer(params, **kw)
+
+
+def _dims(batch) -> tuple[int | None, int | None]:
+    """(batch, seq) read off the first input tensor: dim 0, and dim 1 of an integer (token)
+    input; None where there is no such dimension."""
+    for t in _as_tuple(batch):
+        if isinstance(t, torch.Tensor) and t.dim() >= 1:
+            seq = int(t.shape[1]) if t.dim() >= 2 and not t.is_floating_point() else None
+            return int(t.shape[0]), seq
+    return None, None
+
+
+def record(
+    model_fn: Callable[[], torch.nn.Module],
+    batch_fn: Callable[[], Any],
+    *,
+    iters: int = 3,
+    hw: Any = "h200-pcie5",
+    optimizer: Any = torch.optim.AdamW,
+    loss_fn: Callable | None = None,
+    amp: bool = False,
+    name: str | None = None,
+    meta: dict | None = None,
+    _device: str = "meta",
+) -> Trace:
+    """Record ``iters`` training steps of ``model_fn()`` on ``batch_fn()`` as a Trace.
+
+    ``model_fn()`` builds an ``nn.Module`` and ``batch_fn()`` its inputs (a tensor or a
+    tuple, passed as ``model(*batch)``); both run under ``torch.device("meta")``, so any
+    size is free. ``loss_fn(output, batch)`` (or ``loss_fn(output)``) returns the scalar
+    loss; the default is the mean of the output. ``optimizer``: an optimizer class (its
+    foreach implementation is requested, as a GPU run would get) or any callable taking the
+    parameters. ``hw``: a hardware profile name/path/``HardwareProfile`` for the per-tick
+    device time (ns). ``amp``: bf16 autocast emulation (see module docstring). ``name`` and
+    ``meta`` add to the trace metadata.
+
+    Returns a Trace with ALLOC/FREE (bytes, exact storage sizes), ACCESS (READ/WRITE/
+    READ_WRITE, bytes offsets) and MARK rows, and ``tick_ns`` from a roofline.
+    """
+    from ..hw import load_profile
+
+    if iters < 1:
+        raise ValueError(f"iters must be >= 1, got {iters}")
+    prof = load_profile(hw)
+    rec = _Recorder(_device, prof)
+    compute_loss = _loss_caller(loss_fn)
+    with torch.device(_device):
+        model = model_fn()
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model_fn() must return an nn.Module, got {type(model).__name__}")
+    model.train()
+    state = list(model.parameters()) + list(model.buffers())
+    on_dev = [t for t in state if t.device == rec.device]
+    if not on_dev:
+        raise ValueError(
+            f"model_fn() built no parameters or buffers on {_device!r}; build them with the "
+            "default device (the recorder sets it) rather than an explicit device="
+        )
+    params = [p for p in model.parameters() if p.requires_grad]
+    n_params = sum(p.numel() for p in model.parameters())
+    opt = _make_optimizer(optimizer, params)
+    # Parameters and buffers: tick 0, before the first iteration; no kernel, 0 ns.
+    rec.open_tick()
+    rec.alloc_existing(state)
+    first_batch = None
+    mode = _Mode(rec)
+    autocast = _Autocast() if amp else None
+    with mode:
+        for _ in range(iters):
+            rec.pending_mark = True
+            with torch.device(_device):
+                batch = batch_fn()
+            if first_batch is None:
+                first_batch = _dims(batch)
+            if autocast is not None:
+                with autocast:
+                    out = model(*_as_tuple(batch))
+                    loss = compute_loss(out, batch)
+                autocast.cache.clear()  # autocast drops its weight cache on exit
+            else:
+                out = model(*_as_tuple(batch))
+                loss = compute_loss(out, batch)
+            if not (isinstance(loss, torch.Tensor) and loss.numel() == 1):
+                raise TypeError(f"the loss must be a one-element tensor, got {loss!r}")
+            del out
+            loss.backward()
+            del loss
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            del batch
+    rec.closed = True
+    dtypes = sorted({str(p.dtype).replace("torch.", "") for p in model.parameters()})
+    b, s = first_batch or (None, None)
+    m = {
+        "source": "recorder",
+        "name": name or type(model).__name__,
+        "model": type(model).__name__,
+        "batch": b,
+        "seq": s,
+        "hw": prof.name,
+        "amp": bool(amp),
+        "amp_emulation": "function-mode autocast (bf16)" if amp else None,
+        "dtype": dtypes[0] if len(dtypes) == 1 else dtypes,
+        "param_count": int(n_params),
+        "param_bytes": int(sum(p.numel() * p.element_size() for p in model.parameters())),
+        "optimizer": getattr(optimizer, "__name__", type(opt).__name__),
+        "iters": int(iters),
+        "ops": rec.n_ops,
+        "flops": rec.total_flops,
+        "flop_formula_failures": rec.flop_failures,
+        "late_blocks": rec.late_blocks,
+        "units": {"size": "bytes", "t_ns": "ns", "tick_ns": "ns"},
+        "size_rounding": "exact storage nbytes (a CUDA caching allocator rounds up to 512 B)",
+        "device_time": (
+            f"roofline max(flops/peak, bytes/hbm_bw) + {LAUNCH_OVERHEAD_NS:.0f} ns launch"
+        ),
+        "launch_overhead_ns": LAUNCH_OVERHEAD_NS,
+        "recorded_device": _device,
+    }
+    if meta:
+        m.update(meta)
+    # Drop the mode's references before building so nothing outlives the recording.
+    del model, opt, params, state, on_dev
+    return rec.build(m)
