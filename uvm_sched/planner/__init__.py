@@ -1,4 +1,9 @@
-"""The planner: from a learned iteration and a memory budget to a Plan."""
-from ._plan import ACTIONS, PLAN_VERSION, Plan, PlanError
+"""The planner: from a learned iteration and a memory budget to a Plan.
 
-__all__ = ["Plan", "PlanError", "ACTIONS", "PLAN_VERSION"]
+``plan(trace, budget, hw, mode)`` (see ``_planner`` for the algorithm) returns a ``Plan``;
+``Plan.load(path)`` reads one back.
+"""
+from ._plan import ACTIONS, PLAN_VERSION, Plan, PlanError
+from ._planner import MODES, plan
+
+__all__ = ["plan", "Plan", "PlanError", "ACTIONS", "PLAN_VERSION", "MODES"]

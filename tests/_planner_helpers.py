@@ -1,0 +1,69 @@
+"""Test helpers for the planner: hand-made iterations with known answers.
+
+``one_iteration(trace)`` describes a trace that *is* one iteration (no period to find) in
+the shape ``pattern.analyze`` returns, so unit cases can pin the planner alone.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+
+from uvm_sched.hw import load_profile
+from uvm_sched.trace import EventKind
+
+
+@dataclasses.dataclass
+class OneIteration:
+    events: pd.DataFrame
+    blocks: pd.DataFrame
+    tick_ns: np.ndarray
+    start_tick: int
+    stop_tick: int
+    period_events: int
+    source: str = "learned"
+    rep: int = 0
+
+    @property
+    def iterations(self):
+        return [(self.start_tick, self.stop_tick)]
+
+
+def one_iteration(trace) -> OneIteration:
+    k = trace.kind
+    rows = np.flatnonzero((k == EventKind.ALLOC) | (k == EventKind.FREE))
+    bt = trace.block_table()
+    alloc_rows = np.flatnonzero(k == EventKind.ALLOC)
+    ordinal = pd.Series(np.arange(len(alloc_rows)), index=trace.block[alloc_rows])
+    persistent = bt["free_tick"] < 0
+    ev = pd.DataFrame({
+        "event": np.arange(len(rows)),
+        "kind": np.where(k[rows] == EventKind.ALLOC, "alloc", "free"),
+        "tick": trace.tick[rows],
+        "block": trace.block[rows],
+    })
+    ev["ordinal"] = ordinal.loc[ev["block"]].to_numpy()
+    ev["persistent"] = persistent.loc[ev["block"]].to_numpy()
+    ev["size"] = trace.size[rows]
+    ev_of_row = pd.Series(np.arange(len(rows)), index=rows)
+    blocks = pd.DataFrame({
+        "ordinal": ordinal.loc[bt.index].to_numpy(),
+        "persistent": persistent.to_numpy(),
+        "size": bt["size"].to_numpy(),
+        "cls": np.where(persistent, "persistent", "activation"),
+        "alloc_tick": bt["alloc_tick"].to_numpy(),
+        "free_tick": bt["free_tick"].to_numpy(),
+        "alloc_event": ev_of_row.loc[bt["alloc_row"]].to_numpy(),
+        "free_event": [int(ev_of_row.loc[r]) if r >= 0 else -1 for r in bt["free_row"]],
+    }, index=bt.index)
+    n = trace.n_ticks
+    return OneIteration(ev, blocks, np.asarray(trace.tick_ns, float), 0, n, len(rows))
+
+
+def slow_link(bytes_per_s: float = 1e9, name: str = "h200-pcie5"):
+    """The shipped profile with every link bandwidth set to ``bytes_per_s``."""
+    p = load_profile(name)
+    return dataclasses.replace(p, h2d_prefetch_Bps=bytes_per_s, d2h_prefetch_Bps=bytes_per_s,
+                               h2d_fault_Bps=bytes_per_s / 4, d2h_evict_Bps=bytes_per_s / 2,
+                               remote_access_Bps=bytes_per_s / 2)

@@ -1,0 +1,372 @@
+"""The schedule builder: blocks with use ticks, a memory budget and two copy engines in,
+evictions/prefetches with their allocator-event ticks out. Mode-agnostic (the modes only
+differ in the use ticks they hand in); see ``_planner`` for the algorithm in words.
+
+All times here are device nanoseconds of the *ideal* (never stalled) iteration: tick ``t``
+runs from ``C[t]`` to ``C[t+1]``. Ticks ``T..2T-1`` are the next iteration (the timeline is
+unrolled once so that gaps of persistent blocks may wrap around the iteration boundary).
+"""
+from __future__ import annotations
+
+import dataclasses
+import heapq
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Problem", "Schedule", "build_schedule"]
+
+
+@dataclasses.dataclass
+class Problem:
+    """One learned iteration, as the schedule builder sees it (arrays indexed by block).
+
+    ``uses[i]``: sorted use ticks of block ``i`` within ``[live_from, live_to]``, or None
+    when they are unknown (the block must stay resident, or be mapped remotely).
+    ``wrap[i]``: the block outlives the iteration (persistent): the gap from its last use
+    to its first use in the next iteration is a candidate too.
+    ``dead_tail[i]``: the data is dead after the last use (evict without prefetching back).
+    """
+
+    dur_ns: np.ndarray  # (T,) device ns per tick
+    ev_tick: np.ndarray  # (E,) tick of each allocator event
+    ev_free: np.ndarray  # (E,) bool: the event is a FREE
+    size: np.ndarray  # (n,) bytes
+    persistent: np.ndarray  # (n,) bool
+    live_from: np.ndarray  # (n,) first tick the block holds memory in the iteration
+    live_to: np.ndarray  # (n,) last tick (inclusive)
+    alloc_event: np.ndarray  # (n,) allocator event of the ALLOC, -1 = before the iteration
+    free_event: np.ndarray  # (n,) allocator event of the FREE, -1 = after the iteration
+    uses: list  # per block: np.ndarray of ticks, or None
+    wrap: np.ndarray  # (n,) bool
+    busy_span: np.ndarray  # (n,) bool: busy between its first and last use (no inner gaps)
+    dead_tail: np.ndarray  # (n,) bool
+    read_only: np.ndarray  # (n,) bool (known read-only: eviction writes nothing back)
+    remote_ok: np.ndarray  # (n,) bool: may be mapped host-resident (accessed remotely)
+    remote_cost_ns: np.ndarray  # (n,) estimated remote-access cost per iteration
+    h2d_Bps: float
+    d2h_Bps: float
+
+    @property
+    def T(self) -> int:
+        return len(self.dur_ns)
+
+    @property
+    def E(self) -> int:
+        return len(self.ev_tick)
+
+
+@dataclasses.dataclass
+class Schedule:
+    """What the builder decided: one row per transfer/advice, plus its own prediction."""
+
+    evictions: list  # (event_unrolled, block, size)
+    prefetches: list  # (event_unrolled, block, size)
+    remote: list  # blocks mapped host-resident for the whole iteration
+    predicted: dict[str, Any]
+
+
+class _Gap:
+    __slots__ = ("blk", "u1", "u2", "ke", "kp", "e_done", "p_start", "t_off", "t_on",
+                 "t_on_late", "kp_min", "chosen", "dead", "bad")
+
+    def __init__(self, blk, u1, u2, ke, dead):
+        self.blk, self.u1, self.u2, self.ke, self.dead = blk, u1, u2, ke, dead
+        self.kp = -1
+        self.e_done = self.p_start = 0.0
+        self.t_off = self.t_on = self.t_on_late = 0
+        self.kp_min = ke + 1
+        self.chosen = False
+        self.bad = False
+
+
+def _segments(t_off: int, t_on: int, T: int) -> list[tuple[int, int]]:
+    """The cyclic tick segments (in 0..T) of an unrolled window [t_off, t_on)."""
+    if t_on <= t_off:
+        return []
+    if t_on - t_off >= T:
+        return [(0, T)]
+    if t_on <= T:
+        return [(t_off, t_on)]
+    if t_off >= T:
+        return [(t_off - T, t_on - T)]
+    return [(t_off, T), (0, t_on - T)]
+
+
+def build_schedule(p: Problem, budget: int, *, rounds: int = 6) -> Schedule:
+    """Choose evictions/prefetches so that resident bytes stay <= ``budget`` (bytes) at
+    every tick where the use model allows it, hiding transfers behind compute.
+    O((E + T + G) log G) per round for G candidate gaps."""
+    T, E, n = p.T, p.E, len(p.size)
+    C = np.zeros(2 * T + 1)
+    C[1:] = np.cumsum(np.concatenate([p.dur_ns, p.dur_ns]))
+    # Control point k (after allocator event k): compute through tick q[k] is queued, so
+    # a side-stream copy issued there starts at the earliest at tau[k] = C[q[k] + 1].
+    q1 = p.ev_tick.astype(np.int64) - 1 + p.ev_free.astype(np.int64)
+    q = np.concatenate([q1, q1 + T])
+    tau = C[q + 1]
+    size = p.size.astype(np.int64)
+    d2h = size / p.d2h_Bps * 1e9
+    d2h[p.read_only] = 0.0  # a read-duplicated copy is dropped, not written back
+    h2d = size / p.h2d_Bps * 1e9
+
+    # -- candidate gaps ------------------------------------------------------------------
+    gaps: list[_Gap] = []
+    for i in range(n):
+        u = p.uses[i]
+        if u is None or len(u) == 0:
+            continue
+        ae, fe = int(p.alloc_event[i]), int(p.free_event[i])
+        if not p.persistent[i] and ae < 0:
+            continue  # allocated in an earlier iteration: the plan cannot name it
+        pairs = [] if p.busy_span[i] else \
+            [(int(a), int(b)) for a, b in zip(u[:-1], u[1:]) if b - a >= 2]
+        last = int(u[-1])
+        if p.wrap[i]:
+            first = int(u[0]) + T
+            if first - last >= 2:
+                pairs.append((last, first))
+        elif p.dead_tail[i] and last < int(p.live_to[i]):
+            pairs.append((last, -1))
+        for u1, u2 in pairs:
+            ke = int(np.searchsorted(q, u1, side="left"))
+            if ae >= 0:
+                ke = max(ke, ae)
+            if ke >= (E if not p.wrap[i] else 2 * E):
+                continue
+            if fe >= 0 and ke >= fe:
+                continue  # no control point between the use and the free
+            if u2 >= 0 and q[ke] >= u2:
+                continue  # the next use is queued before the eviction could be issued
+            gaps.append(_Gap(i, u1, u2, ke, u2 < 0))
+
+    base = np.zeros(T + 1, np.int64)
+    np.add.at(base, p.live_from.astype(np.int64), size)
+    np.add.at(base, p.live_to.astype(np.int64) + 1, -size)
+    base = np.cumsum(base)[:T]
+
+    def windows_unloaded(g: _Gap) -> None:
+        g.e_done = tau[g.ke] + d2h[g.blk]
+        g.t_off = int(np.searchsorted(C, g.e_done, side="left"))
+        if g.dead:
+            g.t_on = g.t_on_late = int(p.live_to[g.blk]) + 1
+            return
+        latest = C[g.u2] - h2d[g.blk]
+        kp = int(np.searchsorted(tau, latest, side="right")) - 1
+        fe = int(p.free_event[g.blk])
+        # the last control point before the use is queued: a prefetch issued there is late
+        # (a stall) but may still beat overflowing the budget
+        kl = int(np.searchsorted(q, g.u2, side="left")) - 1
+        if fe >= 0:
+            kp = min(kp, fe - 1)
+            kl = min(kl, fe - 1)
+        g.t_on_late = int(q[kl]) + 1 if kl > g.ke else 0
+        if kp <= g.ke:
+            kp = g.ke + 1  # issue it right after the eviction: partly hidden at best
+            if kp >= len(q) or q[kp] >= g.u2 or (fe >= 0 and kp >= fe):
+                g.bad = True
+                return
+        g.kp = kp
+        g.t_on = int(q[kp]) + 1
+
+    for g in gaps:
+        windows_unloaded(g)
+    gaps = [g for g in gaps if not g.bad and max(g.t_on, g.t_on_late) > g.t_off]
+
+    remote: list[int] = []
+    chosen: list[_Gap] = []
+    saved = np.zeros(T, np.int64)
+    for _ in range(rounds):
+        resident = base - saved
+        over = resident > budget
+        if not over.any():
+            break
+        picked = _select(gaps, resident, budget, size, T, q)
+        if not picked:
+            break
+        chosen.extend(picked)
+        saved = _timing(chosen, p, C, tau, q, d2h, h2d, size, T)
+        chosen = [g for g in chosen if g.chosen]
+
+    # Persistent blocks with unknown uses are the last resort: map them host-resident
+    # (the device reads them over the link) largest first while the budget is exceeded.
+    resident = base - saved
+    if (resident > budget).any():
+        cand = [i for i in range(n) if p.remote_ok[i]]
+        cand.sort(key=lambda i: (-int(size[i]), i))
+        for i in cand:
+            over = resident > budget
+            if not over.any():
+                break
+            lf, lt = int(p.live_from[i]), int(p.live_to[i])
+            if not over[lf:lt + 1].any():
+                continue
+            # its own gaps become pointless
+            for g in chosen:
+                if g.blk == i:
+                    g.chosen = False
+            remote.append(i)
+            resident[lf:lt + 1] -= size[i]
+        if remote:
+            chosen = [g for g in chosen if g.chosen]
+            saved = _timing(chosen, p, C, tau, q, d2h, h2d, size, T)
+            resident = base - saved
+            for i in remote:
+                resident[int(p.live_from[i]):int(p.live_to[i]) + 1] -= size[i]
+
+    late = [max(0.0, g.p_start + h2d[g.blk] - C[g.u2]) for g in chosen if not g.dead]
+    over = np.maximum(resident - budget, 0)
+    pred = {
+        "ideal_s": float(C[T]) * 1e-9,
+        "stall_s": float(sum(late)) * 1e-9 + float(sum(p.remote_cost_ns[i] for i in remote)) * 1e-9,
+        "late_prefetches": int(sum(1 for x in late if x > 0)),
+        "evictions": len(chosen),
+        "prefetches": sum(1 for g in chosen if not g.dead),
+        "bytes_d2h": int(sum(size[g.blk] for g in chosen)),
+        "bytes_h2d": int(sum(size[g.blk] for g in chosen if not g.dead)),
+        "remote_blocks": len(remote),
+        "remote_bytes": int(sum(size[i] for i in remote)),
+        "peak_resident_bytes": int(resident.max()) if T else 0,
+        "over_budget_ticks": int((over > 0).sum()),
+        "max_over_budget_bytes": int(over.max()) if T else 0,
+        "candidate_gaps": len(gaps),
+    }
+    ev = [(g.ke, g.blk, int(size[g.blk])) for g in chosen]
+    pf = [(g.kp, g.blk, int(size[g.blk])) for g in chosen if not g.dead]
+    return Schedule(ev, pf, remote, pred)
+
+
+def _select(gaps, resident, budget, size, T, q) -> list:
+    """One Belady-like sweep: at each over-budget tick evict, among the unchosen gaps
+    whose on-time window covers it, the one whose window reaches furthest (next use
+    furthest). When none is left, delay a prefetch past the tick (a predicted stall, which
+    costs less than the driver evicting and faulting the block back)."""
+    starts: dict[int, list] = {}
+    late_starts: dict[int, list] = {}
+    for gi, g in enumerate(gaps):
+        if g.bad:
+            continue
+        if not g.chosen:
+            for s, e in _segments(g.t_off, g.t_on, T):
+                starts.setdefault(s, []).append((gi, s, e))
+        for s, e in _segments(g.t_off, g.t_on_late, T):
+            late_starts.setdefault(s, []).append((gi, s, e))
+    diff = np.zeros(T + 1, np.int64)
+    run = 0
+    heap: list = []
+    late: list = []
+    picked = []
+    for t in range(T):
+        run += diff[t]
+        for gi, s, e in starts.get(t, ()):
+            g = gaps[gi]
+            # reach: how far the saving lasts (a wrapping window continues into the next
+            # iteration's start)
+            reach = g.t_on if (e == T and g.t_on > T) else e
+            heapq.heappush(heap, (-reach, -int(size[g.blk]), gi, s, e))
+        for gi, s, e in late_starts.get(t, ()):
+            heapq.heappush(late, (-e, gi, s, e))
+        need = resident[t] + run - budget
+        while need > 0 and heap:
+            _, _, gi, s, e = heapq.heappop(heap)
+            g = gaps[gi]
+            if g.chosen or e <= t:
+                continue
+            g.chosen = True
+            picked.append(g)
+            sz = int(size[g.blk])
+            run -= sz
+            diff[e] += sz
+            need -= sz
+            for s2, e2 in _segments(g.t_off, g.t_on, T):
+                if (s2, e2) != (s, e) and s2 > t:
+                    diff[s2] -= sz
+                    diff[e2] += sz
+        while need > 0 and late:
+            _, gi, s, e = late[0]
+            g = gaps[gi]
+            if e <= t:
+                heapq.heappop(late)
+                continue
+            t_unr = t if t >= g.t_off else t + T
+            if g.chosen and g.t_off <= t_unr < g.t_on:
+                heapq.heappop(late)  # already saving here
+                continue
+            heapq.heappop(late)
+            k = int(np.searchsorted(q, t_unr, side="left"))
+            g.kp_min = max(g.kp_min, k)
+            end = min(int(q[k]) + 1 - (t_unr - t), e)
+            g.t_on = max(g.t_on, int(q[k]) + 1)
+            if not g.chosen:
+                g.chosen = True
+                picked.append(g)
+            sz = int(size[g.blk])
+            run -= sz
+            diff[end] += sz
+            need -= sz
+    return picked
+
+
+def _timing(chosen, p, C, tau, q, d2h, h2d, size, T) -> np.ndarray:
+    """Place the chosen gaps on the two copy engines (FIFO in issue order) and return the
+    bytes each tick saves. Evictions go as early as allowed; prefetches as late as their
+    deadline and the prefetches behind them allow (backward list scheduling). A gap the
+    link cannot serve in time is dropped (``bad``); repeated until the choice is stable."""
+    for _ in range(4):
+        live = [g for g in chosen if g.chosen]
+        saved, dropped = _timing_once(live, p, C, tau, q, d2h, h2d, size, T)
+        if not dropped:
+            return saved
+    return saved
+
+
+def _timing_once(chosen, p, C, tau, q, d2h, h2d, size, T):
+    nq = len(q)
+    ev = sorted(chosen, key=lambda g: (g.ke, g.blk))
+    free_at = 0.0
+    for g in ev:
+        start = max(tau[g.ke], free_at)
+        g.e_done = start + d2h[g.blk]
+        free_at = g.e_done
+        g.t_off = int(np.searchsorted(C, g.e_done, side="left"))
+    dropped = 0
+    pf = [g for g in chosen if not g.dead]
+    pf.sort(key=lambda g: (-C[g.u2], g.blk))
+    cur = np.inf
+    for g in pf:
+        finish = min(C[g.u2], cur)
+        latest = finish - h2d[g.blk]
+        kp = int(np.searchsorted(tau, latest, side="right")) - 1
+        fe = int(p.free_event[g.blk])
+        if fe >= 0:
+            kp = min(kp, fe - 1)
+        kp = max(kp, g.ke + 1, g.kp_min)
+        if kp >= nq or q[kp] >= g.u2 or (fe >= 0 and kp >= fe):
+            g.chosen, g.bad = False, True
+            dropped += 1
+            continue
+        g.kp = kp
+        cur = min(cur, max(latest, tau[kp]))
+    pf = [g for g in pf if g.chosen]
+    pf.sort(key=lambda g: (g.kp, C[g.u2]))
+    free_at = 0.0
+    for g in pf:
+        start = max(tau[g.kp], free_at, g.e_done)
+        g.p_start = start
+        free_at = start + h2d[g.blk]
+        g.t_on = int(q[g.kp]) + 1
+    saved = np.zeros(T + 1, np.int64)
+    for g in chosen:
+        if not g.chosen:
+            continue
+        if g.dead:
+            g.t_on = int(p.live_to[g.blk]) + 1
+        segs = _segments(g.t_off, g.t_on, T)
+        if not segs:
+            g.chosen, g.bad = False, True  # the link is too busy for this gap to save anything
+            dropped += 1
+            continue
+        for s, e in segs:
+            saved[s] += size[g.blk]
+            saved[e] -= size[g.blk]
+    return np.cumsum(saved)[:T], dropped
