@@ -1,0 +1,13 @@
+"""A discrete-event model of CUDA Unified Memory under a memory budget, to judge prefetch
+plans (and the baselines) without a GPU.
+
+``simulate(trace, policy, hw, budget) -> SimResult``; ``compare(trace, hw, budgets,
+policies) -> DataFrame``; ``POLICIES``; ``BudgetError``. The model: ``_engine`` (driver
+residency, faults, eviction, copy engines, pool reuse), ``_prep`` (layout of blocks in
+2 MiB VA blocks, accesses), ``_policies`` (baselines and the Plan executor), ``_bound``
+(the lower bound and its argument). Imports no torch/cupy/numba.
+"""
+from ._api import POLICIES, compare, simulate
+from ._result import BudgetError, SimResult
+
+__all__ = ["simulate", "compare", "SimResult", "BudgetError", "POLICIES"]

@@ -1,0 +1,240 @@
+"""simulate() and compare(): the simulator's public face."""
+from __future__ import annotations
+
+import warnings
+from typing import Any, Iterable
+
+import numpy as np
+
+from .._budget import resolve_budget
+from ..hw import load_profile
+from ..planner import Plan
+from ._bound import lower_bound
+from ._engine import Engine
+from ._policies import PlanSchedule, PrefetchOnAlloc, Schedule, SwapActivations
+from ._prep import prepare
+from ._result import BudgetError, SimResult
+
+__all__ = ["simulate", "compare", "POLICIES"]
+
+POLICIES = ("ideal", "demand", "prefetch-on-alloc", "swap-activations", "bound", "uvm-sched")
+
+_TIMELINE_COLS = ("tick", "start_s", "compute_s", "stall_s", "stall_fault_s", "stall_evict_s",
+                  "stall_link_s", "resident_bytes", "h2d_bytes", "d2h_bytes")
+
+
+def _frames(rows, transfers):
+    import pandas as pd
+
+    tl = pd.DataFrame(rows, columns=list(_TIMELINE_COLS))
+    tr = pd.DataFrame(transfers, columns=["start_s", "end_s", "direction", "bytes", "block", "cause"])
+    return tl, tr
+
+
+def _check_budget(prep, budget: int) -> None:
+    ws = prep.ws_bytes
+    if len(ws) and budget < int(ws.max()):
+        t = int(np.argmax(ws))
+        raise BudgetError(
+            f"budget {budget:,} bytes is below the working set of tick {t}: its kernel "
+            f"touches {int(ws[t]):,} bytes, which must all be on the device at once; give a "
+            f"budget of at least {int(ws[t]):,} bytes")
+
+
+def _prepared(trace, hw, cache):
+    key = (id(trace), hw.va_block_bytes, hw.page_bytes)
+    if cache is not None and key in cache:
+        return cache[key]
+    prep = prepare(trace, hw.va_block_bytes, hw.page_bytes)
+    if cache is not None:
+        cache[key] = prep
+    return prep
+
+
+def simulate(trace, policy: "str | Plan", hw: Any = "h200-pcie5", budget: Any = None,
+             **opts) -> SimResult:
+    """Simulate ``trace`` under ``policy`` on ``hw`` with ``budget`` bytes of device memory
+    for managed data (bytes, ``"50%"`` of the trace's peak, ``"40GiB"``; default: the
+    device's capacity).
+
+    ``policy``: ``"ideal"`` (infinite device memory: compute only), ``"demand"`` (plain
+    UVM: faults and driver eviction, as ``torch.cuda._use_uvm()``), ``"prefetch-on-alloc"``
+    (RMM's prefetch adaptor), ``"swap-activations"`` (vDNN-style), ``"bound"`` (a lower
+    bound on any schedule, see ``_bound``), ``"uvm-sched"`` (plans with
+    ``uvm_sched.planner.plan(trace, budget, hw, mode=opts.get("mode", "oblivious"))``), or
+    a ``Plan``. Options: ``pool`` (bool, default True: frees keep memory resident for
+    reuse, see ``_engine``), ``mode`` (for ``uvm-sched``), ``plan_opts`` (dict, extra
+    keyword arguments for the planner).
+
+    Raises ``BudgetError`` when the budget is below one tick's working set. Times in s,
+    sizes in bytes; the measured window is the last complete iteration.
+    """
+    hw = load_profile(hw)
+    cache = opts.pop("_cache", None)
+    pool = bool(opts.pop("pool", True))
+    prep = _prepared(trace, hw, cache)
+    B = resolve_budget(budget, trace.peak_bytes, default_bytes=hw.device_capacity_bytes)
+    ws, we = prep.window
+    compute = float(prep.dur_s[ws:we].sum())
+    name = policy if isinstance(policy, str) else "plan"
+    if isinstance(policy, str) and policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)} or a Plan")
+
+    if name == "ideal":
+        return _ideal(prep, hw, B, compute)
+    _check_budget(prep, B)
+    if name == "bound":
+        T, tick, excess = lower_bound(prep, hw, B)
+        return _bound_result(prep, hw, B, compute, T, tick, excess)
+    if name == "uvm-sched":
+        from .. import planner
+
+        if not hasattr(planner, "plan"):
+            raise RuntimeError("policy 'uvm-sched' needs uvm_sched.planner.plan, which this "
+                               "installation lacks; pass a Plan instead")
+        plan_opts = dict(opts.pop("plan_opts", {}) or {})
+        policy = planner.plan(trace, B, hw, mode=opts.pop("mode", "oblivious"), **plan_opts)
+    opts.pop("mode", None)
+    opts.pop("plan_opts", None)
+    if opts:
+        raise TypeError(f"simulate() got unknown option(s) {sorted(opts)}")
+    if isinstance(policy, Plan):
+        sched: Schedule = PlanSchedule(policy, prep)
+    elif name == "demand":
+        sched = Schedule()
+    elif name == "prefetch-on-alloc":
+        sched = PrefetchOnAlloc(prep)
+    elif name == "swap-activations":
+        sched = SwapActivations(prep)
+    else:  # pragma: no cover - guarded above
+        raise ValueError(policy)
+    return _run(prep, hw, B, sched, name, pool)
+
+
+def _ideal(prep, hw, B, compute) -> SimResult:
+    ws, we = prep.window
+    dur = prep.dur_s[ws:we]
+    z = np.zeros(we - ws)
+    start = np.concatenate([[0.0], np.cumsum(dur)[:-1]]) if len(dur) else z
+    from ._policies import live_bytes_per_tick
+
+    live = live_bytes_per_tick(prep)[ws:we]
+    rows = list(zip(range(ws, we), start, dur, z, z, z, z, live, z.astype(int), z.astype(int)))
+    tl, tr = _frames(rows, [])
+    return SimResult("ideal", hw.name, B, compute, compute, 0.0,
+                     {"fault": 0.0, "eviction": 0.0, "link": 0.0}, 0, 0, 0,
+                     int(live.max()) if len(live) else 0, 0, tl, tr,
+                     {"window_start": ws, "window_stop": we})
+
+
+def _bound_result(prep, hw, B, compute, T, tick, excess) -> SimResult:
+    ws, we = prep.window
+    dur = prep.dur_s[ws:we]
+    z = np.zeros(we - ws)
+    start = np.concatenate([[0.0], np.cumsum(dur)[:-1]]) if len(dur) else z
+    link = z.copy()
+    if len(link):
+        link[-1] = T - compute  # the bound says how much, not where: charged at the end
+    rows = list(zip(range(ws, we), start, dur, link, z, z, link, z.astype(int), z.astype(int),
+                    z.astype(int)))
+    tl, tr = _frames(rows, [])
+    return SimResult("bound", hw.name, B, T, compute, T - compute,
+                     {"fault": 0.0, "eviction": 0.0, "link": T - compute}, int(excess), 0, 0,
+                     min(B, int(prep.ws_bytes.max()) if len(prep.ws_bytes) else 0), 0, tl, tr,
+                     {"window_start": ws, "window_stop": we, "binding_tick": tick,
+                      "must_cross_bytes": int(excess)})
+
+
+def _run(prep, hw, B, sched: Schedule, name: str, pool: bool) -> SimResult:
+    eng = Engine(prep, hw, B, pool=pool)
+    ws, we = prep.window
+    rows = []
+    t_start = 0.0
+    div0 = 0
+    ev_ptr, ev_kind, ev_block, dur = prep.ev_ptr, prep.ev_kind, prep.ev_block, prep.dur_s
+    bchunk0 = prep.bchunk0
+    sf = se = sl = 0.0
+    for t in range(we):
+        if t == ws:
+            eng.recording = True
+            t_start = eng.now
+            div0 = sched.divergences
+            eng._retire(eng.now)
+            eng.peak = eng.claimed
+        tick_start = eng.now
+        eng.tick_h2d = eng.tick_d2h = 0
+        s, e = ev_ptr[t], ev_ptr[t + 1]
+        if e > s:
+            k = ev_kind[s:e]
+            eng.alloc(ev_block[s:e][k == 0])
+        for code, b, lo, hi in sched.at(t, "pre"):
+            if eng.alive[bchunk0[b]] == 1:
+                eng.act(code, b, lo, hi, eng.now, eng.pinned)
+        f, v, l = eng.kernel(t)
+        eng.now += dur[t]
+        if e > s:
+            eng.free(ev_block[s:e][k == 1])
+        for code, b, lo, hi in sched.at(t, "post"):
+            if eng.alive[bchunk0[b]] == 1:
+                eng.act(code, b, lo, hi, eng.now, eng.pinned)
+        eng._retire(eng.now)
+        if eng.recording:
+            sf += f
+            se += v
+            sl += l
+            rows.append((t, tick_start - t_start, float(dur[t]), f + v + l, f, v, l,
+                         eng.claimed, eng.tick_h2d, eng.tick_d2h))
+    T = eng.now - t_start
+    compute = float(dur[ws:we].sum())
+    transfers = [(s0 - t_start, e0 - t_start, d, b, blk, c) for s0, e0, d, b, blk, c in eng.transfers]
+    tl, tr = _frames(rows, transfers)
+    counters = {"window_start": ws, "window_stop": we, "claimed_end": eng.claimed,
+                "pool": pool, **{f"ledger_{k}": v for k, v in eng.led.items()}}
+    return SimResult(name, hw.name, B, float(T), compute, float(T - compute),
+                     {"fault": float(sf), "eviction": float(se), "link": float(sl)},
+                     int(eng.bytes_h2d), int(eng.bytes_d2h),
+                     eng.faults, eng.peak, sched.divergences - div0, tl, tr, counters)
+
+
+def compare(trace, hw: Any = "h200-pcie5", budgets: Iterable[Any] = ("100%", "75%", "50%", "30%"),
+            policies: Iterable[Any] | None = None, **opts):
+    """One row per (budget, policy): ``budget_bytes, budget_pct`` (of the trace's peak),
+    ``policy, iteration_time_s, slowdown`` (over ``ideal``), ``stall_time_s, bytes_h2d,
+    bytes_d2h, faults``. ``policies`` default to ``POLICIES`` (``uvm-sched`` left out with
+    a warning when the planner is not installed). A budget below a tick's working set gives
+    a row with NaN figures and the BudgetError text in ``error``."""
+    import pandas as pd
+
+    hw = load_profile(hw)
+    if policies is None:
+        from .. import planner
+
+        policies = [p for p in POLICIES if p != "uvm-sched" or hasattr(planner, "plan")]
+        if "uvm-sched" not in policies:
+            warnings.warn("uvm_sched.planner.plan is not available: compare() leaves out "
+                          "'uvm-sched'", RuntimeWarning, stacklevel=2)
+    policies = list(policies)
+    cache: dict = {}
+    peak = trace.peak_bytes
+    ideal = simulate(trace, "ideal", hw, None, _cache=cache, **opts)
+    rows = []
+    for bud in budgets:
+        B = resolve_budget(bud, peak, default_bytes=hw.device_capacity_bytes)
+        for pol in policies:
+            label = pol if isinstance(pol, str) else "plan"
+            row = {"budget_bytes": B, "budget_pct": 100.0 * B / peak if peak else float("nan"),
+                   "policy": label}
+            try:
+                r = ideal if pol == "ideal" else simulate(trace, pol, hw, B, _cache=cache, **opts)
+            except (BudgetError, ImportError) as e:
+                # ImportError: the planner's own dependencies are missing; say so in the row
+                row.update(iteration_time_s=float("nan"), slowdown=float("nan"),
+                           stall_time_s=float("nan"), bytes_h2d=0, bytes_d2h=0, faults=0,
+                           error=str(e))
+                rows.append(row)
+                continue
+            row.update(iteration_time_s=r.iteration_time_s, slowdown=r.slowdown(ideal),
+                       stall_time_s=r.stall_time_s, bytes_h2d=r.bytes_h2d,
+                       bytes_d2h=r.bytes_d2h, faults=r.faults, error="")
+            rows.append(row)
+    return pd.DataFrame(rows)

@@ -1,0 +1,59 @@
+"""SimResult: what one simulation run measured over its window (the steady-state iteration)."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+__all__ = ["SimResult", "BudgetError"]
+
+
+class BudgetError(ValueError):
+    """The budget is below the bytes one tick's kernel touches: no schedule can run it."""
+
+
+@dataclasses.dataclass
+class SimResult:
+    """Times in seconds, sizes in bytes, over the measured window (the last complete
+    iteration, or the whole trace when it has no iteration markers).
+
+    ``faults`` counts fault *batches* serviced. ``divergences`` counts iterations in the
+    window where a plan was disarmed. ``timeline`` has one row per tick of the window;
+    ``transfers`` one row per copy (fault-path copies of one tick aggregated, ``block`` -1).
+    ``counters`` holds extra figures (the byte ledger of the whole run, window ticks).
+    """
+
+    policy: str
+    hw: str
+    budget_bytes: int
+    iteration_time_s: float
+    compute_time_s: float
+    stall_time_s: float
+    stall_breakdown: dict
+    bytes_h2d: int
+    bytes_d2h: int
+    faults: int
+    peak_resident_bytes: int
+    divergences: int
+    timeline: Any = dataclasses.field(repr=False, default=None)
+    transfers: Any = dataclasses.field(repr=False, default=None)
+    counters: dict = dataclasses.field(default_factory=dict, repr=False)
+
+    def slowdown(self, ideal: "SimResult") -> float:
+        """``iteration_time_s`` over ``ideal``'s (1.0 = no slowdown)."""
+        if ideal.iteration_time_s <= 0:
+            return float("nan") if self.iteration_time_s <= 0 else float("inf")
+        return self.iteration_time_s / ideal.iteration_time_s
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able fields (no DataFrames)."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+             if f.name not in ("timeline", "transfers")}
+        d["stall_breakdown"] = {k: float(v) for k, v in self.stall_breakdown.items()}
+        d["counters"] = {k: (v if isinstance(v, (str, bool)) else float(v) if isinstance(v, float) else int(v))
+                         for k, v in self.counters.items()}
+        for k in ("budget_bytes", "bytes_h2d", "bytes_d2h", "faults", "peak_resident_bytes",
+                  "divergences"):
+            d[k] = int(d[k])
+        for k in ("iteration_time_s", "compute_time_s", "stall_time_s"):
+            d[k] = float(d[k])
+        return d
