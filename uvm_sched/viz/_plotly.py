@@ -19,10 +19,10 @@ def _note_lines(spec) -> list[str]:
 
 
 def _title(spec) -> dict:
-    text = f"<b>{html.escape(spec['title'])}</b>"
+    text = f"<b>{html.escape(spec['title'], quote=False)}</b>"
     lines = _note_lines(spec)
     if lines:
-        text += "<br><sup>" + "<br>".join(html.escape(ln) for ln in lines) + "</sup>"
+        text += "<br><sup>" + "<br>".join(html.escape(ln, quote=False) for ln in lines) + "</sup>"
     return dict(text=text, x=0.01, xanchor="left", y=0.98, yanchor="top")
 
 
