@@ -1,0 +1,168 @@
+"""Planner unit cases with known optimal answers (hand-made iterations, fast)."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from uvm_sched.planner import Plan, PlanError, plan
+from uvm_sched.trace import TraceBuilder
+
+from _planner_helpers import one_iteration, slow_link
+
+TICK_NS = 1000.0
+
+
+def _two_blocks(b_from: int, b_to: int, *, n_ticks: int = 20, a_size: int = 4000,
+                b_size: int = 4000):
+    """Block A lives ticks 0..n-1 (used at its ends), block B lives ticks b_from..b_to;
+    a 1-byte block allocated and freed at every other tick gives the runtime a control
+    point at every tick."""
+    tb = TraceBuilder(name="two-blocks")
+    A = tb.alloc(a_size)
+    B = None
+    for t in range(n_ticks):
+        if t > 0:
+            x = tb.alloc(1)
+        if t == b_from:
+            B = tb.alloc(b_size)
+        if t == b_to:
+            tb.free(B)
+        if t == n_ticks - 1:
+            tb.free(A)
+        if t > 0:
+            tb.free(x)
+        tb.next_tick(TICK_NS)
+    return tb.build()
+
+
+def _event_of(pat, kind: str, tick: int, size: int) -> int:
+    ev = pat.events
+    m = (ev["kind"] == kind) & (ev["tick"] == tick) & (ev["size"] == size)
+    return int(ev.loc[m, "event"].iloc[0])
+
+
+def _plan(trace, budget, bw, **kw):
+    pat = one_iteration(trace)
+    return plan(trace, budget, hw=slow_link(bw), pattern=pat, **kw), pat
+
+
+def test_one_gap_evicts_after_last_use_and_prefetches_just_in_time():
+    tr = _two_blocks(8, 10)
+    p, pat = _plan(tr, 5000, 4e9)  # 4000 B take exactly one tick each way
+    acts = p.actions
+    assert list(acts["action"]) == ["prefetch_to_host", "prefetch_to_device"]
+    assert (acts["block"] == 0).all() and not acts["persistent"].any()
+    # A's uses (guard 1): ticks 0,1 and 18,19. The first control point after tick 1 is
+    # queued is the 1-byte free of tick 1; the prefetch (1 tick) must start by tick 17.
+    assert int(acts["tick"].iloc[0]) == _event_of(pat, "free", 1, 1)
+    assert int(acts["tick"].iloc[1]) == _event_of(pat, "alloc", 17, 1)
+    pred = p.meta["predicted"]
+    assert pred["stall_s"] == 0 and pred["over_budget_ticks"] == 0
+    assert pred["peak_resident_bytes"] <= 5000
+
+
+def test_bandwidth_exactly_enough_has_no_stall():
+    # 1 GB/s: eviction done at tick 6, prefetch must start at tick 14: B at 6..13 fits.
+    tr = _two_blocks(6, 13)
+    p, _ = _plan(tr, 5000, 1e9)
+    pred = p.meta["predicted"]
+    assert pred["over_budget_ticks"] == 0 and pred["stall_s"] == 0
+
+
+def test_bandwidth_one_tick_short_costs_exactly_one_tick():
+    # B one tick longer: the only way to stay in budget is a prefetch issued after B's
+    # free (tick 14), finishing 1 us after A's next use would want it.
+    tr = _two_blocks(6, 14)
+    p, pat = _plan(tr, 5000, 1e9)
+    pred = p.meta["predicted"]
+    assert pred["over_budget_ticks"] == 0
+    assert pred["stall_s"] == pytest.approx(1e-6)
+    pf = p.actions[p.actions["action"] == "prefetch_to_device"]
+    assert int(pf["tick"].iloc[0]) == _event_of(pat, "free", 14, 4000)
+
+
+def test_no_eviction_when_everything_fits():
+    tr = _two_blocks(8, 10)
+    p, _ = _plan(tr, 8100, 4e9)
+    assert not p.actions["action"].isin(["prefetch_to_host", "prefetch_to_device"]).any()
+
+
+def test_infeasible_budget_names_the_tick_and_bytes():
+    tr = _two_blocks(8, 10)
+    with pytest.raises(PlanError, match=r"tick 8 .*4,001 bytes"):
+        _plan(tr, 3999, 4e9)
+
+
+def test_budget_unreachable_in_time_is_reported_not_hidden():
+    # 0.25 GB/s: the eviction of A cannot finish before B arrives: the plan says so.
+    tr = _two_blocks(4, 6)
+    p, _ = _plan(tr, 5000, 0.25e9)
+    assert p.meta["predicted"]["over_budget_ticks"] > 0
+
+
+def test_discard_is_placed_at_the_free_event_of_large_blocks():
+    tr = _two_blocks(8, 10, a_size=4 << 20, b_size=4 << 20)
+    p, pat = _plan(tr, 1 << 40, 50e9)
+    d = p.actions[p.actions["action"] == "discard"]
+    assert sorted(d["block"]) == [0, 9]  # A, and B after 8 tiny blocks (ticks 1..8)
+    for _, r in d.iterrows():
+        ev = pat.events[pat.events["event"] == r["tick"]].iloc[0]
+        assert ev["kind"] == "free" and ev["ordinal"] == r["block"]
+
+
+def test_plan_round_trips_through_json_and_parquet(tmp_path):
+    tr = _two_blocks(8, 10)
+    p, _ = _plan(tr, 5000, 4e9)
+    for name in ("p.json", "p.parquet"):
+        p.save(tmp_path / name)
+        q = Plan.load(tmp_path / name)
+        pd.testing.assert_frame_equal(q.actions, p.actions)
+        assert q.meta["alloc_sizes"] == p.meta["alloc_sizes"]
+        assert q.meta["sync"] == "period" and q.meta["mode"] == "oblivious"
+
+
+def _optimizer_state_trace():
+    """Persistent W (weights: first tick to last) and S (optimizer state: touched by the
+    step at the end only), plus activations that need the room in the middle."""
+    tb = TraceBuilder(name="opt-state")
+    W = tb.alloc(4000)
+    S = tb.alloc(8000)
+    tb.next_tick(TICK_NS)
+    acts = []
+    for t in range(1, 30):
+        x = tb.alloc(1)
+        if 5 <= t < 15:
+            acts.append(tb.alloc(1000))
+        if 15 <= t < 25 and acts:
+            tb.free(acts.pop())
+        tb.free(x)
+        tb.next_tick(TICK_NS)
+    return tb.build()
+
+
+def test_sampled_mode_finds_the_optimizer_state_window():
+    tr = _optimizer_state_trace()
+    pat = one_iteration(tr)
+    # make W and S persistent blocks allocated before the iteration
+    samples = pd.DataFrame({"block": [0, 1], "persistent": [True, True],
+                            "first_touch": [1, 28], "last_touch": [28, 28]})
+    p = plan(tr, 18000, hw=slow_link(8e9), pattern=pat, mode="sampled", samples=samples)
+    moved = p.actions[p.actions["action"].isin(["prefetch_to_host", "prefetch_to_device"])]
+    assert set(moved["block"]) == {1}  # the optimizer state, not the weights
+    assert p.meta["predicted"]["over_budget_ticks"] == 0
+
+
+def test_oblivious_mode_refuses_samples():
+    tr = _two_blocks(8, 10)
+    with pytest.raises(PlanError, match="sampled"):
+        plan(tr, 5000, hw=slow_link(4e9), pattern=one_iteration(tr),
+             samples=pd.DataFrame({"block": [0], "first_touch": [0], "last_touch": [1]}))
+
+
+def test_unknown_mode_and_option_are_rejected():
+    tr = _two_blocks(8, 10)
+    with pytest.raises(PlanError, match="unknown planning mode"):
+        plan(tr, 5000, mode="psychic", pattern=one_iteration(tr))
+    with pytest.raises(TypeError, match="unknown option"):
+        plan(tr, 5000, pattern=one_iteration(tr), gaurd=2)
