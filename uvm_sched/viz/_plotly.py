@@ -23,15 +23,17 @@ def _title(spec) -> dict:
     lines = _note_lines(spec)
     if lines:
         text += "<br><sup>" + "<br>".join(html.escape(ln, quote=False) for ln in lines) + "</sup>"
-    return dict(text=text, x=0.01, xanchor="left", y=0.98, yanchor="top")
+    return dict(text=text, x=0.01, xanchor="left", yref="container", y=1.0, yanchor="top",
+                pad=dict(t=10))
 
 
 def _layout(fig: go.Figure, spec, *, height: int = 460) -> go.Figure:
     n = len(_note_lines(spec))
     fig.update_layout(
         title=_title(spec), height=height + 16 * n, template="plotly_white", font=_FONT,
-        margin=dict(l=70, r=20, t=60 + 16 * n, b=50),
-        legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0),
+        margin=dict(l=70, r=20, t=70 + 16 * n, b=50),
+        legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0,
+                    traceorder="normal"),
         hovermode="closest",
     )
     return fig
@@ -56,10 +58,12 @@ def _per_point(values, fill=np.nan) -> np.ndarray:
 
 def memory_timeline(spec) -> go.Figure:
     fig = go.Figure()
-    x = spec["ticks"]
     unit = spec["unit"]
-    ms = spec["ms"]
+    # one more point at the end so the last tick's step [t, t + 1) is drawn
+    x = np.append(spec["ticks"], spec["n_ticks"]) if len(spec["ticks"]) else spec["ticks"]
+    ms = np.append(spec["ms"], np.nan) if len(spec["ticks"]) else spec["ms"]
     for cls, y in spec["series"].items():
+        y = np.append(y, y[-1]) if len(y) else y
         fig.add_trace(go.Scatter(
             x=x, y=y, name=cls, mode="lines", stackgroup="mem", line=dict(width=0.5, shape="hv",
             color=CLASS_COLORS[cls]), fillcolor=CLASS_COLORS[cls], customdata=ms,
@@ -127,7 +131,7 @@ def lifetimes(spec) -> go.Figure:
                            m["tick"].to_numpy(np.float64)], axis=1)
             fig.add_trace(MScatter(
                 x=m["x"].to_numpy(np.float64), y=m["y"].to_numpy(np.float64), mode="markers",
-                name=f"planned {label}", marker=dict(symbol=symbol, color=color, size=8,
+                name=f"planned {label}", marker=dict(symbol=symbol, color=color, size=11,
                 line=dict(width=0.5, color="white")), customdata=cd, text=m["action"].to_numpy(),
                 hovertemplate=(f"%{{text}}<br>block %{{customdata[0]}}, %{{customdata[1]:.3f}} {unit}"
                                "<br>fired at tick %{customdata[2]}<extra></extra>")))
