@@ -1,0 +1,307 @@
+"""Period detection on the allocator-event sequence (no markers needed).
+
+The sequence is the ALLOC/FREE rows of a trace, each turned into a token ``(kind, size)``
+mapped to a dense integer. Training repeats the same token string every iteration, so the
+iteration length ``p`` (in allocator events) is a lag at which the string matches itself.
+
+Steps, each vectorised with numpy (n = allocator events):
+
+1. **Candidate lags** -- every token gets a random unit phase ``exp(2πi·u[token])``; the
+   FFT autocorrelation of that signal at lag ``p`` is, in expectation, the number of
+   positions ``i`` with ``tok[i] == tok[i+p]`` (different tokens contribute zero-mean noise
+   of order ``sqrt(n)``). The best lags by that count (absolute and per compared position)
+   are kept, plus the divisors of the best one. ``O(n log n)``.
+2. **Exact score** of each candidate ``p`` -- the runs of ``tok[i] == tok[i+p]``. A run of
+   length ``>= p`` holds at least two full copies of a length-``p`` string. A run counts only
+   when it is *balanced*: the bytes allocated minus freed over one period window are ~0
+   (within ``BALANCE_TOL`` of the bytes allocated in it). That is what an iteration does in
+   steady state, and what the repeats of one layer inside the forward pass do not
+   (activations pile up), so layer-sized sub-periods are rejected. The score is the share of
+   the sequence covered by balanced runs (each run ``[a, b)`` covers ``[a, b + p)``).
+   ``O(n)`` per candidate, ``K`` candidates (``K <= ~60``).
+3. **Choice** -- the smallest candidate whose coverage is within ``COVERAGE_TOL`` of the best
+   (multiples of the period cover as much as the period itself). No period when the best
+   coverage is below ``MIN_COVERAGE``.
+4. **Phase and segmentation** -- inside the longest balanced run the iteration starts where
+   the fewest bytes are live (between the optimizer step and the next forward), at a tick
+   boundary. The representative string ``R`` is the ``p`` tokens from there. Boundaries are
+   the occurrences (rolling hash, verified exactly) of a start signature (the shortest prefix
+   of ``R`` that occurs once in ``R`` read cyclically) and the ends of the matching end
+   signature. Segments between boundaries are iterations when they hold ``R``'s tokens
+   (bag recall >= ``RECALL_MIN``, length <= 3p: a warm-up iteration that also allocates the
+   optimizer state) or ``R``'s kinds position by position (``KIND_AGREE_MIN`` of
+   ``max(len, p)``: a different last batch, a last iteration cut short); the others (weight
+   set-up, an eval pass outside the learned iteration, tear-down) are not iterations.
+
+Overall ``O(n log n)`` time and ``O(n)`` memory.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["Detection", "detect_period", "tokenize", "RollingHash", "make_hash", "score_lag"]
+
+BALANCE_TOL = 0.02  # |net bytes| per period window <= 2% of the bytes allocated in it
+COVERAGE_TOL = 0.01  # candidates within 1% of the sequence of the best coverage tie
+MIN_COVERAGE = 0.4  # below this share of the sequence, no period is claimed
+RECALL_MIN = 0.9  # a segment is an iteration when it holds >= 90% of R's tokens
+KIND_AGREE_MIN = 0.9  # ... or R's kinds at >= 90% of max(len, p) positions
+N_CANDIDATES = 24  # lags kept per ranking from the autocorrelation
+_SEED = 0x5EED  # fixed: analysis is deterministic
+
+
+def tokenize(kind: np.ndarray, size: np.ndarray) -> np.ndarray:
+    """Dense int64 token per allocator event: equal iff same kind (alloc/free) and size."""
+    key = size.astype(np.int64) * 2 + (kind != 0)
+    _, inv = np.unique(key, return_inverse=True)
+    return inv.astype(np.int64).ravel()
+
+
+class RollingHash:
+    """Polynomial hashes of any window of a token string, modulo 2**64 (numpy wraps).
+
+    ``window(s, m)`` = sum_j v[tok[s+j]] * B**-j over j < m, from prefix sums of
+    ``v[tok[j]] * B**-j`` (B odd, so invertible mod 2**64) re-scaled by ``B**s``.
+    """
+
+    def __init__(self, tok: np.ndarray, values: np.ndarray, base: int) -> None:
+        n = len(tok)
+        inv = pow(base, -1, 1 << 64)
+        with np.errstate(over="ignore"):
+            ipow = np.cumprod(np.full(n + 1, inv, np.uint64))
+            ipow = np.concatenate(([np.uint64(1)], ipow[:-1]))
+            self._bpow = np.concatenate(
+                ([np.uint64(1)], np.cumprod(np.full(n, base, np.uint64)))
+            )
+            self._prefix = np.concatenate(
+                ([np.uint64(0)], np.cumsum(values[tok] * ipow[:n], dtype=np.uint64))
+            )
+        self.n = n
+        self.values, self.base = values, base
+
+    def of(self, tok: np.ndarray) -> "RollingHash":
+        """A hash over another token string with the same per-token values and base."""
+        return RollingHash(tok, self.values, self.base)
+
+    def window(self, starts, m: int) -> np.ndarray:
+        """Hashes of the windows ``[s, s+m)`` for each start ``s`` (array of uint64)."""
+        s = np.asarray(starts, np.int64)
+        with np.errstate(over="ignore"):
+            return (self._prefix[s + m] - self._prefix[s]) * self._bpow[s]
+
+    def all_windows(self, m: int) -> np.ndarray:
+        """Hashes of every window of length ``m`` (``n - m + 1`` of them)."""
+        return self.window(np.arange(self.n - m + 1), m)
+
+
+def make_hash(tok: np.ndarray) -> RollingHash:
+    """A RollingHash over ``tok`` with fixed random per-token values (deterministic)."""
+    n_tokens = int(tok.max()) + 1 if len(tok) else 1
+    rng = np.random.default_rng(_SEED)
+    values = rng.integers(0, np.iinfo(np.int64).max, size=n_tokens, dtype=np.int64)
+    values = values.astype(np.uint64) * np.uint64(2) + np.uint64(1)
+    base = int(rng.integers(1 << 40, 1 << 62)) | 1
+    return RollingHash(tok, values, base)
+
+
+def find_occurrences(tok: np.ndarray, rh: RollingHash, pattern: np.ndarray) -> np.ndarray:
+    """Start positions where ``pattern`` occurs in ``tok`` (hash match, verified exactly)."""
+    m = len(pattern)
+    if m == 0 or m > len(tok):
+        return np.empty(0, np.int64)
+    sub = rh.of(pattern).window([0], m)[0]
+    cand = np.flatnonzero(rh.all_windows(m) == sub)
+    if len(cand) == 0:
+        return cand
+    ok = np.ones(len(cand), bool)
+    # Exact check in chunks so the index matrix stays ~1M entries.
+    step = max(1, 1_000_000 // m)
+    ar = np.arange(m)
+    for c0 in range(0, len(cand), step):
+        c = cand[c0:c0 + step]
+        ok[c0:c0 + step] = (tok[c[:, None] + ar] == pattern).all(axis=1)
+    return cand[ok]
+
+
+def candidate_lags(tok: np.ndarray, n_tokens: int, k: int = N_CANDIDATES) -> np.ndarray:
+    """Lags ``2 <= p <= n/2`` most likely to be periods, from the phase autocorrelation."""
+    n = len(tok)
+    max_lag = n // 2
+    if max_lag < 2:
+        return np.empty(0, np.int64)
+    rng = np.random.default_rng(_SEED + 1)
+    phase = np.exp(2j * np.pi * rng.random(n_tokens))
+    x = phase[tok]
+    size = 1 << int(np.ceil(np.log2(2 * n)))
+    f = np.fft.fft(x, size)
+    r = np.fft.ifft(f * np.conj(f))[: max_lag + 1].real  # r[p] ~ #{i: tok[i]==tok[i+p]}
+    lags = np.arange(max_lag + 1)
+    r[:2] = -np.inf
+    # A period needs >= p matching positions (two full copies); drop lags that cannot.
+    r[r < 0.8 * lags] = -np.inf
+    valid = np.isfinite(r)
+    if not valid.any():
+        return np.empty(0, np.int64)
+    kk = min(k, int(valid.sum()))
+    by_count = np.argpartition(-r, kk - 1)[:kk]
+    frac = np.where(valid, r / np.maximum(n - lags, 1), -np.inf)
+    by_frac = np.argpartition(-frac, kk - 1)[:kk]
+    cands = np.union1d(by_count, by_frac)
+    cands = cands[valid[cands]]
+    best = int(cands[np.argmax(r[cands])])
+    divs = [best // d for d in range(2, 17) if best % d == 0 and best // d >= 2]
+    return np.union1d(cands, np.asarray(divs, np.int64)).astype(np.int64)
+
+
+@dataclass
+class LagScore:
+    p: int
+    coverage: int  # allocator events covered by balanced runs
+    run_starts: np.ndarray  # balanced runs [a, b) of tok[i] == tok[i+p]
+    run_ends: np.ndarray
+
+
+def score_lag(tok: np.ndarray, net_cum: np.ndarray, alloc_cum: np.ndarray, p: int) -> LagScore:
+    """Coverage of the sequence by balanced runs at lag ``p`` (see module doc). O(n)."""
+    n = len(tok)
+    if p < 1 or 2 * p > n:
+        e = np.empty(0, np.int64)
+        return LagScore(p, 0, e, e)
+    eq = tok[:-p] == tok[p:]
+    d = np.diff(np.concatenate(([0], eq.view(np.int8), [0])).astype(np.int8))
+    starts = np.flatnonzero(d == 1)
+    ends = np.flatnonzero(d == -1)
+    keep = (ends - starts) >= p
+    starts, ends = starts[keep], ends[keep]
+    if len(starts):
+        net = net_cum[starts + p] - net_cum[starts]
+        gross = alloc_cum[starts + p] - alloc_cum[starts]
+        bal = np.abs(net) <= BALANCE_TOL * np.maximum(gross, 1)
+        starts, ends = starts[bal], ends[bal]
+    if not len(starts):
+        return LagScore(p, 0, starts, ends)
+    cov_end = ends + p
+    prev = np.concatenate(([0], np.maximum.accumulate(cov_end)[:-1]))
+    covered = np.maximum(0, cov_end - np.maximum(starts, prev)).sum()
+    return LagScore(p, int(covered), starts, ends)
+
+
+@dataclass
+class Detection:
+    """What the learned detection found (allocator-event positions, 0-based)."""
+
+    period: int | None  # None: no repetition found
+    coverage: float = 0.0  # share of allocator events covered by balanced runs
+    phase: int = 0  # start of the reference iteration R in the event sequence
+    scores: dict[int, float] = field(default_factory=dict)  # lag -> coverage share
+    boundaries: np.ndarray | None = None  # sorted segment boundaries (incl. 0 and n)
+    is_iteration: np.ndarray | None = None  # per segment
+    notes: list[str] = field(default_factory=list)
+
+    def coverage_of(self, p: int) -> float:
+        return self.scores.get(p, 0.0)
+
+
+def detect_period(
+    tok: np.ndarray,
+    kind: np.ndarray,
+    size: np.ndarray,
+    ev_tick: np.ndarray,
+    rh: RollingHash,
+    extra_lags: tuple[int, ...] = (),
+) -> Detection:
+    """Learn the period and the iteration segments of an allocator-event token string.
+
+    ``kind`` (0 alloc / 1 free), ``size`` (bytes) and ``ev_tick`` (trace tick) are per
+    event; ``extra_lags`` are scored too (e.g. the marker spacing, to check it).
+    """
+    n = len(tok)
+    is_alloc = kind == 0
+    delta = np.where(is_alloc, size, -size).astype(np.int64)
+    net_cum = np.concatenate(([0], np.cumsum(delta)))
+    alloc_cum = np.concatenate(([0], np.cumsum(np.where(is_alloc, size, 0))))
+    n_tokens = int(tok.max()) + 1 if n else 0
+    cands = candidate_lags(tok, n_tokens)
+    extra = [int(x) for x in extra_lags if 2 <= int(x) <= n // 2]
+    cands = np.union1d(cands, np.asarray(extra, np.int64)).astype(np.int64)
+    scored = {int(p): score_lag(tok, net_cum, alloc_cum, int(p)) for p in cands}
+    det = Detection(None, scores={p: s.coverage / n for p, s in scored.items()})
+    if not scored:
+        det.notes.append(f"{n:,} allocator events: too few to hold two copies of a period")
+        return det
+    best = max(s.coverage for s in scored.values())
+    if best < MIN_COVERAGE * n:
+        det.notes.append(
+            f"no repeating, balanced allocator-event string covers >= {MIN_COVERAGE:.0%} of "
+            f"the {n:,} events (best {best / n:.1%})"
+        )
+        return det
+    ok = sorted(p for p, s in scored.items() if s.coverage >= best - COVERAGE_TOL * n)
+    p = ok[0]
+    sc = scored[p]
+    det.period, det.coverage = p, sc.coverage / n
+    # Phase: in the longest balanced run, the tick-boundary position with the fewest live
+    # bytes (between one iteration's optimizer step and the next forward pass).
+    i = int(np.argmax(sc.run_ends - sc.run_starts))
+    a = int(sc.run_starts[i])
+    win = np.arange(a, a + p)
+    tick_edge = np.ones(len(win), bool)
+    tick_edge[win > 0] = ev_tick[win[win > 0]] != ev_tick[win[win > 0] - 1]
+    live = net_cum[win].astype(np.float64)
+    live[~tick_edge] = np.inf
+    phase = int(win[np.argmin(live)]) if tick_edge.any() else a
+    det.phase = phase
+    det.boundaries, det.is_iteration = _segment(tok, kind, rh, phase, p)
+    return det
+
+
+def _unique_len(rr_hash: RollingHash, p: int, at_end: bool) -> int:
+    """Shortest signature length m (8, 16, ... <= p) that occurs once per period in R·R."""
+    m = min(8, p)
+    while True:
+        h = rr_hash.all_windows(m)  # windows of R·R, starts 0..2p-m
+        starts = np.arange(len(h))
+        ref = p - m if at_end else 0
+        same = (h == h[ref]) & ((starts - ref) % p != 0)
+        if not same.any() or m >= p:
+            return m
+        m = min(2 * m, p)
+
+
+def _segment(tok, kind, rh: RollingHash, phase: int, p: int):
+    n = len(tok)
+    R = tok[phase:phase + p]
+    rr = rh.of(np.concatenate([R, R]))
+    m_s = _unique_len(rr, p, at_end=False)
+    m_e = _unique_len(rr, p, at_end=True)
+    starts = find_occurrences(tok, rh, R[:m_s])
+    ends = find_occurrences(tok, rh, R[p - m_e:]) + m_e
+    b = np.unique(np.concatenate(([0, n], starts, ends, [phase]))).astype(np.int64)
+    seg_len = np.diff(b)
+    n_seg = len(seg_len)
+    # Bag recall of R in each segment.
+    seg_id = np.repeat(np.arange(n_seg), seg_len)
+    n_tok = int(tok.max()) + 1
+    r_count = np.bincount(R, minlength=n_tok)
+    key = seg_id * n_tok + tok
+    uk, cnt = np.unique(key, return_counts=True)
+    common = np.minimum(cnt, r_count[uk % n_tok])
+    recall = np.bincount(uk // n_tok, weights=common, minlength=n_seg) / p
+    is_it = (recall >= RECALL_MIN) & (seg_len <= 3 * p)
+    # R's kinds position by position (sizes may differ: a different last batch; a last
+    # iteration cut short of R's trailing frees).
+    near = np.flatnonzero(~is_it & (2 * seg_len >= p) & (2 * seg_len <= 3 * p))
+    if len(near):
+        rk = kind[phase:phase + p]
+        ar = np.arange(p)
+        step = max(1, 1_000_000 // p)
+        for c0 in range(0, len(near), step):
+            s = near[c0:c0 + step]
+            L = seg_len[s][:, None]
+            inside = ar < L
+            k = kind[np.minimum(b[s][:, None] + ar, n - 1)]
+            agree = ((k == rk) & inside).sum(axis=1) / np.maximum(seg_len[s], p)
+            is_it[s] = agree >= KIND_AGREE_MIN
+    return b, is_it

@@ -1,0 +1,144 @@
+"""A synthetic training trace with known structure, for tests and benchmarks.
+
+It follows what a framework's allocator sees for an MLP-like network trained with Adam:
+weights allocated once; per iteration ``zero_grad`` (frees last iteration's gradients),
+the input batch, per layer a forward op (output activation kept for backward, a cuDNN-like
+workspace freed in the same tick, a temporary freed one tick later), a loss, per layer a
+backward op (input-gradient, weight-gradient; the activation is freed), per layer an Adam
+update. Ground-truth ACCESS rows, when asked for, name what each op reads and writes.
+Everything is a parameter so tests can inject noise (a warm-up iteration that allocates
+the Adam state, an eval pass, a different last batch, markers placed anywhere).
+"""
+from __future__ import annotations
+
+from ..trace._model import AccessMode, Trace, TraceBuilder
+
+__all__ = ["training_trace"]
+
+_R, _W, _RW = AccessMode.READ, AccessMode.WRITE, AccessMode.READ_WRITE
+
+
+def training_trace(
+    *,
+    layers: int = 4,
+    iters: int = 4,
+    batch: int = 8,
+    width: int = 1024,
+    accesses: bool = True,
+    markers: bool = False,
+    marker_iters: "set[int] | None" = None,
+    warmup_adam: bool = False,
+    eval_after: "set[int] | None" = None,
+    last_batch: int | None = None,
+    tick_ns: float = 1000.0,
+    name: str = "synthetic",
+) -> Trace:
+    """Build the trace. Sizes in bytes (fp32). ``marker_iters``: iterations that get a MARK
+    (default: all when ``markers``). ``eval_after``: iterations followed by a forward-only
+    eval pass. ``last_batch``: batch of the last iteration. ``tick_ns``: device ns per tick.
+    """
+    tb = TraceBuilder(source="synthetic", name=name, batch=batch)
+    # layer l maps width_l -> width_{l+1}; widths vary so layers are distinguishable.
+    widths = [width * (1 + (l % 3)) for l in range(layers + 1)]
+
+    def tick():
+        tb.next_tick(tick_ns)
+
+    def acc(block, mode=_R):
+        if accesses:
+            tb.access(block, mode)
+
+    weights = []
+    wsize = [4 * widths[l] * widths[l + 1] for l in range(layers)]
+    for l in range(layers):
+        w = tb.alloc(wsize[l])
+        acc(w, _W)
+        weights.append(w)
+        tick()
+    adam: list[tuple[int, int]] = []
+    if not warmup_adam:
+        for l in range(layers):
+            m, v = tb.alloc(wsize[l]), tb.alloc(wsize[l])
+            acc(m, _W)
+            acc(v, _W)
+            adam.append((m, v))
+        tick()
+    grads: list[int] = []
+    for it in range(iters):
+        b = last_batch if (last_batch is not None and it == iters - 1) else batch
+        if markers and (marker_iters is None or it in marker_iters):
+            tb.mark()
+        # zero_grad(set_to_none=True)
+        for g in grads:
+            tb.free(g)
+        grads = []
+        tick()
+        x = tb.alloc(4 * b * widths[0])
+        acc(x, _W)
+        tick()
+        acts = [x]
+        for l in range(layers):
+            out = tb.alloc(4 * b * widths[l + 1])
+            ws = tb.alloc(1 << 20)
+            tmp = tb.alloc(4 * b * widths[l + 1])
+            acc(acts[-1])
+            acc(weights[l])
+            acc(ws, _RW)
+            acc(tmp, _W)
+            acc(out, _W)
+            tb.free(ws)
+            tick()
+            acc(tmp)
+            tb.free(tmp)
+            tick()
+            acts.append(out)
+        loss = tb.alloc(512)
+        acc(acts[-1])
+        acc(loss, _W)
+        tick()
+        gout = tb.alloc(4 * b * widths[layers])
+        acc(loss)
+        acc(gout, _W)
+        tb.free(loss)
+        tick()
+        for l in reversed(range(layers)):
+            gin = tb.alloc(4 * b * widths[l])
+            gw = tb.alloc(wsize[l])
+            acc(gout)
+            acc(acts[l])
+            acc(weights[l])
+            acc(gin, _W)
+            acc(gw, _W)
+            tb.free(gout)
+            tb.free(acts[l + 1])
+            grads.append(gw)
+            gout = gin
+            tick()
+        tb.free(gout)
+        tb.free(acts[0])
+        tick()
+        for l in range(layers):
+            if warmup_adam and len(adam) <= l:
+                m, v = tb.alloc(wsize[l]), tb.alloc(wsize[l])
+                adam.append((m, v))
+            m, v = adam[l]
+            acc(weights[l], _RW)
+            acc(grads[layers - 1 - l])
+            acc(m, _RW)
+            acc(v, _RW)
+            tick()
+        if eval_after and it in eval_after:
+            h = tb.alloc(4 * batch * widths[0])
+            acc(h, _W)
+            tick()
+            for l in range(layers):
+                out = tb.alloc(4 * batch * widths[l + 1])
+                acc(h)
+                acc(weights[l])
+                acc(out, _W)
+                tb.free(h)
+                h = out
+                tick()
+            tb.free(h)
+            tick()
+    return tb.build()
