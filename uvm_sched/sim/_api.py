@@ -63,7 +63,9 @@ def simulate(trace, policy: "str | Plan", hw: Any = "h200-pcie5", budget: Any = 
     bound on any schedule, see ``_bound``), ``"uvm-sched"`` (plans with
     ``uvm_sched.planner.plan(trace, budget, hw, mode=opts.get("mode", "oblivious"))``), or
     a ``Plan``. Options: ``pool`` (bool, default True: frees keep memory resident for
-    reuse, see ``_engine``), ``mode`` (for ``uvm-sched``), ``plan_opts`` (dict, extra
+    reuse, see ``_engine``), ``zero_fill_faults`` (bool, default True: the first touch of
+    fresh managed memory is a fault (latency, no bytes) as on real drivers; False treats it
+    as free, as the G10 artifact's model does), ``mode`` (for ``uvm-sched``), ``plan_opts`` (dict, extra
     keyword arguments for the planner).
 
     Raises ``BudgetError`` when the budget is below one tick's working set. Times in s,
@@ -72,6 +74,7 @@ def simulate(trace, policy: "str | Plan", hw: Any = "h200-pcie5", budget: Any = 
     hw = load_profile(hw)
     cache = opts.pop("_cache", None)
     pool = bool(opts.pop("pool", True))
+    zero_fill = bool(opts.pop("zero_fill_faults", True))
     prep = _prepared(trace, hw, cache)
     B = resolve_budget(budget, trace.peak_bytes, default_bytes=hw.device_capacity_bytes)
     ws, we = prep.window
@@ -108,7 +111,7 @@ def simulate(trace, policy: "str | Plan", hw: Any = "h200-pcie5", budget: Any = 
         sched = SwapActivations(prep)
     else:  # pragma: no cover - guarded above
         raise ValueError(policy)
-    return _run(prep, hw, B, sched, name, pool)
+    return _run(prep, hw, B, sched, name, pool, zero_fill)
 
 
 def _ideal(prep, hw, B, compute) -> SimResult:
@@ -145,8 +148,8 @@ def _bound_result(prep, hw, B, compute, T, tick, excess) -> SimResult:
                       "must_cross_bytes": int(excess)})
 
 
-def _run(prep, hw, B, sched: Schedule, name: str, pool: bool) -> SimResult:
-    eng = Engine(prep, hw, B, pool=pool)
+def _run(prep, hw, B, sched: Schedule, name: str, pool: bool, zero_fill: bool) -> SimResult:
+    eng = Engine(prep, hw, B, pool=pool, zero_fill_faults=zero_fill)
     ws, we = prep.window
     rows = []
     t_start = 0.0
@@ -189,6 +192,8 @@ def _run(prep, hw, B, sched: Schedule, name: str, pool: bool) -> SimResult:
     transfers = [(s0 - t_start, e0 - t_start, d, b, blk, c) for s0, e0, d, b, blk, c in eng.transfers]
     tl, tr = _frames(rows, transfers)
     counters = {"window_start": ws, "window_stop": we, "claimed_end": eng.claimed,
+                "pending_end": sum(b for _, b in eng.pending),
+                "resident_end": int(eng.rb.sum()),
                 "pool": pool, **{f"ledger_{k}": v for k, v in eng.led.items()}}
     return SimResult(name, hw.name, B, float(T), compute, float(T - compute),
                      {"fault": float(sf), "eviction": float(se), "link": float(sl)},

@@ -53,7 +53,8 @@ class Engine:
     tuples (``block`` dense; ``lo``/``hi`` byte range) issued at tick ``t``."""
 
     def __init__(self, prep: Prepared, hw, budget: int, *, pool: bool = True,
-                 record_from: int = 0):
+                 zero_fill_faults: bool = True, record_from: int = 0):
+        self.zero_fill_faults = zero_fill_faults
         self.p = prep
         self.hw = hw
         self.B = int(budget)
@@ -479,7 +480,10 @@ class Engine:
             self._claim(need)
             xb = np.minimum(grow, self.oh[fc])
             xbytes = int(xb.sum())
-            batches = int((-(-grow // hw.fault_batch_bytes)).sum())
+            if self.zero_fill_faults:
+                batches = int((-(-grow // hw.fault_batch_bytes)).sum())
+            else:  # populating fresh pages is free: only migrations are serviced as faults
+                batches = int((-(-xb // hw.fault_batch_bytes)).sum())
             lat = batches * hw.fault_batch_latency_s
             if xbytes:
                 s0 = max(now, self.h2d_free)
