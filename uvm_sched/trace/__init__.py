@@ -1,27 +1,158 @@
-"""Traces: the event data model, files, importers/exporters and the workload recorder."""
+"""Traces: the event data model, files, importers/exporters and the workload recorder.
+
+``load(path, **options)`` opens, by content (never by name):
+
+* a uvm_sched Parquet trace (``Trace.save``);
+* a PyTorch memory snapshot pickle (``torch.cuda.memory._dump_snapshot``), option
+  ``device=0`` (CUDA device index);
+* a Kineto / Chrome trace JSON, plain or gzip (``torch.profiler`` with
+  ``profile_memory=True``), option ``device="cuda"`` (or ``"cuda:N"``, ``"cpu"``);
+* a kernel-level workload folder (``kernels.csv`` + ``tensors.csv``, the G10 artifact's
+  format), option ``iterations=2``;
+* a ``.npy`` drain of the native allocator's events (``numpy.save(path,
+  uvm_sched.drain_events())``).
+
+Exporters: ``export_torch_snapshot(trace, path)`` (for ``torch.cuda._memory_viz`` /
+pytorch.org/memory_viz) and ``export_perfetto(trace, path)`` (block lifetimes for
+ui.perfetto.dev). ``record`` and ``zoo`` (the workload recorder) load lazily.
+"""
 from __future__ import annotations
 
+import importlib
+import importlib.util
 from pathlib import Path
+from typing import Any
 
+from ._export import export_perfetto, export_torch_snapshot
 from ._model import COLUMNS, AccessMode, EventKind, Trace, TraceBuilder, TraceError
 
-__all__ = ["Trace", "TraceBuilder", "TraceError", "EventKind", "AccessMode", "COLUMNS", "load"]
+# name -> module providing it, imported on first use (the recorder needs torch, and its
+# code may be absent from a partial checkout: importing uvm_sched.trace must not fail).
+_LAZY = {"record": "uvm_sched.trace._recorder", "zoo": "uvm_sched.trace.zoo"}
 
 
-def load(path) -> Trace:
-    """Open a trace file, recognising its format by content (not by name).
+def _available(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
 
-    Formats: a uvm_sched Parquet trace; more are added by the importers.
-    Raises ``TraceError`` for a file that is truncated, corrupt or of no known format.
+
+__all__ = [
+    "Trace", "TraceBuilder", "TraceError", "EventKind", "AccessMode", "COLUMNS",
+    "load", "export_torch_snapshot", "export_perfetto",
+] + [name for name, mod in _LAZY.items() if _available(mod)]
+
+
+def __getattr__(name: str) -> Any:
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'uvm_sched.trace' has no attribute {name!r}")
+    try:
+        m = importlib.import_module(mod)
+    except ModuleNotFoundError as e:
+        if e.name != mod:  # the module exists but something it imports is missing: say so
+            raise
+        raise AttributeError(
+            f"uvm_sched.trace.{name} is unavailable: its module {mod} is not installed"
+        ) from None
+    value = m if name == "zoo" else getattr(m, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+_OPTIONS = {
+    "parquet": set(),
+    "snapshot": {"device"},
+    "kineto": {"device"},
+    "workload": {"iterations"},
+    "npy": set(),
+}
+
+
+def _check_options(fmt: str, p: Path, options: dict) -> None:
+    extra = sorted(set(options) - _OPTIONS[fmt])
+    if extra:
+        allowed = sorted(_OPTIONS[fmt]) or "none"
+        raise TypeError(f"{p}: option(s) {extra} do not apply to a {fmt} trace (options: {allowed})")
+
+
+def load(path, **options: Any) -> Trace:
+    """Open a trace file or workload folder, recognising its format by content.
+
+    Formats and their options are listed in the module docstring. Raises
+    ``FileNotFoundError`` for a missing path, ``TraceError`` for a file that is truncated,
+    corrupt, inconsistent or of no known format (nothing is half-loaded), ``TypeError`` for
+    an option the format does not take.
     """
-    from ._parquet import is_parquet, load_parquet
-
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"no such trace file or folder: {p}")
-    if p.is_file():
-        with open(p, "rb") as f:
-            head = f.read(16)
-        if is_parquet(head):
-            return load_parquet(p)
-    raise TraceError(f"{p}: not a trace format uvm_sched knows")
+    if p.is_dir():
+        from ._kernels_csv import is_workload_folder, load_kernels_csv
+
+        if not is_workload_folder(p):
+            listing = sorted(x.name for x in p.iterdir())[:10]
+            raise TraceError(
+                f"{p}: a folder, but not a workload folder (expected kernels.csv and "
+                f"tensors.csv; it holds {listing})"
+            )
+        _check_options("workload", p, options)
+        return load_kernels_csv(p, **options)
+    data = p.read_bytes()
+    head = data[:16]
+    from ._kineto import is_gzip, load_kineto, looks_like_json
+    from ._parquet import is_parquet, load_parquet
+    from ._snapshot import is_pickle, load_snapshot
+
+    if is_parquet(head):
+        _check_options("parquet", p, options)
+        return load_parquet(p)
+    if is_pickle(head):
+        _check_options("snapshot", p, options)
+        return load_snapshot(p, data, **options)
+    if is_gzip(head) or looks_like_json(head):
+        _check_options("kineto", p, options)
+        return load_kineto(p, data, **options)
+    if head.startswith(b"\x93NUMPY"):
+        _check_options("npy", p, options)
+        return _load_npy(p)
+    if not data:
+        raise TraceError(f"{p}: empty file")
+    hint = " (a zip archive: a torch.save file?)" if head.startswith(b"PK") else ""
+    raise TraceError(
+        f"{p}: not a trace format uvm_sched knows{hint}; expected Parquet, a PyTorch memory "
+        "snapshot pickle, a Kineto/Chrome trace JSON (optionally .gz), a native event drain "
+        "(.npy) or a workload folder"
+    )
+
+
+def _load_npy(p: Path) -> Trace:
+    """A numpy ``.npy`` of native allocator events (``drain_events()``)."""
+    import numpy as np
+
+    try:
+        events = np.load(p, allow_pickle=False)
+    except Exception as e:  # noqa: BLE001 -- numpy raises several types on corrupt headers
+        raise TraceError(f"{p}: not a readable .npy file ({type(e).__name__}: {e})") from None
+    if events.dtype.names is None:
+        raise TraceError(f"{p}: a .npy of {events.dtype}, not a structured array of native events")
+    try:
+        from ._native import trace_from_events
+    except ModuleNotFoundError as e:
+        if e.name != "uvm_sched.trace._native":
+            raise
+        raise TraceError(
+            f"{p}: a native event drain, but uvm_sched.trace._native (its converter) is not "
+            "installed"
+        ) from None
+    try:
+        return trace_from_events(events)
+    except TraceError:
+        raise
+    except (ValueError, KeyError, TypeError, IndexError) as e:
+        raise TraceError(f"{p}: not a native event drain ({type(e).__name__}: {e})") from None

@@ -1,0 +1,221 @@
+"""Import a Kineto / Chrome trace JSON (``torch.profiler`` ``export_chrome_trace``, plain or
+gzip) recorded with ``profile_memory=True``.
+
+Mapping to a Trace (one tick per allocator event of the chosen device):
+
+* ``[memory]`` instant events: ``args["Bytes"] > 0`` allocates ``args["Addr"]``, ``< 0``
+  frees it (``0`` is skipped); ``Device Type`` 1 = CUDA, 0 = CPU; ``Device Id``. Events
+  are taken in time order (stable). A free of an address the profile never allocated was
+  allocated before profiling began: it is allocated at tick 0 (see
+  ``_snapshot.replay_addresses``).
+* ``ProfilerStep#N`` spans: a MARK at the first allocator event at or after the span's
+  start (the profiler names one span per ``prof.step()``).
+* GPU kernels (``cat`` "kernel"): each kernel's duration is added to the tick in which it
+  was *launched* (the CPU-side launch event with the same ``correlation``; the kernel's own
+  start when no launch event is found), since allocator events and launches share the CPU
+  clock. With kernels present, a tick without one has device time 0; without kernels,
+  device time is unknown (NaN).
+* ``t_ns`` relative to the first allocator event (origin in ``meta["t0_us"]``).
+
+The CPU allocator's events carry device column 0 (the snapshot convention); ``meta["device"]``
+says "cpu" or "cuda:N".
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ._model import TraceError
+from ._snapshot import gc_paused, replay_addresses
+
+__all__ = ["is_gzip", "looks_like_json", "load_kineto", "trace_from_chrome"]
+
+_CUDA, _CPU = 1, 0
+_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+
+
+def is_gzip(head: bytes) -> bool:
+    return head.startswith(b"\x1f\x8b")
+
+
+def looks_like_json(head: bytes) -> bool:
+    s = head.lstrip(b" \t\r\n\xef\xbb\xbf")
+    return s[:1] in (b"{", b"[")
+
+
+def _parse_device(device: Any) -> tuple[int, int | None, str]:
+    """(Kineto device type, device id or None = any, canonical name)."""
+    if not isinstance(device, str):
+        raise ValueError(f'device must be "cuda", "cuda:N" or "cpu", got {device!r}')
+    d = device.strip().lower()
+    if d == "cpu":
+        return _CPU, None, "cpu"
+    if d == "cuda":
+        return _CUDA, None, "cuda"
+    m = re.fullmatch(r"cuda:(\d+)", d)
+    if m:
+        return _CUDA, int(m.group(1)), d
+    raise ValueError(f'device must be "cuda", "cuda:N" or "cpu", got {device!r}')
+
+
+def decode_json(data: bytes, where: str) -> Any:
+    """Parse (gunzipping first when gzip) JSON bytes; TraceError when truncated/corrupt."""
+    if is_gzip(data):
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as e:
+            raise TraceError(f"{where}: corrupt or truncated gzip ({e})") from None
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise TraceError(f"{where}: JSON nests too deeply to be a trace") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise TraceError(f"{where}: not valid JSON, truncated or corrupt? ({e})") from None
+
+
+def _num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v) < 9e15
+
+
+def trace_from_chrome(doc: Any, *, device: str = "cuda", where: str = "trace",
+                      name: str | None = None) -> Any:
+    """Convert a parsed Chrome trace (dict with ``traceEvents`` or a list of events)."""
+    dtype, dev_id, dev_name = _parse_device(device)
+    if isinstance(doc, dict) and isinstance(doc.get("traceEvents"), list):
+        events = doc["traceEvents"]
+    elif isinstance(doc, list):
+        events = doc
+    else:
+        raise TraceError(
+            f"{where}: JSON, but not a Chrome/Kineto trace (expected a 'traceEvents' list or a "
+            "list of events)"
+        )
+    mem: list[tuple[float, int, int, int, int]] = []  # (ts, seq, addr, bytes, device id)
+    other_types: dict[int, int] = {}  # device type -> events
+    other_ids: set[int] = set()  # CUDA device ids other than the one asked for
+    steps: list[float] = []
+    kernels: list[tuple[float, float, Any]] = []  # (ts, dur, correlation)
+    launches: dict[Any, float] = {}
+    for i, e in enumerate(events):
+        if not isinstance(e, dict):
+            raise TraceError(f"{where}: traceEvents[{i}] is a {type(e).__name__}, expected an object")
+        nm = e.get("name")
+        if nm == "[memory]":
+            a = e.get("args")
+            if not isinstance(a, dict):
+                raise TraceError(f"{where}: traceEvents[{i}] ([memory]) has no args")
+            ty, did, addr, nb, ts = (a.get("Device Type"), a.get("Device Id"), a.get("Addr"),
+                                     a.get("Bytes"), e.get("ts"))
+            if not all(isinstance(x, int) and not isinstance(x, bool) for x in (ty, did, addr, nb)) \
+                    or not _num(ts):
+                raise TraceError(
+                    f"{where}: traceEvents[{i}] ([memory]) lacks an integer Device Type/Device "
+                    f"Id/Addr/Bytes or a numeric ts: {json.dumps(e)[:200]}"
+                )
+            if not (abs(nb) < 2**62 and 0 <= addr < 2**64):
+                raise TraceError(f"{where}: traceEvents[{i}] ([memory]) Bytes/Addr out of range")
+            if ty != dtype:
+                other_types[ty] = other_types.get(ty, 0) + 1
+            elif dev_id is not None and did != dev_id:
+                other_ids.add(did)
+            elif nb != 0:
+                mem.append((float(ts), i, addr, nb, did))
+            continue
+        ph = e.get("ph")
+        if ph != "X":
+            continue
+        ts, dur = e.get("ts"), e.get("dur")
+        if isinstance(nm, str) and _STEP.match(nm):
+            if not _num(ts):
+                raise TraceError(f"{where}: traceEvents[{i}] ({nm}) has no numeric ts")
+            steps.append(float(ts))
+            continue
+        cat = e.get("cat")
+        args = e.get("args") if isinstance(e.get("args"), dict) else {}
+        corr = args.get("correlation")
+        if isinstance(cat, str) and cat.lower() == "kernel":
+            if not (_num(ts) and _num(dur) and dur >= 0):
+                raise TraceError(f"{where}: traceEvents[{i}] (kernel {nm!r}) has no numeric ts/dur")
+            kernels.append((float(ts), float(dur), corr))
+        elif isinstance(cat, str) and cat.lower() in ("cuda_runtime", "cuda_driver", "runtime") \
+                and corr is not None and _num(ts):
+            launches.setdefault(corr, float(ts))
+
+    if not mem:
+        wanted = "CUDA" if dtype == _CUDA else "CPU"
+        if dtype == _CUDA and other_types.get(_CPU):
+            raise TraceError(
+                f"{where}: no CUDA memory events, but {other_types[_CPU]:,} CPU ones; pass "
+                'device="cpu" to import the CPU allocator\'s events'
+            )
+        if dtype == _CPU and other_types.get(_CUDA):
+            raise TraceError(
+                f"{where}: no CPU memory events, but {other_types[_CUDA]:,} CUDA ones; pass "
+                'device="cuda"'
+            )
+        if other_ids:
+            raise TraceError(
+                f"{where}: no memory events on {device!r}; the trace has CUDA devices "
+                f"{sorted(other_ids)}"
+            )
+        if other_types:
+            raise TraceError(
+                f"{where}: no {wanted} memory events for device {device!r} (other memory events "
+                f"by device type: {other_types})"
+            )
+        raise TraceError(
+            f"{where}: no [memory] events; record with torch.profiler.profile(profile_memory=True)"
+        )
+    ids = sorted({m[4] for m in mem})
+    if dtype == _CUDA and dev_id is None and len(ids) > 1:
+        raise TraceError(
+            f"{where}: memory events of several CUDA devices {ids}; pass device=\"cuda:N\""
+        )
+    mem.sort(key=lambda m: (m[0], m[1]))
+    ts_arr = np.array([m[0] for m in mem])
+    t0 = ts_arr[0]
+    t_ns = np.rint((ts_arr - t0) * 1000).astype(np.int64)
+    ops = [1 if m[3] > 0 else -1 for m in mem]
+    addrs = [m[2] for m in mem]
+    sizes = [abs(m[3]) for m in mem]
+    n = len(mem)
+    # MARK at the first allocator event at or after each step's start.
+    marks = np.searchsorted(ts_arr, np.array(sorted(steps)), side="left") if steps else []
+    tick_ns = None
+    if kernels:
+        tick_ns = np.zeros(n)
+        key = np.array([launches.get(c, ts) if c is not None else ts for ts, _, c in kernels])
+        idx = np.clip(np.searchsorted(ts_arr, key, side="right") - 1, 0, n - 1)
+        np.add.at(tick_ns, idx, np.array([d for _, d, _ in kernels]) * 1000.0)
+    meta = {
+        "source": "kineto",
+        "name": name or "kineto",
+        "device": "cpu" if dtype == _CPU else f"cuda:{ids[0]}",
+        "units": {"t_ns": "ns", "size": "bytes", "tick": "allocator event"},
+        "t0_us": float(t0),
+        "profiler_steps": len(steps),
+        "kernels": len(kernels),
+    }
+    return replay_addresses(
+        ops, addrs, sizes, t_ns, [0] * n,
+        device=0 if dtype == _CPU else ids[0], where=where,
+        describe=lambda j: f"traceEvents[{mem[j][1]}] ([memory] at ts {mem[j][0]})",
+        marks_before_event=list(np.asarray(marks).tolist()), tick_ns=tick_ns, meta=meta,
+    )
+
+
+def load_kineto(path, data: bytes | None = None, *, device: str = "cuda"):
+    """Read a Chrome/Kineto trace JSON (optionally gzip) at ``path``; see module docstring."""
+    p = Path(path)
+    if data is None:
+        data = p.read_bytes()
+    with gc_paused():
+        doc = decode_json(data, str(p))
+        stem = p.name.split(".")[0] or p.name
+        return trace_from_chrome(doc, device=device, where=str(p), name=stem)

@@ -1,0 +1,382 @@
+"""Import a PyTorch CUDA memory snapshot (``torch.cuda.memory._dump_snapshot``).
+
+The snapshot is a pickled dict of plain data: ``segments`` (the allocator's state when the
+snapshot was taken, blocks with ``state``/``size``/``requested_size``) and
+``device_traces`` (one list per device of entries with ``action`` in alloc /
+free_requested / free_completed / segment_alloc / segment_free / oom / snapshot, ``addr``,
+``size``, ``stream``, ``time_us``, optional ``frames``).
+
+Mapping to a Trace (one tick per allocator event):
+
+* ``alloc`` -> ALLOC of a fresh block id (addresses are reused by the allocator; block ids
+  never are). ``free_completed`` -> FREE; ``free_requested`` is the free only when the
+  device's trace has no ``free_completed`` at all (the caching allocator records both; a
+  hand-made trace may record one). Segment, oom and snapshot entries are not allocator
+  events of a tensor and are skipped.
+* Blocks alive when recording started -- a free of an address the trace never allocated,
+  or an ``active_*`` block of ``segments`` that no alloc of the trace explains -- are
+  allocated at tick 0, before the recorded events (which then start at tick 1).
+* ``t_ns`` = ``time_us`` * 1000 relative to the first event (origin in ``meta["t0_us"]``);
+  a clock that steps backwards is clamped so time never decreases.
+
+The pickle is read with an unpickler that resolves no globals except plain builtin
+containers, so a hostile file cannot run code.
+"""
+from __future__ import annotations
+
+import contextlib
+import gc
+import io
+import pickle
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from ._model import COLUMNS, EventKind, Trace, TraceError
+
+__all__ = ["is_pickle", "load_snapshot", "replay_addresses", "read_snapshot_dict", "trace_from_snapshot",
+           "gc_paused"]
+
+# Globals a memory snapshot may reference (protocol 2 spells sets/bytearrays this way).
+_SAFE_GLOBALS = {
+    ("builtins", "set"),
+    ("builtins", "frozenset"),
+    ("builtins", "bytearray"),
+    ("builtins", "list"),
+    ("builtins", "dict"),
+    ("builtins", "tuple"),
+    ("__builtin__", "set"),
+    ("__builtin__", "frozenset"),
+    ("__builtin__", "bytearray"),
+    ("collections", "OrderedDict"),
+}
+
+
+class _SafeUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str):
+        if (module, name) in _SAFE_GLOBALS:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(
+            f"the pickle refers to {module}.{name}, which a memory snapshot never contains; "
+            "refusing to load it (unpickling it could run code)"
+        )
+
+    def persistent_load(self, pid):
+        raise pickle.UnpicklingError("the pickle uses persistent ids (a torch.save file?)")
+
+
+@contextlib.contextmanager
+def gc_paused():
+    """Pause the cyclic garbage collector while millions of small containers are made
+    (unpickling, JSON): the data holds no cycles, and the collector's passes over the
+    growing heap would otherwise cost several times the work itself."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def is_pickle(head: bytes) -> bool:
+    """True for the header of a pickle of protocol 2 or newer (what torch writes)."""
+    return len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5
+
+
+def read_snapshot_dict(data: bytes, where: str) -> dict:
+    """Unpickle ``data`` safely; TraceError for anything but a complete pickle."""
+    try:
+        with gc_paused():
+            obj = _SafeUnpickler(io.BytesIO(data)).load()
+    except RecursionError:
+        raise TraceError(f"{where}: pickle nests too deeply to be a memory snapshot") from None
+    except MemoryError:
+        raise TraceError(f"{where}: corrupt pickle (asks for more memory than exists)") from None
+    except Exception as e:  # noqa: BLE001 -- a corrupt pickle can raise nearly anything
+        raise TraceError(
+            f"{where}: not a complete pickle ({type(e).__name__}: {e}); truncated or corrupt?"
+        ) from None
+    if isinstance(obj, list):
+        raise TraceError(
+            f"{where}: a list-of-segments snapshot (old format) without a trace; record with "
+            "torch.cuda.memory._record_memory_history() before torch.cuda.memory._dump_snapshot()"
+        )
+    if not isinstance(obj, dict) or "segments" not in obj:
+        keys = sorted(map(str, obj))[:8] if isinstance(obj, dict) else None
+        raise TraceError(
+            f"{where}: a pickle, but not a PyTorch memory snapshot (a {type(obj).__name__}"
+            + (f" with keys {keys}" if keys is not None else "")
+            + "; expected a dict with 'segments' and 'device_traces')"
+        )
+    if "device_traces" not in obj:
+        raise TraceError(
+            f"{where}: the memory snapshot has no 'device_traces' (allocator history was not "
+            "recorded); call torch.cuda.memory._record_memory_history() before "
+            "torch.cuda.memory._dump_snapshot()"
+        )
+    return obj
+
+
+def _int(v: Any, what: str, where: str) -> int:
+    # bool is an int subclass; an addr/size of True would be corruption, not data.
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TraceError(f"{where}: {what} is {v!r} ({type(v).__name__}), expected an integer")
+    return v
+
+
+def replay_addresses(
+    ops: Sequence[int],
+    addrs: Sequence[int],
+    sizes: Sequence[int],
+    t_ns: Sequence[int] | None,
+    streams: Sequence[int],
+    *,
+    device: int,
+    where: str,
+    describe=None,
+    live_at_end: Sequence[tuple[int, int, int]] = (),
+    marks_before_event: Sequence[int] = (),
+    tick_ns=None,
+    meta: dict | None = None,
+) -> Trace:
+    """Turn an address-level event stream into a Trace, one tick per event.
+
+    ``ops[i]`` is +1 (alloc) or -1 (free) of ``sizes[i]`` bytes at ``addrs[i]``. A free of
+    an address not live was allocated before recording: it is allocated at tick 0 (then
+    the events start at tick 1), as is each ``(addr, size, stream)`` of ``live_at_end`` that
+    the events leave unexplained. ``marks_before_event``: event indices an iteration starts
+    at. ``tick_ns``: device time per event (ns), shifted with the events. ``describe(i)``
+    names event ``i`` in errors. Raises TraceError for an alloc of a live address or a free
+    whose size differs from its alloc's.
+    """
+    n = len(ops)
+    describe = describe or (lambda i: f"event {i:,}")
+    live: dict[int, tuple[int, int]] = {}  # addr -> (block, size)
+    pre: list[tuple[int, int, int]] = []  # (block placeholder index, size, stream)
+    ev_block = np.empty(n, np.int64)
+    ev_size = np.asarray(sizes, np.int64) if n else np.zeros(0, np.int64)
+    next_block = 0
+    # Pass 1: mint block ids in event order; pre-existing blocks get ids after the fact
+    # (renumbered below so ids follow allocation order, tick-0 blocks first).
+    pre_marker = -1
+    seen: set[int] = set()  # addresses any earlier event named
+    for i in range(n):
+        a = addrs[i]
+        if ops[i] > 0:
+            seen.add(a)
+            if a in live:
+                raise TraceError(
+                    f"{where}: {describe(i)} allocates address {a:#x}, which is still live "
+                    f"({live[a][1]:,} bytes); the recording lost a free"
+                )
+            live[a] = (next_block, int(ev_size[i]))
+            ev_block[i] = next_block
+            next_block += 1
+        else:
+            got = live.pop(a, None)
+            if got is None:
+                if a in seen:
+                    raise TraceError(
+                        f"{where}: {describe(i)} frees address {a:#x}, which is not live "
+                        "(double free)"
+                    )
+                seen.add(a)
+                pre.append((i, int(ev_size[i]), int(streams[i])))
+                ev_block[i] = pre_marker
+                pre_marker -= 1
+            else:
+                if got[1] != ev_size[i]:
+                    raise TraceError(
+                        f"{where}: {describe(i)} frees {int(ev_size[i]):,} bytes at {a:#x}, "
+                        f"which was allocated with {got[1]:,} bytes"
+                    )
+                ev_block[i] = got[0]
+    still = []
+    for a, size, stream in live_at_end:
+        if a not in live:
+            still.append((size, stream))
+    n_pre = len(pre) + len(still)
+    # Renumber: tick-0 blocks 0..n_pre-1 (freed ones in order of their free, then the
+    # never-freed ones), then the recorded allocations.
+    ev_block = np.where(ev_block >= 0, ev_block + n_pre, -ev_block - 1)
+    shift = 1 if n_pre else 0
+    marks = sorted(set(int(m) for m in marks_before_event if 0 <= m < n))
+
+    rows = n_pre + n + len(marks)
+    out = {k: np.zeros(rows, COLUMNS[k]) for k in COLUMNS}
+    out["offset"][:] = -1
+    out["length"][:] = -1
+    out["device"][:] = device
+    if t_ns is None or n == 0:
+        tn = np.arange(n, dtype=np.int64)  # no clock: time counts events
+    else:
+        tn = np.maximum.accumulate(np.asarray(t_ns, np.int64))
+    t0 = int(tn[0]) if n else 0
+    # tick-0 rows
+    out["kind"][:n_pre] = EventKind.ALLOC
+    out["block"][:n_pre] = np.arange(n_pre)
+    out["size"][:n_pre] = [s for _, s, _ in pre] + [s for s, _ in still]
+    out["stream"][:n_pre] = [st for _, _, st in pre] + [st for _, st in still]
+    out["t_ns"][:n_pre] = t0
+    # event rows, with MARK rows inserted before their event
+    pos = n_pre + np.arange(n) + np.searchsorted(np.asarray(marks, np.int64), np.arange(n), side="right")
+    out["tick"][pos] = np.arange(n) + shift
+    out["t_ns"][pos] = tn
+    out["kind"][pos] = np.where(np.asarray(ops) > 0, EventKind.ALLOC, EventKind.FREE)
+    out["block"][pos] = ev_block
+    out["size"][pos] = ev_size
+    out["stream"][pos] = np.asarray(streams, np.int64) if n else 0
+    if marks:
+        mpos = n_pre + np.asarray(marks) + np.arange(len(marks))
+        out["tick"][mpos] = np.asarray(marks) + shift
+        out["t_ns"][mpos] = tn[marks]
+        out["kind"][mpos] = EventKind.MARK
+        out["block"][mpos] = -1
+        out["size"][mpos] = 0
+        out["stream"][mpos] = 0
+        out["device"][mpos] = device
+    n_ticks = n + shift
+    tns = np.full(n_ticks, np.nan)
+    if tick_ns is not None and n:
+        tns[shift:] = np.asarray(tick_ns, np.float64)
+    if shift and tick_ns is not None:
+        tns[0] = 0.0  # the tick-0 allocations are bookkeeping, no kernel runs there
+    m = dict(meta or {})
+    m.setdefault("preexisting_blocks", n_pre)
+    return Trace(out, tick_ns=tns, meta=m)
+
+
+_ALLOC, _FREE_REQ, _FREE_DONE = "alloc", "free_requested", "free_completed"
+_SKIPPED = {"segment_alloc", "segment_free", "segment_map", "segment_unmap", "oom", "snapshot"}
+
+
+def _segment_blocks(segments: Any, device: int, where: str) -> list[tuple[int, int, int]]:
+    """(addr, requested size, stream) of every active block of ``device`` in ``segments``."""
+    if not isinstance(segments, list):
+        raise TraceError(f"{where}: 'segments' is a {type(segments).__name__}, expected a list")
+    out = []
+    for si, seg in enumerate(segments):
+        w = f"{where}: segments[{si}]"
+        if not isinstance(seg, dict):
+            raise TraceError(f"{w} is a {type(seg).__name__}, expected a dict")
+        if seg.get("device", 0) != device:
+            continue
+        blocks = seg.get("blocks", [])
+        if not isinstance(blocks, list):
+            raise TraceError(f"{w}['blocks'] is not a list")
+        addr = _int(seg.get("address", 0), "address", w)
+        stream = seg.get("stream", 0)
+        stream = stream if isinstance(stream, int) and not isinstance(stream, bool) else 0
+        for bi, b in enumerate(blocks):
+            wb = f"{w}.blocks[{bi}]"
+            if not isinstance(b, dict):
+                raise TraceError(f"{wb} is a {type(b).__name__}, expected a dict")
+            size = _int(b.get("size"), "size", wb)
+            baddr = _int(b.get("address", addr), "address", wb)
+            state = b.get("state")
+            if isinstance(state, str) and state.startswith("active"):
+                req = b.get("requested_size", size)
+                req = _int(req, "requested_size", wb)
+                if req < 0:
+                    raise TraceError(f"{wb}: negative requested_size {req:,}")
+                out.append((baddr, req, stream))
+            addr = baddr + size
+    return out
+
+
+def trace_from_snapshot(
+    snap: dict, *, device: int = 0, where: str = "snapshot", name: str | None = None
+) -> Trace:
+    """Convert an unpickled snapshot dict (see the module docstring) to a Trace."""
+    traces = snap["device_traces"]
+    if not isinstance(traces, list):
+        raise TraceError(f"{where}: 'device_traces' is a {type(traces).__name__}, expected a list")
+    if isinstance(device, bool) or not isinstance(device, int) or device < 0:
+        raise ValueError(f"device must be a CUDA device index (int >= 0), got {device!r}")
+    nonempty = [i for i, d in enumerate(traces) if isinstance(d, list) and d]
+    if device >= len(traces) or not isinstance(traces[device], list) or not traces[device]:
+        raise TraceError(
+            f"{where}: no allocator events for device {device} (devices with events: "
+            f"{nonempty or 'none'}); pass device=<one of those>"
+        )
+    entries = traces[device]
+    has_completed = any(isinstance(e, dict) and e.get("action") == _FREE_DONE for e in entries)
+    free_action = _FREE_DONE if has_completed else _FREE_REQ
+    ops: list[int] = []
+    addrs: list[int] = []
+    sizes: list[int] = []
+    times: list[int] = []
+    streams: list[int] = []
+    index: list[int] = []
+    have_time = True
+    def bad(i: int, why: str) -> TraceError:
+        return TraceError(f"{where}: device_traces[{device}][{i}] {why}")
+
+    # One pass, no per-entry helpers or f-strings: snapshots hold up to millions of entries.
+    for i, e in enumerate(entries):
+        if type(e) is not dict:
+            raise bad(i, f"is a {type(e).__name__}, expected a dict")
+        action = e.get("action")
+        if action == _ALLOC:
+            op = 1
+        elif action == free_action:
+            op = -1
+        elif action in _SKIPPED or action == _FREE_REQ or action == _FREE_DONE:
+            continue
+        else:
+            raise bad(i, f"has unknown action {action!r}")
+        addr = e.get("addr")
+        size = e.get("size")
+        stream = e.get("stream", 0)
+        if stream is None:
+            stream = 0
+        # type(...) is int: a bool or float here is corruption, not data
+        if type(addr) is not int or type(size) is not int or type(stream) is not int:
+            raise bad(i, f"({action}) needs integer addr/size/stream, got {addr!r}/{size!r}/{stream!r}")
+        if not (0 <= size < 2**63 and -(2**63) <= stream < 2**63):
+            raise bad(i, f"({action}) has size {size:,} / stream {stream} out of range")
+        t = e.get("time_us")
+        if t is None:
+            have_time = False
+            t = 0
+        elif (type(t) is not int and type(t) is not float) or not abs(t) < 9e15:
+            raise bad(i, f"({action}) has time_us {t!r}, expected a number of microseconds")
+        ops.append(op)
+        addrs.append(addr)
+        sizes.append(size)
+        times.append(t)
+        streams.append(stream)
+        index.append(i)
+    if not ops:
+        raise TraceError(f"{where}: device {device} has no alloc/free entries")
+    t0 = times[0] if have_time else 0
+    t_ns = np.rint((np.asarray(times, np.float64) - t0) * 1000).astype(np.int64) if have_time else None
+    pre_live = _segment_blocks(snap.get("segments", []), device, where)
+    meta = {
+        "source": "torch_snapshot",
+        "name": name or "snapshot",
+        "device": f"cuda:{device}",
+        "units": {"t_ns": "ns", "size": "bytes", "tick": "allocator event"},
+        "free_action": free_action,
+    }
+    if have_time:
+        meta["t0_us"] = t0
+    return replay_addresses(
+        ops, addrs, sizes, t_ns, streams,
+        device=device, where=where,
+        describe=lambda j: f"device_traces[{device}][{index[j]}] ({entries[index[j]].get('action')})",
+        live_at_end=pre_live, meta=meta,
+    )
+
+
+def load_snapshot(path, data: bytes | None = None, *, device: int = 0) -> Trace:
+    """Read a memory snapshot pickle at ``path`` (bytes already read may be passed as
+    ``data``) for CUDA device ``device``."""
+    p = Path(path)
+    if data is None:
+        data = p.read_bytes()
+    snap = read_snapshot_dict(data, str(p))
+    with gc_paused():
+        return trace_from_snapshot(snap, device=device, where=str(p), name=p.stem)
