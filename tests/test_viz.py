@@ -100,6 +100,12 @@ def names(fig) -> list[str]:
     return [d.name for d in fig.data]
 
 
+def heading(fig) -> str:
+    """A plotly figure's title and subtitle (where the notes about thinning go)."""
+    t = fig.layout.title
+    return f"{t.text} {t.subtitle.text or ''}"
+
+
 # -- memory in use ---------------------------------------------------------------------------
 def test_memory_in_use_per_tick_matches_every_block_and_peaks_at_trace_peak():
     t = training_trace()
@@ -150,7 +156,7 @@ def test_long_traces_are_downsampled_to_peaks_and_the_figure_says_so():
     assert len(fig.data[0].x) <= 100
     stacked = np.sum([np.asarray(d.y) for d in fig.data if d.stackgroup == "mem"], axis=0)
     assert stacked.max() * MiB == pytest.approx(t.peak_bytes)
-    assert "downsampled" in fig.layout.title.text
+    assert "downsampled" in heading(fig)
 
 
 # -- lifetimes -------------------------------------------------------------------------------
@@ -184,7 +190,7 @@ def test_busy_spans_keep_only_the_longest_gaps_when_there_are_too_many():
 
 def test_lifetimes_without_access_rows_say_idle_gaps_are_unknown():
     fig = viz.lifetimes(training_trace(access=False))
-    assert "idle gaps unknown" in fig.layout.title.text
+    assert "idle gaps unknown" in heading(fig)
     assert not any("accessed" in n for n in names(fig))
 
 
@@ -195,7 +201,7 @@ def test_lifetimes_above_the_cap_draw_the_largest_blocks_and_say_so():
     drawn = sum(np.isfinite(np.asarray(d.x, float)).sum() // 2 for d in fig.data
                 if d.name.endswith("(live)"))
     assert drawn == 10
-    assert f"{n_blocks:,} blocks: showing the 10 largest" in fig.layout.title.text
+    assert f"{n_blocks:,} blocks: showing the 10 largest" in heading(fig)
     with pytest.raises(ValueError, match="max_blocks"):
         viz.lifetimes(t, max_blocks=0)
 
@@ -270,7 +276,7 @@ def test_copy_engines_drop_transfers_outside_the_window_and_say_so():
     tr = pd.DataFrame({"start_s": [0.1, 1.0], "end_s": [0.2, 1.0002], "direction": ["h2d", "h2d"],
                        "bytes": [MiB, MiB], "block": [1, 2], "cause": ["plan", "plan"]})
     fig = viz.copy_engines(fake_result(transfers=tr))
-    assert "1 transfers outside the measured window" in fig.layout.title.text
+    assert "1 transfers outside the measured window" in heading(fig)
 
 
 def test_many_transfers_are_merged_below_the_cap():
@@ -398,6 +404,10 @@ def test_report_holds_every_figure_with_its_traces_and_plotly_once():
     assert any(n.startswith("budget") for n in trace_names(p.figs["fig-memory"]))
     assert any(n.startswith("device-resident") and "uvm-sched" in n for n in trace_names(p.figs["fig-memory"]))
     assert {"planned evict to host", "planned prefetch to device"} <= trace_names(p.figs["fig-lifetimes"])
+    # bars are one polyline per class broken by JSON nulls (a NaN in a binary array would be
+    # drawn by plotly.js as a line joining the bars)
+    live = next(d for d in p.figs["fig-lifetimes"]["data"] if d["name"] == "activation (live)")
+    assert isinstance(live["x"], list) and live["x"][2] is None and live["y"][2] is None
     assert "plan transfers" in trace_names(p.figs["fig-copy-0"])
     assert "uvm-sched" in p.figs["fig-copy-0"]["layout"]["title"]["text"]
     assert "demand" in p.figs["fig-stalls-1"]["layout"]["title"]["text"]

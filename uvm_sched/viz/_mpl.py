@@ -10,8 +10,9 @@ import numpy as np
 from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.ticker import FuncFormatter
 
-from ._units import CAUSE_COLORS, CLASS_COLORS, MARK_STYLE, MPL_MARKERS, STALL_COLORS
+from ._units import CAUSE_COLORS, CLASS_COLORS, MARK_STYLE, MPL_MARKERS, STALL_COLORS, fmt_bytes
 
 
 def _figure(spec, height: float = 4.2, width: float = 10.0):
@@ -41,7 +42,7 @@ def memory_timeline(spec) -> Figure:
     if spec["budget"]:
         b = spec["budget"] / spec["div"]
         ax.axhline(b, color="#D62728", linestyle="--", linewidth=1.5,
-                   label=f"budget {b:.3f} {spec['unit']}")
+                   label=f"budget {fmt_bytes(spec['budget'])}")
     marks = spec["marks"]
     if 0 < len(marks) <= 100:
         for m in marks:
@@ -151,7 +152,8 @@ def frontier(spec) -> Figure:
     ys = df["slowdown"].to_numpy(float)
     if len(ys) and ys.max() / max(ys.min(), 1e-9) > 20:
         ax.set_yscale("log")
-    ax.set_xlim(0, 100)
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}×"))
+    ax.set_xlim(0, min(100.0, float(df["savings_pct"].max()) + 10) if len(df) else 100.0)
     ax.set_xlabel("memory saved (% of peak bytes)")
     ax.set_ylabel("slowdown (× ideal iteration time)")
     ax.legend(fontsize=8, framealpha=0.9)

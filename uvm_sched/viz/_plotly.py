@@ -7,7 +7,7 @@ import textwrap
 import numpy as np
 import plotly.graph_objects as go
 
-from ._units import CAUSE_COLORS, CLASS_COLORS, MARK_STYLE, STALL_COLORS
+from ._units import CAUSE_COLORS, CLASS_COLORS, MARK_STYLE, STALL_COLORS, fmt_bytes
 
 # Above this many line segments a trace is drawn with WebGL (scattergl) to stay responsive.
 _GL_SEGMENTS = 5_000
@@ -19,19 +19,20 @@ def _note_lines(spec) -> list[str]:
 
 
 def _title(spec) -> dict:
-    text = f"<b>{html.escape(spec['title'], quote=False)}</b>"
+    title = dict(text=f"<b>{html.escape(spec['title'], quote=False)}</b>", x=0.01, xanchor="left",
+                 yref="container", y=0.99, yanchor="top", font=dict(size=15))
     lines = _note_lines(spec)
     if lines:
-        text += "<br><sup>" + "<br>".join(html.escape(ln, quote=False) for ln in lines) + "</sup>"
-    return dict(text=text, x=0.01, xanchor="left", yref="container", y=1.0, yanchor="top",
-                pad=dict(t=10))
+        title["subtitle"] = dict(text="<br>".join(html.escape(ln, quote=False) for ln in lines),
+                                 font=dict(size=11, color="#555555"))
+    return title
 
 
 def _layout(fig: go.Figure, spec, *, height: int = 460) -> go.Figure:
     n = len(_note_lines(spec))
     fig.update_layout(
         title=_title(spec), height=height + 16 * n, template="plotly_white", font=_FONT,
-        margin=dict(l=70, r=20, t=70 + 16 * n, b=50),
+        margin=dict(l=70, r=20, t=80 + 15 * n, b=50),
         legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0,
                     traceorder="normal"),
         hovermode="closest",
@@ -39,14 +40,18 @@ def _layout(fig: go.Figure, spec, *, height: int = 460) -> go.Figure:
     return fig
 
 
-def _segments(x0, x1, y) -> tuple[np.ndarray, np.ndarray]:
-    """Horizontal segments as one polyline with NaN breaks (one trace, fast to draw)."""
+def _segments(x0, x1, y) -> tuple[list, list]:
+    """Horizontal segments as one polyline broken by gaps (one trace, fast to draw).
+
+    The gaps are ``None`` in plain lists (JSON null): plotly.js does not clean typed
+    arrays, so a NaN gap sent as a binary array would be drawn as a connecting line."""
     n = len(x0)
-    xs = np.full(3 * n, np.nan)
-    ys = np.full(3 * n, np.nan)
-    xs[0::3], xs[1::3] = x0, x1
-    ys[0::3] = ys[1::3] = y
-    return xs, ys
+    xs = np.full(3 * n, None, dtype=object)
+    ys = np.full(3 * n, None, dtype=object)
+    xs[0::3] = np.asarray(x0).tolist()
+    xs[1::3] = np.asarray(x1).tolist()
+    ys[0::3] = ys[1::3] = np.asarray(y).tolist()
+    return xs.tolist(), ys.tolist()
 
 
 def _per_point(values, fill=np.nan) -> np.ndarray:
@@ -80,7 +85,7 @@ def memory_timeline(spec) -> go.Figure:
     if spec["budget"]:
         b = spec["budget"] / spec["div"]
         fig.add_trace(go.Scatter(
-            x=[0, spec["n_ticks"]], y=[b, b], name=f"budget {b:.3f} {unit}", mode="lines",
+            x=[0, spec["n_ticks"]], y=[b, b], name=f"budget {fmt_bytes(spec['budget'])}", mode="lines",
             line=dict(color="#D62728", width=2, dash="dash"), hoverinfo="name"))
     marks = spec["marks"]
     if 0 < len(marks) <= 100:
@@ -173,7 +178,7 @@ def copy_engines(spec) -> go.Figure:
                      title_text="copy engine lane", showgrid=False, zeroline=False)
     fig.update_xaxes(title_text="time since the measured iteration started (ms)",
                      range=[0, max(spec["window_ms"], 1e-9)])
-    return _layout(fig, spec, height=300 + 18 * (n_h2d + n_d2h))
+    return _layout(fig, spec, height=230 + 28 * (n_h2d + n_d2h))
 
 
 def stalls(spec) -> go.Figure:
@@ -205,12 +210,21 @@ def frontier(spec) -> go.Figure:
             marker=dict(size=8), customdata=extra,
             hovertemplate=(f"{pol}<br>saves %{{x:.0f}}% of peak (budget %{{customdata:.2f}} GiB)"
                            "<br>slowdown %{y:.3f}x<extra></extra>")))
-    x_hi = max(100.0, float(df["savings_pct"].max()) if len(df) else 100.0)
-    fig.add_trace(go.Scatter(x=[0, x_hi], y=[1, 1], name="ideal (all resident)", mode="lines",
+    fig.add_trace(go.Scatter(x=[0, 100], y=[1, 1], name="ideal (all resident)", mode="lines",
                              line=dict(color="black", width=1, dash="dash"), hoverinfo="name"))
     ys = df["slowdown"].to_numpy(np.float64)
     if len(ys) and ys.max() / max(ys.min(), 1e-9) > 20:
-        fig.update_yaxes(type="log")
-    fig.update_xaxes(title_text="memory saved (% of peak bytes)", range=[0, 100])
+        vals = [v for v in _log_ticks(min(ys.min(), 1.0), ys.max())]
+        fig.update_yaxes(type="log", tickvals=vals, ticktext=[f"{v:g}×" for v in vals])
+    x_max = min(100.0, float(df["savings_pct"].max()) + 10) if len(df) else 100.0
+    fig.update_xaxes(title_text="memory saved (% of peak bytes)", range=[0, x_max])
     fig.update_yaxes(title_text="slowdown (× ideal iteration time)")
     return _layout(fig, spec, height=420)
+
+
+def _log_ticks(lo: float, hi: float) -> list[float]:
+    """1-2-5 ticks covering [lo, hi] for a log axis."""
+    out = []
+    for e in range(int(np.floor(np.log10(max(lo, 1e-9)))), int(np.ceil(np.log10(max(hi, 1e-9)))) + 1):
+        out += [m * 10.0**e for m in (1, 2, 5) if lo / 1.01 <= m * 10.0**e <= hi * 2]
+    return out

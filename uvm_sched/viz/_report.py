@@ -62,9 +62,10 @@ def _split_results(results: Any) -> tuple[list[Any], list[Any]]:
 
 
 def _primary(sims: list[Any]) -> Any:
-    for r in sims:
-        if str(r.policy) == "uvm-sched":
-            return r
+    for name in ("uvm-sched", "plan"):  # "plan": a Plan given to simulate() directly
+        for r in sims:
+            if str(r.policy) == name:
+                return r
     for r in sims:
         if str(r.policy) != "ideal":
             return r

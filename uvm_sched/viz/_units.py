@@ -22,7 +22,8 @@ MARK_STYLE = {
     "advise": ("advise", "diamond", "#762A83"),
 }
 MPL_MARKERS = {"triangle-right": ">", "triangle-left": "<", "x": "x", "diamond": "D"}
-CAUSE_COLORS = {"plan": "#1B7837", "fault": "#D62728", "evict": "#C51B7D", "alloc": "#7F7F7F"}
+CAUSE_COLORS = {"plan": "#1B7837", "fault": "#D62728", "evict": "#C51B7D", "alloc": "#7F7F7F",
+                "remote": "#17BECF"}
 STALL_COLORS = {"fault": "#D62728", "eviction": "#C51B7D", "link": "#FF9896"}
 
 
