@@ -1,0 +1,385 @@
+/* The exported ABI: one global lock around pool, executor and ring production; backend
+ * selection; stats; drain.  Nothing here aborts: every entry returns a status (or NULL
+ * for the PyTorch ABI) and leaves the pool as it was on failure. */
+#define _GNU_SOURCE
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "internal.h"
+
+uvm_state uvm_g = {.lock = PTHREAD_MUTEX_INITIALIZER};
+static pthread_mutex_t drain_lock = PTHREAD_MUTEX_INITIALIZER;
+static __thread char last_error[320];
+static int verbose = 1;
+static _Atomic uint64_t logged;
+
+void uvm_set_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    va_end(ap);
+}
+
+/* Errors that reach the PyTorch ABI have no caller to report them, so they go to stderr:
+ * the first 20, then only counted (UVM_SCHED_VERBOSE=0 silences, 2 logs all). */
+void uvm_log(const char *fmt, ...) {
+    if (verbose <= 0) return;
+    uint64_t n = atomic_fetch_add(&logged, 1);
+    if (verbose < 2 && n >= 20) {
+        if (n == 20) fputs("uvm_sched: further errors are counted in stats, not logged\n", stderr);
+        return;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("uvm_sched: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+const char *uvm_sched_last_error(void) { return last_error; }
+
+int uvm_sched_abi_version(void) { return UVM_SCHED_ABI_VERSION; }
+
+static uint64_t env_u64(const char *name, uint64_t dflt) {
+    const char *v = getenv(name);
+    if (!v || !*v) return dflt;
+    char *end;
+    unsigned long long x = strtoull(v, &end, 0);
+    switch (*end) { /* optional binary unit */
+    case 'k': case 'K': x <<= 10; break;
+    case 'm': case 'M': x <<= 20; break;
+    case 'g': case 'G': x <<= 30; break;
+    case 't': case 'T': x <<= 40; break;
+    default: break;
+    }
+    return x;
+}
+
+/* lock held */
+static int do_init(const char *backend) {
+    if (!backend || !*backend) backend = getenv("UVM_SCHED_BACKEND");
+    if (!backend || !*backend) backend = "auto";
+    const uvm_prim *prim = NULL;
+    char why[256] = "";
+    if (!strcasecmp(backend, "host")) {
+        prim = &uvm_prim_host;
+        snprintf(uvm_g.backend_reason, sizeof uvm_g.backend_reason, "host emulation requested");
+    } else if (!strcasecmp(backend, "cuda") || !strcasecmp(backend, "auto")) {
+        if (uvm_prim_cuda_load(&prim, why, sizeof why) == UVM_OK) {
+            snprintf(uvm_g.backend_reason, sizeof uvm_g.backend_reason, "%s", why);
+        } else if (!strcasecmp(backend, "auto")) {
+            prim = &uvm_prim_host;
+            snprintf(uvm_g.backend_reason, sizeof uvm_g.backend_reason,
+                     "host emulation (auto: %s)", why);
+        } else {
+            snprintf(uvm_g.backend_reason, sizeof uvm_g.backend_reason, "%s", why);
+            uvm_set_error("backend cuda unavailable: %s", why);
+            return UVM_ENOBACKEND;
+        }
+    } else {
+        uvm_set_error("unknown backend \"%s\" (auto, cuda or host)", backend);
+        return UVM_EINVAL;
+    }
+    verbose = (int)env_u64("UVM_SCHED_VERBOSE", 1);
+    int s = uvm_pool_init(&uvm_g.pool, prim);
+    if (s != UVM_OK) {
+        uvm_pool_fini(&uvm_g.pool);
+        return s;
+    }
+    uvm_g.pool.arena_bytes = env_u64("UVM_SCHED_ARENA_BYTES", (uint64_t)1 << 30);
+    uvm_g.pool.arena_bytes = (uvm_g.pool.arena_bytes + UVM_PAGE - 1) & ~(UVM_PAGE - 1);
+    if (uvm_g.pool.arena_bytes == 0) uvm_g.pool.arena_bytes = UVM_PAGE;
+    uvm_g.pool.limit_bytes = env_u64("UVM_SCHED_LIMIT_BYTES", UINT64_MAX);
+    s = uvm_ring_init(&uvm_g.ring, env_u64("UVM_SCHED_RING_EVENTS", (uint64_t)1 << 20));
+    if (s != UVM_OK) {
+        uvm_pool_fini(&uvm_g.pool);
+        return s;
+    }
+    uvm_exec_init(&uvm_g.exec, prim);
+    uvm_g.tracing = env_u64("UVM_SCHED_TRACE", 1) != 0;
+    uvm_g.prim = prim;
+    uvm_g.tick = 0;
+    uvm_g.marks = 0;
+    uvm_g.ready = true;
+    return UVM_OK;
+}
+
+#define ENSURE_READY()                                                                         \
+    do {                                                                                       \
+        if (UVM_UNLIKELY(!uvm_g.ready)) {                                                      \
+            int s_ = do_init(NULL);                                                            \
+            if (s_ != UVM_OK) {                                                                \
+                pthread_mutex_unlock(&uvm_g.lock);                                             \
+                return s_;                                                                     \
+            }                                                                                  \
+        }                                                                                      \
+    } while (0)
+
+int uvm_sched_init(const char *backend) {
+    pthread_mutex_lock(&uvm_g.lock);
+    int s = UVM_OK;
+    if (!uvm_g.ready) {
+        s = do_init(backend);
+    } else if (backend && *backend && strcasecmp(backend, "auto") &&
+               strcasecmp(backend, uvm_g.prim->name)) {
+        uvm_set_error("backend %s is already in use; cannot switch to %s", uvm_g.prim->name,
+                      backend);
+        s = UVM_EINVAL;
+    }
+    pthread_mutex_unlock(&uvm_g.lock);
+    return s;
+}
+
+int uvm_sched_reset(const char *backend, int force) {
+    pthread_mutex_lock(&uvm_g.lock);
+    pthread_mutex_lock(&drain_lock);
+    if (uvm_g.ready && uvm_g.pool.st.allocated_blocks && !force) {
+        uvm_set_error("%llu blocks (%llu bytes) are still allocated",
+                      (unsigned long long)uvm_g.pool.st.allocated_blocks,
+                      (unsigned long long)uvm_g.pool.st.allocated_bytes);
+        pthread_mutex_unlock(&drain_lock);
+        pthread_mutex_unlock(&uvm_g.lock);
+        return UVM_EBUSY;
+    }
+    if (uvm_g.ready) {
+        uvm_exec_fini(&uvm_g.exec);
+        uvm_pool_fini(&uvm_g.pool);
+        uvm_ring_fini(&uvm_g.ring);
+        uvm_g.ready = false;
+    }
+    int s = do_init(backend);
+    pthread_mutex_unlock(&drain_lock);
+    pthread_mutex_unlock(&uvm_g.lock);
+    return s;
+}
+
+const char *uvm_sched_backend_name(void) {
+    pthread_mutex_lock(&uvm_g.lock);
+    if (!uvm_g.ready) do_init(NULL);
+    const char *n = uvm_g.ready ? uvm_g.prim->name : "none";
+    pthread_mutex_unlock(&uvm_g.lock);
+    return n;
+}
+
+const char *uvm_sched_backend_reason(void) { return uvm_g.backend_reason; }
+
+int uvm_sched_malloc_status(size_t size, int device, void *stream, void **out) {
+    *out = NULL;
+    pthread_mutex_lock(&uvm_g.lock);
+    ENSURE_READY();
+    if (UVM_UNLIKELY(size == 0)) {
+        uvm_g.pool.st.n_zero_size++;
+        pthread_mutex_unlock(&uvm_g.lock);
+        return UVM_OK;
+    }
+    uvm_block b;
+    int s = uvm_pool_malloc(&uvm_g.pool, size, device, stream, &b);
+    if (UVM_LIKELY(s == UVM_OK)) {
+        uvm_trace(UVM_EV_ALLOC, (uint64_t)(uintptr_t)b.addr, size, (uint64_t)(uintptr_t)stream,
+                  device, (int64_t)b.ordinal);
+        if (uvm_g.exec.armed) uvm_exec_on_event(&uvm_g.exec, UVM_EV_ALLOC, &b, stream);
+        uvm_g.tick++;
+        *out = b.addr;
+    } else {
+        uvm_g.pool.st.n_oom++;
+        uvm_g.pool.st.last_oom_size = size;
+        uvm_trace(UVM_EV_OOM, 0, size, (uint64_t)(uintptr_t)stream, device, s);
+    }
+    pthread_mutex_unlock(&uvm_g.lock);
+    return s;
+}
+
+int uvm_sched_free_status(void *ptr, size_t size, int device, void *stream, int own_stream) {
+    if (!ptr) return UVM_OK;
+    pthread_mutex_lock(&uvm_g.lock);
+    ENSURE_READY();
+    uvm_block b;
+    int s = uvm_pool_free(&uvm_g.pool, ptr, size, device, stream, own_stream, &b);
+    if (UVM_LIKELY(s == UVM_OK)) {
+        void *st = own_stream ? uvm_pool_stream_handle(&uvm_g.pool, b.stream) : stream;
+        uvm_trace(UVM_EV_FREE, (uint64_t)(uintptr_t)ptr, b.req, (uint64_t)(uintptr_t)st,
+                  b.device, (int64_t)b.ordinal);
+        if (uvm_g.exec.armed) uvm_exec_on_event(&uvm_g.exec, UVM_EV_FREE, &b, st);
+        uvm_g.tick++;
+    } else {
+        int kind = s == UVM_EDOUBLEFREE ? UVM_EV_DOUBLE_FREE
+                   : s == UVM_ESIZE     ? UVM_EV_SIZE_MISMATCH
+                                        : UVM_EV_BAD_FREE;
+        uvm_trace(kind, (uint64_t)(uintptr_t)ptr, size == UVM_SIZE_ANY ? 0 : size,
+                  (uint64_t)(uintptr_t)stream, device,
+                  s == UVM_ESIZE ? (int64_t)b.req : s);
+    }
+    pthread_mutex_unlock(&uvm_g.lock);
+    return s;
+}
+
+void *uvm_sched_malloc(size_t size, int device, void *stream) {
+    void *p = NULL;
+    int s = uvm_sched_malloc_status(size, device, stream, &p);
+    if (s != UVM_OK) uvm_log("malloc of %zu bytes failed: %s", size, last_error);
+    return p;
+}
+
+void uvm_sched_free(void *ptr, size_t size, int device, void *stream) {
+    int s = uvm_sched_free_status(ptr, size, device, stream, 0);
+    if (s != UVM_OK) uvm_log("%s", last_error);
+}
+
+int uvm_sched_block_info(void *ptr, uint64_t *size, uint64_t *ordinal, uint64_t *stream) {
+    pthread_mutex_lock(&uvm_g.lock);
+    ENSURE_READY();
+    uvm_block b;
+    int s = uvm_pool_lookup(&uvm_g.pool, ptr, &b);
+    if (s == UVM_OK) {
+        *size = b.req;
+        *ordinal = b.ordinal;
+        *stream = (uint64_t)(uintptr_t)uvm_pool_stream_handle(&uvm_g.pool, b.stream);
+    }
+    pthread_mutex_unlock(&uvm_g.lock);
+    return s;
+}
+
+int uvm_sched_step(void) {
+    pthread_mutex_lock(&uvm_g.lock);
+    ENSURE_READY();
+    uvm_trace(UVM_EV_MARK, 0, 0, 0, 0, (int64_t)uvm_g.marks);
+    uvm_g.marks++;
+    uvm_exec_on_mark(&uvm_g.exec);
+    pthread_mutex_unlock(&uvm_g.lock);
+    return UVM_OK;
+}
+
+int64_t uvm_sched_release_cached(void) {
+    pthread_mutex_lock(&uvm_g.lock);
+    ENSURE_READY();
+    uint64_t n = uvm_pool_release_cached(&uvm_g.pool);
+    pthread_mutex_unlock(&uvm_g.lock);
+    return (int64_t)n;
+}
+
+int uvm_sched_set_tracing(int on) {
+    pthread_mutex_lock(&uvm_g.lock);
+    ENSURE_READY();
+    int old = uvm_g.tracing;
+    uvm_g.tracing = on != 0;
+    pthread_mutex_unlock(&uvm_g.lock);
+    return old;
+}
+
+/* name, expression: the stats table (one source for names and values) */
+#define UVM_STATS(X)                                                                           \
+    X(allocated_bytes, P.allocated_bytes)                                                      \
+    X(allocated_blocks, P.allocated_blocks)                                                    \
+    X(peak_allocated_bytes, P.peak_allocated_bytes)                                            \
+    X(reserved_bytes, P.reserved_bytes)                                                        \
+    X(peak_reserved_bytes, P.peak_reserved_bytes)                                              \
+    X(in_use_bytes, P.in_use_bytes)                                                            \
+    X(limit_bytes, uvm_g.pool.limit_bytes)                                                     \
+    X(arena_bytes, uvm_g.pool.arena_bytes)                                                     \
+    X(arenas, P.arenas)                                                                        \
+    X(slabs, P.slabs)                                                                          \
+    X(n_malloc, P.n_malloc)                                                                    \
+    X(n_free, P.n_free)                                                                        \
+    X(n_oom, P.n_oom)                                                                          \
+    X(n_zero_size, P.n_zero_size)                                                              \
+    X(last_oom_size, P.last_oom_size)                                                          \
+    X(errors_unknown_pointer, P.err_unknown)                                                   \
+    X(errors_double_free, P.err_double_free)                                                   \
+    X(errors_size_mismatch, P.err_size)                                                        \
+    X(errors_driver, P.err_driver)                                                             \
+    X(cross_stream_frees, P.cross_stream_frees)                                                \
+    X(reclaims, P.reclaims)                                                                    \
+    X(arenas_released, P.arenas_released)                                                      \
+    X(bytes_released, P.bytes_released)                                                        \
+    X(ticks, uvm_g.tick)                                                                       \
+    X(marks, uvm_g.marks)                                                                      \
+    X(tracing, (uint64_t)uvm_g.tracing)                                                        \
+    X(events_recorded, uvm_g.ring.recorded)                                                    \
+    X(events_dropped, uvm_g.ring.dropped)                                                      \
+    X(ring_capacity, uvm_g.ring.cap)                                                           \
+    X(plan_armed, E.armed)                                                                     \
+    X(plans_armed, E.arms)                                                                     \
+    X(actions_issued, E.actions_issued)                                                        \
+    X(actions_skipped, E.actions_skipped)                                                      \
+    X(actions_failed, E.actions_failed)                                                        \
+    X(actions_unsupported, E.actions_unsupported)                                              \
+    X(divergences, E.divergences)                                                              \
+    X(iterations, E.iterations)                                                                \
+    X(bytes_prefetched_h2d, E.bytes_h2d)                                                       \
+    X(bytes_prefetched_d2h, E.bytes_d2h)                                                       \
+    X(bytes_discarded, E.bytes_discarded)                                                      \
+    X(bytes_advised, E.bytes_advised)
+
+#define NAME(n, e) #n ","
+static const char stats_names[] = UVM_STATS(NAME);
+
+const char *uvm_sched_stats_names(void) { return stats_names; }
+
+size_t uvm_sched_stats(uint64_t *out, size_t n) {
+    pthread_mutex_lock(&uvm_g.lock);
+    if (!uvm_g.ready) do_init(NULL);
+    const uvm_pool_stats P = uvm_g.pool.st;
+    const uvm_exec_stats E = uvm_g.exec.st;
+    uint64_t v[] = {
+#define VALUE(n, e) (uint64_t)(e),
+        UVM_STATS(VALUE)
+#undef VALUE
+    };
+    pthread_mutex_unlock(&uvm_g.lock);
+    size_t m = sizeof v / sizeof v[0];
+    if (n > m) n = m;
+    memcpy(out, v, n * sizeof *out);
+    return m;
+}
+
+size_t uvm_sched_ring_pending(void) {
+    uvm_ring *r = &uvm_g.ring;
+    return (size_t)(atomic_load_explicit(&r->head, memory_order_acquire) -
+                    atomic_load_explicit(&r->tail, memory_order_relaxed));
+}
+
+size_t uvm_sched_drain(uvm_event *out, size_t max) {
+    pthread_mutex_lock(&drain_lock);
+    uvm_ring *r = &uvm_g.ring;
+    if (!r->buf) {
+        pthread_mutex_unlock(&drain_lock);
+        return 0;
+    }
+    uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
+    uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
+    uint64_t n = head - tail;
+    if (n > max) n = max;
+    for (uint64_t done = 0; done < n;) {
+        uint64_t at = (tail + done) & r->mask;
+        uint64_t chunk = r->cap - at;
+        if (chunk > n - done) chunk = n - done;
+        memcpy(out + done, r->buf + at, chunk * sizeof *out);
+        done += chunk;
+    }
+    atomic_store_explicit(&r->tail, tail + n, memory_order_release);
+    pthread_mutex_unlock(&drain_lock);
+    return (size_t)n;
+}
+
+int uvm_sched_exec_arm(const uvm_plan_row *rows, size_t n_rows, const uint64_t *alloc_sizes,
+                       size_t n_allocs, uint64_t period_events, int sync, int device,
+                       int start_now) {
+    pthread_mutex_lock(&uvm_g.lock);
+    ENSURE_READY();
+    int s = uvm_exec_arm(&uvm_g.exec, rows, n_rows, alloc_sizes, n_allocs, period_events, sync,
+                         device, start_now);
+    pthread_mutex_unlock(&uvm_g.lock);
+    return s;
+}
+
+int uvm_sched_exec_disarm(void) {
+    pthread_mutex_lock(&uvm_g.lock);
+    ENSURE_READY();
+    uvm_exec_disarm(&uvm_g.exec);
+    pthread_mutex_unlock(&uvm_g.lock);
+    return UVM_OK;
+}

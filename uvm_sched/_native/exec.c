@@ -1,0 +1,269 @@
+/* The plan executor: policy-free, it carries out a table of actions every iteration.
+ *
+ * Clock: the allocator events (malloc and free) of the current iteration, counted from 0.
+ * An action with tick k is issued right after event k has been served.  An iteration
+ * starts at uvm_sched_step() (sync=marker) or every period_events events (sync=period).
+ * Blocks: a non-persistent row names allocation j of the current iteration (its address
+ * is captured when it happens); a persistent row carries the block's address, resolved
+ * by the Python side before arming.  An action whose block is not live (not yet
+ * allocated, already freed, or its address reused by another allocation) is skipped.
+ * Divergence: when allocation j of the iteration has a size other than alloc_sizes[j]
+ * (or there are more allocations than the plan knows), the rest of the iteration runs
+ * without actions and the divergence is counted; the next iteration starts afresh.
+ * Ordering: evictions and prefetches go on two side streams (one per copy direction),
+ * each made to wait first on an event recorded on the stream of the allocator event that
+ * triggered them, so a block never moves before the kernels already queued used it.
+ * Discards are queued on that compute stream itself; advice is not stream-ordered.
+ * Every issued, skipped, failed or unsupported action is also written to the event ring
+ * (arg = the row's index in the table given to arm), so a host-backend replay can be
+ * compared action by action with the simulator.
+ */
+#define _GNU_SOURCE
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+void uvm_exec_init(uvm_exec *x, const uvm_prim *prim) {
+    memset(x, 0, sizeof *x);
+    x->prim = prim;
+    x->device = -1;
+}
+
+static void free_table(uvm_exec *x) {
+    free(x->rows);
+    free(x->row_idx);
+    free(x->row_start);
+    free(x->alloc_sizes);
+    free(x->iter_addr);
+    free(x->iter_ord);
+    x->rows = NULL;
+    x->row_idx = x->row_start = x->alloc_sizes = x->iter_addr = x->iter_ord = NULL;
+    x->n_rows = x->n_allocs = 0;
+}
+
+void uvm_exec_fini(uvm_exec *x) {
+    free_table(x);
+    if (x->h2d) x->prim->stream_destroy(x->h2d);
+    if (x->d2h) x->prim->stream_destroy(x->d2h);
+    if (x->ev) x->prim->event_destroy(x->ev);
+    const uvm_prim *prim = x->prim;
+    uvm_exec_init(x, prim);
+}
+
+static void new_iteration(uvm_exec *x) {
+    x->ev_in_iter = 0;
+    x->allocs_in_iter = 0;
+    x->diverged = false;
+    x->waiting = false;
+    x->iteration++;
+    x->st.iterations++;
+    uvm_trace(UVM_EV_ITER, 0, 0, 0, x->device, (int64_t)x->iteration);
+}
+
+static int ensure_streams(uvm_exec *x, int device) {
+    if (x->h2d && x->device == device) return UVM_OK;
+    if (x->h2d) x->prim->stream_destroy(x->h2d);
+    if (x->d2h) x->prim->stream_destroy(x->d2h);
+    if (x->ev) x->prim->event_destroy(x->ev);
+    x->h2d = x->d2h = x->ev = NULL;
+    int s = x->prim->stream_create(device, &x->h2d);
+    if (s == UVM_OK) s = x->prim->stream_create(device, &x->d2h);
+    if (s == UVM_OK) s = x->prim->event_create(device, &x->ev);
+    if (s != UVM_OK) {
+        if (x->h2d) x->prim->stream_destroy(x->h2d);
+        if (x->d2h) x->prim->stream_destroy(x->d2h);
+        x->h2d = x->d2h = x->ev = NULL;
+        return s;
+    }
+    x->device = device;
+    return UVM_OK;
+}
+
+int uvm_exec_arm(uvm_exec *x, const uvm_plan_row *rows, size_t n_rows,
+                 const uint64_t *alloc_sizes, size_t n_allocs, uint64_t period, int sync,
+                 int device, int start_now) {
+    if (period == 0 || period > ((uint64_t)1 << 32)) {
+        uvm_set_error("period_events must be in 1..2^32, got %llu", (unsigned long long)period);
+        return UVM_EINVAL;
+    }
+    if (sync != UVM_SYNC_MARKER && sync != UVM_SYNC_PERIOD) {
+        uvm_set_error("sync must be 0 (marker) or 1 (period), got %d", sync);
+        return UVM_EINVAL;
+    }
+    if (device < 0) {
+        uvm_set_error("device must be >= 0, got %d", device);
+        return UVM_EINVAL;
+    }
+    for (size_t i = 0; i < n_rows; i++) {
+        const uvm_plan_row *r = &rows[i];
+        if (r->tick < 0 || (uint64_t)r->tick >= period) {
+            uvm_set_error("plan row %zu: tick %lld is outside the iteration (0..%llu)", i,
+                          (long long)r->tick, (unsigned long long)period - 1);
+            return UVM_EINVAL;
+        }
+        if (r->action < 0 || r->action >= UVM_ACT_COUNT) {
+            uvm_set_error("plan row %zu: unknown action code %d", i, r->action);
+            return UVM_EINVAL;
+        }
+        if (!r->persistent && (r->block < 0 || (uint64_t)r->block >= n_allocs)) {
+            uvm_set_error("plan row %zu: block %lld, but the iteration has %zu allocations", i,
+                          (long long)r->block, n_allocs);
+            return UVM_EINVAL;
+        }
+    }
+    int s = ensure_streams(x, device);
+    if (s != UVM_OK) return s;
+    uvm_exec_disarm(x);
+    x->rows = malloc((n_rows ? n_rows : 1) * sizeof *x->rows);
+    x->row_idx = malloc((n_rows ? n_rows : 1) * sizeof *x->row_idx);
+    x->row_start = calloc(period + 1, sizeof *x->row_start);
+    x->alloc_sizes = malloc((n_allocs ? n_allocs : 1) * sizeof *x->alloc_sizes);
+    x->iter_addr = calloc(n_allocs ? n_allocs : 1, sizeof *x->iter_addr);
+    x->iter_ord = calloc(n_allocs ? n_allocs : 1, sizeof *x->iter_ord);
+    if (!x->rows || !x->row_idx || !x->row_start || !x->alloc_sizes || !x->iter_addr ||
+        !x->iter_ord) {
+        free_table(x);
+        uvm_set_error("out of host memory for a plan of %zu rows", n_rows);
+        return UVM_ENOMEM;
+    }
+    /* counting sort by tick, stable: rows of one tick fire in table order */
+    for (size_t i = 0; i < n_rows; i++) x->row_start[rows[i].tick + 1]++;
+    for (uint64_t k = 0; k < period; k++) x->row_start[k + 1] += x->row_start[k];
+    uint64_t *fill = calloc(period, sizeof *fill);
+    if (!fill) {
+        free_table(x);
+        return UVM_ENOMEM;
+    }
+    for (size_t i = 0; i < n_rows; i++) {
+        uint64_t k = (uint64_t)rows[i].tick;
+        uint64_t at = x->row_start[k] + fill[k]++;
+        x->rows[at] = rows[i];
+        x->row_idx[at] = i;
+    }
+    free(fill);
+    if (n_allocs) memcpy(x->alloc_sizes, alloc_sizes, n_allocs * sizeof *alloc_sizes);
+    x->n_rows = n_rows;
+    x->n_allocs = n_allocs;
+    x->period = period;
+    x->sync = sync;
+    x->armed = true;
+    x->iteration = 0;
+    x->st.armed = 1;
+    x->st.arms++;
+    uvm_trace(UVM_EV_ARM, 0, n_rows, 0, device, (int64_t)period);
+    if (start_now || sync == UVM_SYNC_PERIOD) {
+        x->iteration = (uint64_t)-1; /* new_iteration makes it 0 */
+        new_iteration(x);
+    } else {
+        x->waiting = true;
+    }
+    return UVM_OK;
+}
+
+void uvm_exec_disarm(uvm_exec *x) {
+    if (x->armed) uvm_trace(UVM_EV_DISARM, 0, 0, 0, x->device, (int64_t)x->iteration);
+    x->armed = false;
+    x->waiting = false;
+    x->st.armed = 0;
+    free_table(x);
+}
+
+static void fire(uvm_exec *x, uint64_t k, void *stream) {
+    bool ordered = false, h2d_waits = false, d2h_waits = false;
+    for (uint64_t i = x->row_start[k]; i < x->row_start[k + 1]; i++) {
+        const uvm_plan_row *row = &x->rows[i];
+        int64_t ri = (int64_t)x->row_idx[i];
+        uvm_block blk;
+        void *addr;
+        bool live;
+        if (row->persistent) {
+            addr = (void *)(uintptr_t)row->addr;
+            live = addr && uvm_pool_lookup(&uvm_g.pool, addr, &blk) == UVM_OK;
+        } else {
+            uint64_t j = (uint64_t)row->block;
+            live = j < x->allocs_in_iter;
+            addr = live ? (void *)(uintptr_t)x->iter_addr[j] : NULL;
+            live = live && uvm_pool_lookup(&uvm_g.pool, addr, &blk) == UVM_OK &&
+                   blk.ordinal == x->iter_ord[j];
+        }
+        if (!live || row->offset >= blk.req) {
+            x->st.actions_skipped++;
+            uvm_trace(UVM_EV_SKIPPED, (uint64_t)(uintptr_t)addr, row->bytes, 0, x->device, ri);
+            continue;
+        }
+        uint64_t bytes = blk.req - row->offset;
+        if (row->bytes && row->bytes < bytes) bytes = row->bytes;
+        char *p = (char *)addr + row->offset;
+        void *queue = NULL;
+        int s = UVM_OK;
+        int act = row->action;
+        if (act == UVM_ACT_PREFETCH_TO_DEVICE || act == UVM_ACT_PREFETCH_TO_HOST) {
+            queue = act == UVM_ACT_PREFETCH_TO_DEVICE ? x->h2d : x->d2h;
+            bool *waits = act == UVM_ACT_PREFETCH_TO_DEVICE ? &h2d_waits : &d2h_waits;
+            if (!ordered) {
+                s = x->prim->event_record(x->ev, stream);
+                ordered = s == UVM_OK;
+            }
+            if (s == UVM_OK && !*waits) {
+                s = x->prim->stream_wait_event(queue, x->ev);
+                *waits = s == UVM_OK;
+            }
+            if (s == UVM_OK)
+                s = x->prim->prefetch(x->device, p, bytes, act == UVM_ACT_PREFETCH_TO_HOST, queue);
+        } else if (act == UVM_ACT_DISCARD) {
+            queue = stream;
+            s = x->prim->discard(x->device, p, bytes, stream);
+        } else {
+            int adv = act == UVM_ACT_ADVISE_PREFERRED_HOST ? UVM_ADV_PREFERRED_HOST
+                      : act == UVM_ACT_ADVISE_ACCESSED_BY  ? UVM_ADV_ACCESSED_BY
+                                                           : UVM_ADV_READ_MOSTLY;
+            s = x->prim->advise(x->device, p, bytes, adv);
+        }
+        if (s == UVM_OK) {
+            x->st.actions_issued++;
+            if (act == UVM_ACT_PREFETCH_TO_DEVICE)
+                x->st.bytes_h2d += bytes;
+            else if (act == UVM_ACT_PREFETCH_TO_HOST)
+                x->st.bytes_d2h += bytes;
+            else if (act == UVM_ACT_DISCARD)
+                x->st.bytes_discarded += bytes;
+            else
+                x->st.bytes_advised += bytes;
+            uvm_trace(UVM_EV_ACTION + act, (uint64_t)(uintptr_t)p, bytes,
+                      (uint64_t)(uintptr_t)queue, x->device, ri);
+        } else if (s == UVM_EUNSUPPORTED) {
+            x->st.actions_unsupported++;
+            uvm_trace(UVM_EV_UNSUPPORTED, (uint64_t)(uintptr_t)p, bytes, 0, x->device, ri);
+        } else {
+            x->st.actions_failed++;
+            uvm_trace(UVM_EV_ACTION_FAILED, (uint64_t)(uintptr_t)p, bytes, 0, x->device, ri);
+        }
+    }
+}
+
+void uvm_exec_on_event(uvm_exec *x, int kind, const uvm_block *b, void *stream) {
+    if (x->waiting) return;
+    uint64_t k = x->ev_in_iter;
+    if (kind == UVM_EV_ALLOC) {
+        uint64_t j = x->allocs_in_iter++;
+        if (!x->diverged) {
+            if (j >= x->n_allocs || b->req != x->alloc_sizes[j]) {
+                x->diverged = true;
+                x->st.divergences++;
+                uvm_trace(UVM_EV_DIVERGENCE, (uint64_t)(uintptr_t)b->addr, b->req, 0, x->device,
+                          (int64_t)j);
+            } else {
+                x->iter_addr[j] = (uint64_t)(uintptr_t)b->addr;
+                x->iter_ord[j] = b->ordinal;
+            }
+        }
+    }
+    if (!x->diverged && k < x->period && x->row_start[k + 1] > x->row_start[k]) fire(x, k, stream);
+    x->ev_in_iter = k + 1;
+    if (x->sync == UVM_SYNC_PERIOD && x->ev_in_iter >= x->period) new_iteration(x);
+}
+
+void uvm_exec_on_mark(uvm_exec *x) {
+    if (x->armed && x->sync == UVM_SYNC_MARKER) new_iteration(x);
+}

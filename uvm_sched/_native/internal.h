@@ -1,0 +1,266 @@
+/* Internal declarations of the native core (prefix _uvm_ / uvm_ internal, not exported). */
+#ifndef UVM_SCHED_INTERNAL_H
+#define UVM_SCHED_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "uvm_sched.h"
+
+#define UVM_HIDDEN __attribute__((visibility("hidden")))
+#define UVM_LIKELY(x) __builtin_expect(!!(x), 1)
+#define UVM_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* ---- prim: every driver call goes through this table -------------------------------
+ * Pre-conditions are documented per entry; each returns UVM_OK or a UVM_E* status and,
+ * on a driver failure, leaves the driver's code in uvm_prim_last_status() and a message
+ * in the thread's last error. */
+enum uvm_advice { UVM_ADV_PREFERRED_HOST, UVM_ADV_ACCESSED_BY, UVM_ADV_READ_MOSTLY };
+
+typedef struct uvm_prim {
+    const char *name;
+    /* reserve bytes (multiple of 2 MiB) of managed memory; *out 2 MiB aligned is NOT
+     * required (the pool aligns). */
+    int (*alloc_managed)(int device, size_t bytes, void **out);
+    int (*free_managed)(void *p, size_t bytes);
+    /* asynchronous migration of [p, p+bytes) to the device or to the host on stream */
+    int (*prefetch)(int device, void *p, size_t bytes, int to_host, void *stream);
+    int (*advise)(int device, void *p, size_t bytes, int advice);
+    /* drop the contents of [p, p+bytes) (stream-ordered); UVM_EUNSUPPORTED if absent */
+    int (*discard)(int device, void *p, size_t bytes, void *stream);
+    int (*stream_create)(int device, void **out);
+    int (*stream_destroy)(void *stream);
+    int (*event_create)(int device, void **out);
+    int (*event_destroy)(void *ev);
+    int (*event_record)(void *ev, void *stream);
+    int (*stream_wait_event)(void *stream, void *ev);
+    /* UVM_OK when the work before the record is done, 1 when not yet */
+    int (*event_query)(void *ev);
+    int (*event_sync)(void *ev);
+    void (*shutdown)(void);
+} uvm_prim;
+
+UVM_HIDDEN extern const uvm_prim uvm_prim_host;
+/* Load the driver (dlopen $UVM_SCHED_LIBCUDA or libcuda.so.1); fills why on failure. */
+UVM_HIDDEN int uvm_prim_cuda_load(const uvm_prim **out, char *why, size_t why_len);
+
+/* ---- errors ---------------------------------------------------------------------------- */
+UVM_HIDDEN void uvm_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+UVM_HIDDEN void uvm_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- ring ---------------------------------------------------------------------------------
+ * Single producer at a time (the producer holds the global lock), one consumer (drain, under
+ * its own lock).  A full ring drops the new record and counts it: the hot path never waits. */
+typedef struct uvm_ring {
+    uvm_event *buf;
+    uint64_t cap;  /* power of two */
+    uint64_t mask;
+    _Atomic uint64_t head; /* next write; written by the producer only */
+    _Atomic uint64_t tail; /* next read; written by the consumer only */
+    uint64_t dropped;      /* records lost to a full ring (producer side) */
+    uint64_t recorded;
+} uvm_ring;
+
+UVM_HIDDEN int uvm_ring_init(uvm_ring *r, uint64_t cap);
+UVM_HIDDEN void uvm_ring_fini(uvm_ring *r);
+
+static inline uint64_t uvm_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static inline void uvm_ring_push(uvm_ring *r, uint64_t tick, int32_t kind, uint64_t addr,
+                                 uint64_t size, uint64_t stream, int32_t device, int64_t arg) {
+    uint64_t h = atomic_load_explicit(&r->head, memory_order_relaxed);
+    if (UVM_UNLIKELY(h - atomic_load_explicit(&r->tail, memory_order_acquire) >= r->cap)) {
+        r->dropped++;
+        return;
+    }
+    uvm_event *e = &r->buf[h & r->mask];
+    e->tick = tick;
+    e->t_ns = uvm_now_ns();
+    e->addr = addr;
+    e->size = size;
+    e->stream = stream;
+    e->arg = arg;
+    e->kind = kind;
+    e->device = device;
+    r->recorded++;
+    atomic_store_explicit(&r->head, h + 1, memory_order_release);
+}
+
+/* ---- pool ------------------------------------------------------------------------------- */
+#define UVM_PAGE_SHIFT 21
+#define UVM_PAGE ((uint64_t)1 << UVM_PAGE_SHIFT) /* the driver's VA block: 2 MiB */
+#define UVM_SMALL_MAX ((uint64_t)1 << 20)        /* larger requests get whole pages */
+#define UVM_MIN_ALIGN 512
+#define UVM_NCLASSES 40
+#define UVM_MAX_STREAMS 128
+#define UVM_NBINS 256
+
+struct uvm_arena;
+struct uvm_slab;
+
+/* A run of whole pages inside an arena: free, one large block, or a slab of small ones. */
+enum { RUN_FREE = 0, RUN_LARGE = 1, RUN_SLAB = 2 };
+
+typedef struct uvm_run {
+    struct uvm_arena *arena;
+    uint64_t first; /* first page index in the arena */
+    uint64_t npages;
+    int state;
+    int stream; /* owner stream slot; 0 = untagged (usable by any stream) */
+    struct uvm_run *prev, *next; /* bin list (free) or slab list link */
+    uint64_t req;     /* LARGE: requested bytes */
+    uint64_t ordinal; /* LARGE: global alloc ordinal */
+    struct uvm_slab *slab;
+} uvm_run;
+
+typedef struct uvm_slab {
+    uvm_run *run;
+    struct uvm_slab *prev, *next; /* partial list of (stream, class) */
+    uint32_t cls, csize, nslots, nfree, hint;
+    int stream;
+    bool in_list;
+    uint64_t used[64];   /* bitmap of allocated slots */
+    uint32_t *req;       /* requested bytes per slot */
+    uint64_t *ordinal;   /* alloc ordinal per slot */
+} uvm_slab;
+
+typedef struct uvm_arena {
+    char *base;    /* 2 MiB aligned */
+    void *raw;     /* what the driver returned */
+    size_t raw_bytes;
+    uint64_t npages;
+    uint64_t used_pages;
+    uvm_run **head; /* run starting at page i, or NULL */
+    uvm_run **tail; /* run ending at page i, or NULL */
+} uvm_arena;
+
+typedef struct uvm_bins {
+    uint64_t bitmap[UVM_NBINS / 64];
+    uvm_run *bin[UVM_NBINS];
+} uvm_bins;
+
+typedef struct uvm_stream_slot {
+    void *handle;
+    int device;
+    bool used;
+    uvm_bins *bins;               /* free runs owned by this stream */
+    uvm_slab *partial[UVM_NCLASSES]; /* slabs with free slots */
+    uint64_t free_pages;          /* pages in this slot's bins */
+} uvm_stream_slot;
+
+typedef struct uvm_pool_stats {
+    uint64_t allocated_bytes, allocated_blocks, peak_allocated_bytes;
+    uint64_t reserved_bytes, peak_reserved_bytes, arenas;
+    uint64_t in_use_bytes; /* bytes of pages held by blocks and slabs */
+    uint64_t n_malloc, n_free, n_oom, n_zero_size;
+    uint64_t err_unknown, err_double_free, err_size, err_driver;
+    uint64_t cross_stream_frees, reclaims, arenas_released, bytes_released;
+    uint64_t last_oom_size;
+    uint64_t slabs;
+} uvm_pool_stats;
+
+typedef struct uvm_pool {
+    const uvm_prim *prim;
+    uvm_arena **arenas; /* sorted by base */
+    size_t n_arenas, cap_arenas;
+    uvm_arena *last_arena;
+    uvm_stream_slot streams[UVM_MAX_STREAMS]; /* slot 0: untagged */
+    int last_slot;
+    uint64_t arena_bytes; /* default reservation size */
+    uint64_t limit_bytes; /* cap on reserved bytes */
+    uint64_t next_ordinal;
+    void *sync_event; /* for cross-stream reclaim */
+    uvm_pool_stats st;
+    uvm_run *run_free_list; /* recycled run descriptors */
+} uvm_pool;
+
+typedef struct uvm_block {
+    void *addr;
+    uint64_t req, ordinal;
+    int stream, device;
+    uint64_t capacity; /* bytes actually reserved for it */
+} uvm_block;
+
+UVM_HIDDEN int uvm_pool_init(uvm_pool *p, const uvm_prim *prim);
+UVM_HIDDEN void uvm_pool_fini(uvm_pool *p);
+/* On UVM_OK fills *b (addr, ordinal, stream slot). */
+UVM_HIDDEN int uvm_pool_malloc(uvm_pool *p, size_t size, int device, void *stream, uvm_block *b);
+/* On UVM_OK fills *b with the freed block; on UVM_ESIZE b->req is the allocated size. */
+UVM_HIDDEN int uvm_pool_free(uvm_pool *p, void *ptr, size_t size, int device, void *stream,
+                             int own_stream, uvm_block *b);
+/* The live block starting at ptr (UVM_EUNKNOWN / UVM_EDOUBLEFREE otherwise). */
+UVM_HIDDEN int uvm_pool_lookup(uvm_pool *p, void *ptr, uvm_block *b);
+UVM_HIDDEN uint64_t uvm_pool_release_cached(uvm_pool *p);
+UVM_HIDDEN void *uvm_pool_stream_handle(uvm_pool *p, int slot);
+UVM_HIDDEN int uvm_size_class(uint64_t size);      /* -1 if > UVM_SMALL_MAX */
+UVM_HIDDEN uint64_t uvm_class_size(int cls);
+
+/* ---- executor ---------------------------------------------------------------------------- */
+typedef struct uvm_exec_stats {
+    uint64_t armed, arms, actions_issued, actions_skipped, actions_failed,
+        actions_unsupported, divergences, iterations, bytes_h2d, bytes_d2h, bytes_discarded,
+        bytes_advised;
+} uvm_exec_stats;
+
+typedef struct uvm_exec {
+    bool armed;
+    bool waiting; /* armed, waiting for the next marker to start an iteration */
+    int sync, device;
+    uvm_plan_row *rows; /* sorted by tick */
+    uint64_t *row_idx;  /* index of each sorted row in the table given to arm */
+    size_t n_rows;
+    uint64_t *row_start; /* rows with tick k are rows[row_start[k] .. row_start[k+1]) */
+    uint64_t *alloc_sizes;
+    size_t n_allocs;
+    uint64_t period;
+    uint64_t ev_in_iter, allocs_in_iter, first_ordinal;
+    bool diverged;
+    uint64_t iteration;
+    uint64_t *iter_addr; /* address of allocation j of this iteration */
+    uint64_t *iter_ord;  /* its global alloc ordinal (to tell a live block from a reuse) */
+    void *h2d, *d2h, *ev; /* side streams and the event ordering them after compute */
+    const uvm_prim *prim;
+    uvm_exec_stats st;
+} uvm_exec;
+
+/* ---- global state ---------------------------------------------------------------------- */
+typedef struct uvm_state {
+    pthread_mutex_t lock; /* guards pool, exec, ring production, tick */
+    bool ready;
+    const uvm_prim *prim;
+    char backend_reason[256];
+    uvm_pool pool;
+    uvm_ring ring;
+    uvm_exec exec;
+    bool tracing;
+    uint64_t tick;  /* allocator events served */
+    uint64_t marks;
+} uvm_state;
+
+UVM_HIDDEN extern uvm_state uvm_g;
+
+UVM_HIDDEN void uvm_exec_init(uvm_exec *x, const uvm_prim *prim);
+UVM_HIDDEN void uvm_exec_fini(uvm_exec *x);
+/* called with the lock held after an allocator event has been served */
+UVM_HIDDEN void uvm_exec_on_event(uvm_exec *x, int kind, const uvm_block *b, void *stream);
+UVM_HIDDEN void uvm_exec_on_mark(uvm_exec *x);
+/* called with the lock held; validates, copies and arms */
+UVM_HIDDEN int uvm_exec_arm(uvm_exec *x, const uvm_plan_row *rows, size_t n_rows,
+                            const uint64_t *alloc_sizes, size_t n_allocs, uint64_t period,
+                            int sync, int device, int start_now);
+UVM_HIDDEN void uvm_exec_disarm(uvm_exec *x);
+
+static inline void uvm_trace(int32_t kind, uint64_t addr, uint64_t size, uint64_t stream,
+                             int32_t device, int64_t arg) {
+    if (uvm_g.tracing)
+        uvm_ring_push(&uvm_g.ring, uvm_g.tick, kind, addr, size, stream, device, arg);
+}
+
+#endif

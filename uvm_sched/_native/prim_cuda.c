@@ -1,0 +1,363 @@
+/* prim "cuda": the CUDA driver, loaded at run time with dlopen, so installing needs no
+ * CUDA toolkit.  Entry points come from cuGetProcAddress at the ABI version this file was
+ * written for (not "the newest"): cuMemPrefetchAsync and cuMemAdvise changed signature in
+ * CUDA 12.2 (they take a CUmemLocation), so a 12.2+ driver is asked for the 12020 forms
+ * and an older one for the 8000 forms with a device ordinal (CU_DEVICE_CPU = -1 = host).
+ * cuMemDiscardBatchAsync is asked for when present (CUDA 13.0 drivers); without it a
+ * discard returns UVM_EUNSUPPORTED, which the executor counts.
+ *
+ * $UVM_SCHED_LIBCUDA names another library to load instead of libcuda.so.1 (the tests
+ * point it at a fake driver that records every call). */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* The few driver types we need, with the layout of cuda.h. */
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+typedef int CUdevice;
+typedef void *CUcontext;
+typedef void *CUstream;
+typedef void *CUevent;
+typedef struct {
+    int type; /* CU_MEM_LOCATION_TYPE_DEVICE = 1, _HOST = 2 */
+    int id;
+} CUmemLocation;
+
+#define CUDA_SUCCESS 0
+#define CUDA_ERROR_NOT_READY 600
+#define CU_MEM_ATTACH_GLOBAL 1
+#define CU_MEM_LOCATION_TYPE_DEVICE 1
+#define CU_MEM_LOCATION_TYPE_HOST 2
+#define CU_MEM_ADVISE_SET_READ_MOSTLY 1
+#define CU_MEM_ADVISE_SET_PREFERRED_LOCATION 3
+#define CU_MEM_ADVISE_SET_ACCESSED_BY 5
+#define CU_DEVICE_CPU (-1)
+#define CU_STREAM_NON_BLOCKING 1
+#define CU_EVENT_DISABLE_TIMING 2
+#define UVM_MAX_DEVICES 64
+
+typedef CUresult (*pfn_getproc_v2)(const char *, void **, int, unsigned long long, int *);
+typedef CUresult (*pfn_getproc_v1)(const char *, void **, int, unsigned long long);
+
+static struct {
+    void *lib;
+    int version;
+    pfn_getproc_v2 getproc2;
+    pfn_getproc_v1 getproc1;
+    CUresult (*init)(unsigned);
+    CUresult (*driver_version)(int *);
+    CUresult (*device_count)(int *);
+    CUresult (*device_get)(CUdevice *, int);
+    CUresult (*primary_retain)(CUcontext *, CUdevice);
+    CUresult (*primary_release)(CUdevice);
+    CUresult (*ctx_get)(CUcontext *);
+    CUresult (*ctx_set)(CUcontext);
+    CUresult (*alloc_managed)(CUdeviceptr *, size_t, unsigned);
+    CUresult (*mem_free)(CUdeviceptr);
+    CUresult (*prefetch_v2)(CUdeviceptr, size_t, CUmemLocation, unsigned, CUstream);
+    CUresult (*prefetch_v1)(CUdeviceptr, size_t, CUdevice, CUstream);
+    CUresult (*advise_v2)(CUdeviceptr, size_t, int, CUmemLocation);
+    CUresult (*advise_v1)(CUdeviceptr, size_t, int, CUdevice);
+    CUresult (*discard_batch)(CUdeviceptr *, size_t *, size_t, unsigned long long, CUstream);
+    CUresult (*stream_create)(CUstream *, unsigned);
+    CUresult (*stream_destroy)(CUstream);
+    CUresult (*event_create)(CUevent *, unsigned);
+    CUresult (*event_destroy)(CUevent);
+    CUresult (*event_record)(CUevent, CUstream);
+    CUresult (*stream_wait_event)(CUstream, CUevent, unsigned);
+    CUresult (*event_query)(CUevent);
+    CUresult (*event_sync)(CUevent);
+    CUresult (*error_name)(CUresult, const char **);
+    int n_devices;
+    CUcontext primary[UVM_MAX_DEVICES];
+} D;
+
+static const char *err_name(CUresult r) {
+    const char *s = NULL;
+    if (D.error_name && D.error_name(r, &s) == CUDA_SUCCESS && s) return s;
+    return "CUDA_ERROR_?";
+}
+
+static int drv_fail(const char *call, CUresult r) {
+    uvm_set_error("%s failed: %s (%d)", call, err_name(r), r);
+    return r == 2 /* CUDA_ERROR_OUT_OF_MEMORY */ ? UVM_ENOMEM : UVM_EDRIVER;
+}
+
+#define CHECK(call, expr)                                                                      \
+    do {                                                                                       \
+        CUresult r_ = (expr);                                                                  \
+        if (r_ != CUDA_SUCCESS) return drv_fail(call, r_);                                     \
+    } while (0)
+
+/* The calling thread may have no context (a fresh thread); the primary context is what
+ * the CUDA runtime (and so PyTorch, CuPy, Numba) uses, so we use it too. */
+static int ensure_ctx(int device) {
+    CUcontext cur = NULL;
+    if (D.ctx_get(&cur) == CUDA_SUCCESS && cur) return UVM_OK;
+    if (device < 0 || device >= D.n_devices || device >= UVM_MAX_DEVICES) {
+        uvm_set_error("device %d does not exist (%d devices)", device, D.n_devices);
+        return UVM_EINVAL;
+    }
+    if (!D.primary[device]) {
+        CUdevice dev;
+        CHECK("cuDeviceGet", D.device_get(&dev, device));
+        CHECK("cuDevicePrimaryCtxRetain", D.primary_retain(&D.primary[device], dev));
+    }
+    CHECK("cuCtxSetCurrent", D.ctx_set(D.primary[device]));
+    return UVM_OK;
+}
+
+static int cu_alloc(int device, size_t bytes, void **out) {
+    int s = ensure_ctx(device);
+    if (s) return s;
+    CUdeviceptr p = 0;
+    CHECK("cuMemAllocManaged", D.alloc_managed(&p, bytes, CU_MEM_ATTACH_GLOBAL));
+    *out = (void *)(uintptr_t)p;
+    return UVM_OK;
+}
+
+static int cu_free(void *p, size_t bytes) {
+    (void)bytes;
+    CHECK("cuMemFree", D.mem_free((CUdeviceptr)(uintptr_t)p));
+    return UVM_OK;
+}
+
+static int cu_prefetch(int device, void *p, size_t bytes, int to_host, void *stream) {
+    int s = ensure_ctx(device);
+    if (s) return s;
+    CUdeviceptr d = (CUdeviceptr)(uintptr_t)p;
+    if (D.prefetch_v2) {
+        CUmemLocation loc = {to_host ? CU_MEM_LOCATION_TYPE_HOST : CU_MEM_LOCATION_TYPE_DEVICE,
+                             to_host ? 0 : device};
+        CHECK("cuMemPrefetchAsync", D.prefetch_v2(d, bytes, loc, 0, (CUstream)stream));
+    } else {
+        CHECK("cuMemPrefetchAsync",
+              D.prefetch_v1(d, bytes, to_host ? CU_DEVICE_CPU : device, (CUstream)stream));
+    }
+    return UVM_OK;
+}
+
+static int cu_advise(int device, void *p, size_t bytes, int advice) {
+    int s = ensure_ctx(device);
+    if (s) return s;
+    CUdeviceptr d = (CUdeviceptr)(uintptr_t)p;
+    int code;
+    CUmemLocation loc = {CU_MEM_LOCATION_TYPE_DEVICE, device};
+    int dev = device;
+    switch (advice) {
+    case UVM_ADV_PREFERRED_HOST:
+        code = CU_MEM_ADVISE_SET_PREFERRED_LOCATION;
+        loc.type = CU_MEM_LOCATION_TYPE_HOST;
+        loc.id = 0;
+        dev = CU_DEVICE_CPU;
+        break;
+    case UVM_ADV_ACCESSED_BY:
+        code = CU_MEM_ADVISE_SET_ACCESSED_BY;
+        break;
+    case UVM_ADV_READ_MOSTLY:
+        code = CU_MEM_ADVISE_SET_READ_MOSTLY; /* the location is ignored by the driver */
+        break;
+    default:
+        uvm_set_error("unknown advice %d", advice);
+        return UVM_EINVAL;
+    }
+    if (D.advise_v2)
+        CHECK("cuMemAdvise", D.advise_v2(d, bytes, code, loc));
+    else
+        CHECK("cuMemAdvise", D.advise_v1(d, bytes, code, dev));
+    return UVM_OK;
+}
+
+static int cu_discard(int device, void *p, size_t bytes, void *stream) {
+    if (!D.discard_batch) {
+        uvm_set_error("this driver (version %d) has no cuMemDiscardBatchAsync", D.version);
+        return UVM_EUNSUPPORTED;
+    }
+    int s = ensure_ctx(device);
+    if (s) return s;
+    CUdeviceptr d = (CUdeviceptr)(uintptr_t)p;
+    size_t n = bytes;
+    CHECK("cuMemDiscardBatchAsync", D.discard_batch(&d, &n, 1, 0, (CUstream)stream));
+    return UVM_OK;
+}
+
+static int cu_stream_create(int device, void **out) {
+    int s = ensure_ctx(device);
+    if (s) return s;
+    /* non-blocking: the side streams must not serialise with the legacy default stream,
+     * which is where a program that never made a stream runs its kernels. */
+    CHECK("cuStreamCreate", D.stream_create((CUstream *)out, CU_STREAM_NON_BLOCKING));
+    return UVM_OK;
+}
+
+static int cu_stream_destroy(void *st) {
+    CHECK("cuStreamDestroy", D.stream_destroy((CUstream)st));
+    return UVM_OK;
+}
+
+static int cu_event_create(int device, void **out) {
+    int s = ensure_ctx(device);
+    if (s) return s;
+    CHECK("cuEventCreate", D.event_create((CUevent *)out, CU_EVENT_DISABLE_TIMING));
+    return UVM_OK;
+}
+
+static int cu_event_destroy(void *ev) {
+    CHECK("cuEventDestroy", D.event_destroy((CUevent)ev));
+    return UVM_OK;
+}
+
+static int cu_event_record(void *ev, void *stream) {
+    CHECK("cuEventRecord", D.event_record((CUevent)ev, (CUstream)stream));
+    return UVM_OK;
+}
+
+static int cu_stream_wait(void *stream, void *ev) {
+    CHECK("cuStreamWaitEvent", D.stream_wait_event((CUstream)stream, (CUevent)ev, 0));
+    return UVM_OK;
+}
+
+static int cu_event_query(void *ev) {
+    CUresult r = D.event_query((CUevent)ev);
+    if (r == CUDA_SUCCESS) return UVM_OK;
+    if (r == CUDA_ERROR_NOT_READY) return 1;
+    return drv_fail("cuEventQuery", r);
+}
+
+static int cu_event_sync(void *ev) {
+    CHECK("cuEventSynchronize", D.event_sync((CUevent)ev));
+    return UVM_OK;
+}
+
+static void cu_shutdown(void) {
+    /* The driver stays loaded: PyTorch or another user may hold the same library, and
+     * unloading libcuda in a live process is never safe. */
+}
+
+static const uvm_prim uvm_prim_cuda = {
+    .name = "cuda",
+    .alloc_managed = cu_alloc,
+    .free_managed = cu_free,
+    .prefetch = cu_prefetch,
+    .advise = cu_advise,
+    .discard = cu_discard,
+    .stream_create = cu_stream_create,
+    .stream_destroy = cu_stream_destroy,
+    .event_create = cu_event_create,
+    .event_destroy = cu_event_destroy,
+    .event_record = cu_event_record,
+    .stream_wait_event = cu_stream_wait,
+    .event_query = cu_event_query,
+    .event_sync = cu_event_sync,
+    .shutdown = cu_shutdown,
+};
+
+static void *getproc(const char *sym, int version) {
+    void *fn = NULL;
+    CUresult r;
+    if (D.getproc2) {
+        int status = 0;
+        r = D.getproc2(sym, &fn, version, 0, &status);
+        if (status != 0) fn = NULL;
+    } else {
+        r = D.getproc1(sym, &fn, version, 0);
+    }
+    return r == CUDA_SUCCESS ? fn : NULL;
+}
+
+int uvm_prim_cuda_load(const uvm_prim **out, char *why, size_t why_len) {
+    if (D.lib) { /* loaded before (a reset): the driver stays as it was */
+        *out = &uvm_prim_cuda;
+        return UVM_OK;
+    }
+    const char *path = getenv("UVM_SCHED_LIBCUDA");
+    if (!path || !*path) path = "libcuda.so.1";
+    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        snprintf(why, why_len, "cannot load the CUDA driver %s: %s", path, dlerror());
+        return UVM_ENOBACKEND;
+    }
+    memset(&D, 0, sizeof D);
+    D.lib = lib;
+    D.getproc2 = (pfn_getproc_v2)dlsym(lib, "cuGetProcAddress_v2");
+    if (!D.getproc2) D.getproc1 = (pfn_getproc_v1)dlsym(lib, "cuGetProcAddress");
+    *(void **)&D.init = dlsym(lib, "cuInit");
+    *(void **)&D.driver_version = dlsym(lib, "cuDriverGetVersion");
+    if ((!D.getproc2 && !D.getproc1) || !D.init || !D.driver_version) {
+        snprintf(why, why_len, "%s lacks cuGetProcAddress/cuInit (driver older than CUDA 11.3?)",
+                 path);
+        goto fail;
+    }
+    CUresult r = D.init(0);
+    if (r != CUDA_SUCCESS) {
+        snprintf(why, why_len, "cuInit failed with %d (no usable GPU or driver)", r);
+        goto fail;
+    }
+    D.driver_version(&D.version);
+    struct {
+        const char *sym;
+        int version;
+        void **slot;
+        int required;
+    } want[] = {
+        {"cuGetErrorName", 6000, (void **)&D.error_name, 1},
+        {"cuDeviceGetCount", 2000, (void **)&D.device_count, 1},
+        {"cuDeviceGet", 2000, (void **)&D.device_get, 1},
+        {"cuDevicePrimaryCtxRetain", 7000, (void **)&D.primary_retain, 1},
+        {"cuDevicePrimaryCtxRelease", 11000, (void **)&D.primary_release, 0},
+        {"cuCtxGetCurrent", 4000, (void **)&D.ctx_get, 1},
+        {"cuCtxSetCurrent", 4000, (void **)&D.ctx_set, 1},
+        {"cuMemAllocManaged", 6000, (void **)&D.alloc_managed, 1},
+        {"cuMemFree", 3020, (void **)&D.mem_free, 1},
+        {"cuStreamCreate", 2000, (void **)&D.stream_create, 1},
+        {"cuStreamDestroy", 4000, (void **)&D.stream_destroy, 1},
+        {"cuEventCreate", 2000, (void **)&D.event_create, 1},
+        {"cuEventDestroy", 4000, (void **)&D.event_destroy, 1},
+        {"cuEventRecord", 2000, (void **)&D.event_record, 1},
+        {"cuStreamWaitEvent", 3020, (void **)&D.stream_wait_event, 1},
+        {"cuEventQuery", 2000, (void **)&D.event_query, 1},
+        {"cuEventSynchronize", 2000, (void **)&D.event_sync, 1},
+        {"cuMemDiscardBatchAsync", 13000, (void **)&D.discard_batch, 0},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        *want[i].slot = getproc(want[i].sym, want[i].version);
+        if (!*want[i].slot && want[i].required) {
+            snprintf(why, why_len, "driver %d has no %s (ABI %d)", D.version, want[i].sym,
+                     want[i].version);
+            goto fail;
+        }
+    }
+    if (D.version >= 12020) {
+        *(void **)&D.prefetch_v2 = getproc("cuMemPrefetchAsync", 12020);
+        *(void **)&D.advise_v2 = getproc("cuMemAdvise", 12020);
+    }
+    if (!D.prefetch_v2 || !D.advise_v2) {
+        D.prefetch_v2 = NULL;
+        D.advise_v2 = NULL;
+        *(void **)&D.prefetch_v1 = getproc("cuMemPrefetchAsync", 8000);
+        *(void **)&D.advise_v1 = getproc("cuMemAdvise", 8000);
+        if (!D.prefetch_v1 || !D.advise_v1) {
+            snprintf(why, why_len, "driver %d has no cuMemPrefetchAsync/cuMemAdvise", D.version);
+            goto fail;
+        }
+    }
+    r = D.device_count(&D.n_devices);
+    if (r != CUDA_SUCCESS || D.n_devices <= 0) {
+        snprintf(why, why_len, "the CUDA driver %d sees no device", D.version);
+        goto fail;
+    }
+    snprintf(why, why_len, "CUDA driver %d.%d from %s, %d device(s)%s", D.version / 1000,
+             (D.version % 1000) / 10, path, D.n_devices,
+             D.discard_batch ? "" : ", no discard (needs a CUDA 13 driver)");
+    *out = &uvm_prim_cuda;
+    return UVM_OK;
+fail:
+    /* keep dlclose out: a half-initialised driver is safer left loaded */
+    memset(&D, 0, sizeof D);
+    return UVM_ENOBACKEND;
+}

@@ -1,0 +1,160 @@
+/* uvm_sched: a managed-memory (CUDA Unified Memory) pool allocator with an event ring
+ * and a plan executor.  This is the one public header of the native core.
+ *
+ * Layers (one source file each): prim_*.c (every driver call behind one table),
+ * pool.c (caching sub-allocator), ring.c (event ring), exec.c (plan executor),
+ * api.c (this ABI).  Every function returns a status code (UVM_OK or a negative
+ * UVM_E*) or, for the PyTorch ABI, NULL; nothing here aborts or unwinds.
+ */
+#ifndef UVM_SCHED_H
+#define UVM_SCHED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define UVM_API __attribute__((visibility("default")))
+
+/* Bumped whenever a struct below or a function signature changes; native.py refuses a
+ * library whose uvm_sched_abi_version() differs from the one it was written for. */
+#define UVM_SCHED_ABI_VERSION 1
+
+/* status codes */
+#define UVM_OK 0
+#define UVM_EINVAL (-1)       /* bad argument (size overflow, unknown backend, bad plan) */
+#define UVM_ENOMEM (-2)       /* cannot serve: limit reached or the driver is out of memory */
+#define UVM_EDRIVER (-3)      /* a driver call failed (see uvm_sched_last_error) */
+#define UVM_EUNSUPPORTED (-4) /* the driver lacks the entry point (e.g. discard) */
+#define UVM_EUNKNOWN (-5)     /* pointer was never given out by this allocator */
+#define UVM_EDOUBLEFREE (-6)  /* pointer is ours but not allocated (double free) */
+#define UVM_ESIZE (-7)        /* free with a size other than the allocated one */
+#define UVM_EBUSY (-8)        /* reset while blocks are still allocated */
+#define UVM_ENOBACKEND (-9)   /* requested backend cannot be loaded */
+
+/* Size argument of uvm_sched_free_status() meaning "do not check the size". */
+#define UVM_SIZE_ANY ((size_t)-1)
+
+/* Event kinds in the ring.  0, 1 and 3 are the trace model's ALLOC, FREE, MARK. */
+enum uvm_event_kind {
+    UVM_EV_ALLOC = 0,        /* addr, size (requested bytes), stream; arg = global alloc ordinal */
+    UVM_EV_FREE = 1,         /* addr, size, stream; arg = the block's alloc ordinal */
+    UVM_EV_MARK = 3,         /* iteration marker (uvm_sched_step); arg = marker count */
+    UVM_EV_ITER = 4,         /* executor starts an iteration; arg = iteration number */
+    UVM_EV_ARM = 5,          /* plan armed; size = rows, arg = period_events */
+    UVM_EV_DISARM = 6,       /* plan disarmed; arg = iterations run */
+    UVM_EV_ACTION = 16,      /* 16 + action code: an issued plan action; addr/size = range,
+                                stream = stream it was queued on, arg = plan row */
+    UVM_EV_ACTION_END = 31,
+    UVM_EV_OOM = 32,         /* malloc failed; size = request, arg = status */
+    UVM_EV_BAD_FREE = 33,    /* free of a pointer we never gave out; addr, size */
+    UVM_EV_DOUBLE_FREE = 34, /* free of one of our pointers that is not allocated */
+    UVM_EV_SIZE_MISMATCH = 35, /* free with a wrong size; size = given, arg = allocated */
+    UVM_EV_DRIVER_ERROR = 36,  /* a driver call failed; arg = driver status */
+    UVM_EV_DIVERGENCE = 37,  /* executor: allocation j of the iteration does not match the
+                                plan; size = actual bytes, arg = j */
+    UVM_EV_SKIPPED = 38,     /* executor: action's block not live; arg = plan row */
+    UVM_EV_ACTION_FAILED = 39, /* executor: driver refused an action; arg = plan row */
+    UVM_EV_UNSUPPORTED = 40  /* executor: driver lacks the call (discard); arg = plan row */
+};
+
+/* Plan actions: the order is planner.ACTIONS (the ABI with the Python planner). */
+enum uvm_action {
+    UVM_ACT_PREFETCH_TO_DEVICE = 0,
+    UVM_ACT_PREFETCH_TO_HOST = 1,
+    UVM_ACT_ADVISE_PREFERRED_HOST = 2,
+    UVM_ACT_ADVISE_ACCESSED_BY = 3,
+    UVM_ACT_ADVISE_READ_MOSTLY = 4,
+    UVM_ACT_DISCARD = 5,
+    UVM_ACT_COUNT = 6
+};
+
+/* One ring record (56 bytes).  tick = ordinal of the allocator event (malloc or free,
+ * from 0 at library start); events that are not allocator events carry the ordinal of
+ * the allocator event they follow (MARK: of the next one).  t_ns = CLOCK_MONOTONIC ns. */
+typedef struct uvm_event {
+    uint64_t tick;
+    uint64_t t_ns;
+    uint64_t addr;
+    uint64_t size;
+    uint64_t stream;
+    int64_t arg;
+    int32_t kind;
+    int32_t device;
+} uvm_event;
+
+/* One plan row for the executor (48 bytes). */
+typedef struct uvm_plan_row {
+    int64_t tick;       /* allocator-event ordinal within the iteration */
+    int32_t action;     /* enum uvm_action */
+    int32_t persistent; /* 0: block = alloc ordinal in the iteration; 1: addr is given */
+    int64_t block;      /* alloc ordinal (non-persistent), informational when persistent */
+    uint64_t offset;    /* byte offset into the block */
+    uint64_t bytes;     /* bytes from offset; clamped to the block's size */
+    uint64_t addr;      /* persistent rows: the block's start address (0 = unknown: skipped) */
+} uvm_plan_row;
+
+#define UVM_SYNC_MARKER 0 /* iterations start at uvm_sched_step() */
+#define UVM_SYNC_PERIOD 1 /* iterations are every period_events allocator events */
+
+/* ---- PyTorch CUDAPluggableAllocator ABI --------------------------------------------
+ * torch calls exactly:  void* alloc(size_t size, int device, cudaStream_t stream)
+ *                       void  free(void* ptr, size_t size, int device, cudaStream_t stream)
+ * (the 4-argument free; nothing checks these signatures, keep them as they are).
+ * malloc returns NULL when it cannot serve (torch then raises its OOM error; stats and
+ * the ring say why); size 0 gives NULL.  free of NULL does nothing; a bad free is
+ * counted, logged and refused, the pool is left untouched. */
+UVM_API void *uvm_sched_malloc(size_t size, int device, void *stream);
+UVM_API void uvm_sched_free(void *ptr, size_t size, int device, void *stream);
+UVM_API int uvm_sched_abi_version(void);
+
+/* ---- the rest of the API (used by uvm_sched.native through ctypes) ----------------- */
+/* Select a backend ("auto", "cuda", "host"; NULL = $UVM_SCHED_BACKEND or auto).  Done
+ * implicitly by the first call; explicit init after that returns UVM_EINVAL unless the
+ * backend is the one already selected. */
+UVM_API int uvm_sched_init(const char *backend);
+/* Tear everything down (arenas, plan, ring contents, counters) and select a backend
+ * again.  UVM_EBUSY if blocks are allocated and !force.  For tests. */
+UVM_API int uvm_sched_reset(const char *backend, int force);
+UVM_API const char *uvm_sched_backend_name(void);
+/* Why the backend is what it is (e.g. why auto fell back to host). */
+UVM_API const char *uvm_sched_backend_reason(void);
+/* Thread-local text of the last error on this thread ("" if none). */
+UVM_API const char *uvm_sched_last_error(void);
+
+UVM_API int uvm_sched_malloc_status(size_t size, int device, void *stream, void **out);
+/* stream: the stream the block was last used on; own_stream=1 ignores it and uses the
+ * block's allocation stream.  size UVM_SIZE_ANY skips the size check. */
+UVM_API int uvm_sched_free_status(void *ptr, size_t size, int device, void *stream,
+                                  int own_stream);
+/* Size (requested bytes), alloc ordinal and stream of the live block starting at ptr. */
+UVM_API int uvm_sched_block_info(void *ptr, uint64_t *size, uint64_t *ordinal,
+                                 uint64_t *stream);
+UVM_API int uvm_sched_step(void);
+/* Return cached memory of empty arenas to the driver; returns bytes released (>= 0). */
+UVM_API int64_t uvm_sched_release_cached(void);
+
+/* Stats: a comma-separated list of names, and the values (uint64) in that order. */
+UVM_API const char *uvm_sched_stats_names(void);
+UVM_API size_t uvm_sched_stats(uint64_t *out, size_t n);
+
+/* Ring: events not yet drained, and copy up to max of them into out (oldest first). */
+UVM_API int uvm_sched_set_tracing(int on); /* returns the previous setting */
+UVM_API size_t uvm_sched_ring_pending(void);
+UVM_API size_t uvm_sched_drain(uvm_event *out, size_t max);
+
+/* Executor.  rows sorted or not (the executor sorts a copy by tick); alloc_sizes[j] = bytes
+ * of allocation j of the iteration; period_events = allocator events per iteration.
+ * start_now: the iteration starts with the next allocator event (else at the next
+ * marker, sync=marker only).  Replaces any armed plan. */
+UVM_API int uvm_sched_exec_arm(const uvm_plan_row *rows, size_t n_rows,
+                               const uint64_t *alloc_sizes, size_t n_allocs,
+                               uint64_t period_events, int sync, int device, int start_now);
+UVM_API int uvm_sched_exec_disarm(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,466 @@
+"""The native core, from Python: loading the library, the ABI check, the allocator, the
+event ring and the plan executor.
+
+The library (``uvm_sched/_native/_uvm_sched*.so``, plain C) is loaded lazily with
+ctypes on first use, and its ABI version is checked.  It picks its backend once per
+process: ``UVM_SCHED_BACKEND=auto|cuda|host`` (auto: the CUDA driver when it loads and sees
+a device, else the host emulation).  Other settings, read when the backend starts:
+``UVM_SCHED_LIBCUDA`` (driver library to load instead of ``libcuda.so.1``),
+``UVM_SCHED_ARENA_BYTES`` (size of each managed reservation, default 1 GiB; units K/M/G),
+``UVM_SCHED_LIMIT_BYTES`` (cap on reserved bytes), ``UVM_SCHED_RING_EVENTS`` (ring
+capacity, default 2**20 records), ``UVM_SCHED_TRACE=0`` (no event recording),
+``UVM_SCHED_VERBOSE`` (0 silences errors logged from the PyTorch ABI).
+
+Event kinds in :func:`drain_events` (``EVENT_KINDS`` maps code -> name): ``alloc`` (0) and
+``free`` (1) with the block's requested bytes and its global alloc ordinal in ``arg``;
+``mark`` (3, :func:`step`); ``iter`` (4, the executor starts iteration ``arg``); ``arm``
+(5) and ``disarm`` (6); ``16 + a`` for an issued plan action ``a`` (an index into
+``uvm_sched.planner.ACTIONS``; ``arg`` = the plan row, ``stream`` = the stream it was
+queued on); errors: ``oom`` (32), ``bad_free`` (33), ``double_free`` (34),
+``size_mismatch`` (35, ``arg`` = the allocated size), ``driver_error`` (36),
+``divergence`` (37, ``arg`` = the allocation ordinal in the iteration), ``skipped`` (38),
+``action_failed`` (39), ``unsupported`` (40).  ``tick`` is the ordinal of the allocator
+event (malloc or free) since the library started; other events carry the ordinal of the
+allocator event they follow (a mark: of the next one).
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+__all__ = [
+    "malloc", "free", "stats", "step", "drain_events", "backend", "backend_reason",
+    "library_path", "release_cached", "set_tracing", "block_info",
+    "arm", "arm_plan", "disarm", "action_log", "replay",
+    "EVENT_DTYPE", "PLAN_ROW_DTYPE", "EVENT_KINDS", "ABI_VERSION",
+    "UvmSchedError", "OutOfMemoryError", "FreeError",
+]
+
+ABI_VERSION = 1
+
+# status codes of the C core (uvm_sched.h)
+_OK, _EINVAL, _ENOMEM, _EDRIVER, _EUNSUPPORTED = 0, -1, -2, -3, -4
+_EUNKNOWN, _EDOUBLEFREE, _ESIZE, _EBUSY, _ENOBACKEND = -5, -6, -7, -8, -9
+_SIZE_ANY = (1 << 64) - 1
+
+EVENT_DTYPE = np.dtype([
+    ("tick", "<u8"), ("t_ns", "<u8"), ("addr", "<u8"), ("size", "<u8"), ("stream", "<u8"),
+    ("arg", "<i8"), ("kind", "<i4"), ("device", "<i4"),
+])
+assert EVENT_DTYPE.itemsize == 56
+
+PLAN_ROW_DTYPE = np.dtype([
+    ("tick", "<i8"), ("action", "<i4"), ("persistent", "<i4"), ("block", "<i8"),
+    ("offset", "<u8"), ("bytes", "<u8"), ("addr", "<u8"),
+])
+assert PLAN_ROW_DTYPE.itemsize == 48
+
+_ACTION_NAMES = (  # = uvm_sched.planner.ACTIONS (kept here so this module needs no pandas)
+    "prefetch_to_device", "prefetch_to_host", "advise_preferred_host",
+    "advise_accessed_by", "advise_read_mostly", "discard",
+)
+EVENT_KINDS: dict[int, str] = {
+    0: "alloc", 1: "free", 3: "mark", 4: "iter", 5: "arm", 6: "disarm",
+    **{16 + i: a for i, a in enumerate(_ACTION_NAMES)},
+    32: "oom", 33: "bad_free", 34: "double_free", 35: "size_mismatch", 36: "driver_error",
+    37: "divergence", 38: "skipped", 39: "action_failed", 40: "unsupported",
+}
+_ACTION_BASE = 16
+
+
+class UvmSchedError(RuntimeError):
+    """The native core refused a request (driver error, no backend, bad state)."""
+
+
+class OutOfMemoryError(MemoryError):
+    """An allocation cannot be served. ``size``: bytes asked for; ``reserved``: bytes the
+    pool holds from the driver; ``limit``: the cap on reserved bytes (None = no cap)."""
+
+    def __init__(self, size: int, reserved: int, limit: int | None, detail: str = "") -> None:
+        self.size, self.reserved, self.limit = size, reserved, limit
+        lim = "no limit" if limit is None else f"limit {limit:,} bytes (UVM_SCHED_LIMIT_BYTES)"
+        msg = (f"uvm_sched: cannot allocate {size:,} bytes ({reserved:,} bytes reserved, {lim})"
+               + (f": {detail}" if detail else "")
+               + ". Free or release cached memory (uvm_sched.native.release_cached()), or "
+                 "raise the limit.")
+        super().__init__(msg)
+
+
+class FreeError(ValueError):
+    """A free that the pool refused (unknown pointer, double free, wrong size); the pool
+    is unchanged. ``ptr``, ``size`` and ``reason`` (``unknown``/``double_free``/``size``)."""
+
+    def __init__(self, ptr: int, size: int | None, reason: str, detail: str) -> None:
+        self.ptr, self.size, self.reason = ptr, size, reason
+        super().__init__(f"uvm_sched.free(0x{ptr:x}"
+                         + (f", size={size:,}" if size is not None else "") + f"): {detail}")
+
+
+# ---- loading -------------------------------------------------------------------------
+_lock = threading.Lock()
+_LIB: ctypes.CDLL | None = None
+_STATS_NAMES: list[str] = []
+
+
+def library_path() -> str:
+    """Absolute path of the native shared library (what PyTorch's pluggable allocator
+    loads)."""
+    here = Path(__file__).resolve().parent / "_native"
+    found = sorted(here.glob("_uvm_sched*.so"))
+    if not found:
+        raise UvmSchedError(
+            f"the native library is not built (no _uvm_sched*.so in {here}); install the "
+            "package with `pip install -e .` (needs a C compiler, not CUDA)")
+    return str(found[0])
+
+
+def _load() -> ctypes.CDLL:
+    global _LIB, _STATS_NAMES
+    if _LIB is not None:
+        return _LIB
+    with _lock:
+        if _LIB is not None:
+            return _LIB
+        path = library_path()
+        lib = ctypes.CDLL(path)
+        lib.uvm_sched_abi_version.restype = ctypes.c_int
+        got = lib.uvm_sched_abi_version()
+        if got != ABI_VERSION:
+            raise UvmSchedError(
+                f"{path} has native ABI version {got}, this Python code needs {ABI_VERSION}; "
+                "rebuild with `pip install -e .`")
+        c = ctypes
+        sig = {
+            "uvm_sched_init": (c.c_int, [c.c_char_p]),
+            "uvm_sched_reset": (c.c_int, [c.c_char_p, c.c_int]),
+            "uvm_sched_backend_name": (c.c_char_p, []),
+            "uvm_sched_backend_reason": (c.c_char_p, []),
+            "uvm_sched_last_error": (c.c_char_p, []),
+            "uvm_sched_malloc_status": (c.c_int, [c.c_size_t, c.c_int, c.c_void_p,
+                                                  c.POINTER(c.c_void_p)]),
+            "uvm_sched_free_status": (c.c_int, [c.c_void_p, c.c_size_t, c.c_int, c.c_void_p,
+                                                c.c_int]),
+            "uvm_sched_malloc": (c.c_void_p, [c.c_size_t, c.c_int, c.c_void_p]),
+            "uvm_sched_free": (None, [c.c_void_p, c.c_size_t, c.c_int, c.c_void_p]),
+            "uvm_sched_block_info": (c.c_int, [c.c_void_p, c.POINTER(c.c_uint64),
+                                               c.POINTER(c.c_uint64), c.POINTER(c.c_uint64)]),
+            "uvm_sched_step": (c.c_int, []),
+            "uvm_sched_release_cached": (c.c_int64, []),
+            "uvm_sched_stats_names": (c.c_char_p, []),
+            "uvm_sched_stats": (c.c_size_t, [c.POINTER(c.c_uint64), c.c_size_t]),
+            "uvm_sched_set_tracing": (c.c_int, [c.c_int]),
+            "uvm_sched_ring_pending": (c.c_size_t, []),
+            "uvm_sched_drain": (c.c_size_t, [c.c_void_p, c.c_size_t]),
+            "uvm_sched_exec_arm": (c.c_int, [c.c_void_p, c.c_size_t, c.c_void_p, c.c_size_t,
+                                             c.c_uint64, c.c_int, c.c_int, c.c_int]),
+            "uvm_sched_exec_disarm": (c.c_int, []),
+        }
+        for name, (res, args) in sig.items():
+            f = getattr(lib, name)
+            f.restype, f.argtypes = res, args
+        _STATS_NAMES = [n for n in lib.uvm_sched_stats_names().decode().split(",") if n]
+        _LIB = lib
+        return lib
+
+
+def _last_error() -> str:
+    return _load().uvm_sched_last_error().decode(errors="replace")
+
+
+def _raise(status: int, what: str) -> None:
+    if status == _OK:
+        return
+    detail = _last_error()
+    if status == _ENOBACKEND:
+        raise UvmSchedError(f"{what}: no backend: {detail or backend_reason()}")
+    if status == _EINVAL:
+        raise ValueError(f"{what}: {detail}")
+    raise UvmSchedError(f"{what}: {detail} (status {status})")
+
+
+# ---- allocator ------------------------------------------------------------------------
+def malloc(nbytes: int, stream: int = 0, device: int = 0) -> int:
+    """Allocate ``nbytes`` bytes of managed memory for use on ``stream`` (a CUstream handle
+    as an int; 0 = the default stream) and return its address (0 for ``nbytes == 0``).
+    Raises ``OutOfMemoryError`` when it cannot be served."""
+    lib = _load()
+    nbytes = int(nbytes)
+    if nbytes < 0:
+        raise ValueError(f"cannot allocate a negative number of bytes ({nbytes:,})")
+    if nbytes >= 1 << 64:
+        raise OutOfMemoryError(nbytes, stats()["reserved_bytes"], None, "size beyond 64 bits")
+    out = ctypes.c_void_p()
+    s = lib.uvm_sched_malloc_status(nbytes, int(device), int(stream) or None, ctypes.byref(out))
+    if s == _ENOMEM:
+        st = stats()
+        lim = st["limit_bytes"]
+        raise OutOfMemoryError(nbytes, st["reserved_bytes"], None if lim == _SIZE_ANY else lim,
+                               _last_error())
+    _raise(s, f"uvm_sched.malloc({nbytes:,})")
+    return out.value or 0
+
+
+def free(ptr: int, size: int | None = None, stream: int | None = None) -> None:
+    """Free a block from :func:`malloc`. ``size`` (bytes), when given, must be the size it
+    was allocated with; ``stream``, when given, is the stream the block was last used on
+    (default: the stream it was allocated on). ``free(0)`` does nothing. Raises
+    ``FreeError`` naming the pointer for an unknown pointer, a double free or a wrong
+    size, leaving the pool unchanged."""
+    lib = _load()
+    ptr = int(ptr)
+    if ptr == 0:
+        return
+    s = lib.uvm_sched_free_status(ptr, _SIZE_ANY if size is None else int(size), 0,
+                                  int(stream or 0) or None, 1 if stream is None else 0)
+    if s == _OK:
+        return
+    reason = {_EUNKNOWN: "unknown", _EDOUBLEFREE: "double_free", _ESIZE: "size"}.get(s)
+    if reason is None:
+        _raise(s, f"uvm_sched.free(0x{ptr:x})")
+    raise FreeError(ptr, size, reason, _last_error())
+
+
+def block_info(ptr: int) -> dict[str, int]:
+    """The live block starting at ``ptr``: ``size`` (requested bytes), ``ordinal`` (global
+    allocation ordinal), ``stream``. Raises ``FreeError``-like ``ValueError`` otherwise."""
+    lib = _load()
+    size, ordn, stream = ctypes.c_uint64(), ctypes.c_uint64(), ctypes.c_uint64()
+    s = lib.uvm_sched_block_info(int(ptr), ctypes.byref(size), ctypes.byref(ordn),
+                                 ctypes.byref(stream))
+    if s != _OK:
+        raise ValueError(f"0x{int(ptr):x} is not the start of a live uvm_sched block")
+    return {"size": size.value, "ordinal": ordn.value, "stream": stream.value}
+
+
+def step() -> None:
+    """Mark the start of an iteration (a MARK event; re-synchronises an armed plan with
+    ``sync="marker"``)."""
+    _raise(_load().uvm_sched_step(), "uvm_sched.step()")
+
+
+def release_cached() -> int:
+    """Return the memory of empty arenas to the driver; returns the bytes released."""
+    n = _load().uvm_sched_release_cached()
+    if n < 0:
+        _raise(int(n), "uvm_sched.release_cached()")
+    return int(n)
+
+
+def set_tracing(on: bool) -> bool:
+    """Turn event recording on or off; returns the previous setting."""
+    r = _load().uvm_sched_set_tracing(1 if on else 0)
+    if r < 0:
+        _raise(r, "uvm_sched.set_tracing()")
+    return bool(r)
+
+
+def backend() -> str:
+    """The backend in use: ``"cuda"`` or ``"host"`` (starts the library if needed)."""
+    name = _load().uvm_sched_backend_name().decode()
+    if name == "none":
+        raise UvmSchedError(f"no backend could be started: {backend_reason()}")
+    return name
+
+
+def backend_reason() -> str:
+    """Why the backend is the one it is (driver version and devices, or why not CUDA)."""
+    return _load().uvm_sched_backend_reason().decode(errors="replace")
+
+
+def stats() -> dict[str, Any]:
+    """Allocator, ring and executor counters (bytes, counts), plus ``backend`` and
+    ``fragmentation`` (share of the bytes held for blocks that the blocks do not use:
+    rounding and partly filled slabs). What users read instead of
+    ``torch.cuda.memory_stats()``, which raises under a pluggable allocator."""
+    lib = _load()
+    buf = (ctypes.c_uint64 * len(_STATS_NAMES))()
+    lib.uvm_sched_stats(buf, len(_STATS_NAMES))
+    d: dict[str, Any] = dict(zip(_STATS_NAMES, (int(v) for v in buf)))
+    d["backend"] = lib.uvm_sched_backend_name().decode()
+    d["fragmentation"] = (1.0 - d["allocated_bytes"] / d["in_use_bytes"]) if d["in_use_bytes"] else 0.0
+    return d
+
+
+def drain_events() -> np.ndarray:
+    """Take the events recorded since the last drain (oldest first) as a numpy structured
+    array of ``EVENT_DTYPE`` (fields tick, t_ns, addr, size, stream, arg, kind, device;
+    kinds in ``EVENT_KINDS``). Events lost to a full ring are counted in
+    ``stats()["events_dropped"]``."""
+    lib = _load()
+    parts = []
+    while True:
+        n = int(lib.uvm_sched_ring_pending())
+        if n == 0:
+            break
+        out = np.empty(n, EVENT_DTYPE)
+        got = int(lib.uvm_sched_drain(out.ctypes.data, n))
+        parts.append(out[:got])
+        if got < n:
+            break
+    if not parts:
+        return np.empty(0, EVENT_DTYPE)
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def _reset(backend: str | None = None, force: bool = False) -> None:
+    """Tear the native state down and start ``backend`` again (tests only: every pointer
+    handed out before becomes invalid)."""
+    lib = _load()
+    s = lib.uvm_sched_reset(backend.encode() if backend else None, 1 if force else 0)
+    if s == _EBUSY:
+        raise UvmSchedError(f"cannot reset: {_last_error()}")
+    _raise(s, f"uvm_sched reset to backend {backend!r}")
+
+
+# ---- executor -------------------------------------------------------------------------
+_SYNC = {"marker": 0, "period": 1}
+
+
+def arm(table: np.ndarray, alloc_sizes: Iterable[int], period_events: int, *,
+        sync: str = "marker", device: int = 0, start_now: bool = True) -> None:
+    """Arm the executor with a raw plan table (``PLAN_ROW_DTYPE`` rows: tick = allocator
+    event ordinal in the iteration, action = index in ``planner.ACTIONS``, persistent,
+    block = allocation ordinal in the iteration, offset and bytes of the range (bytes 0 =
+    to the end of the block), addr = the block's address for persistent rows).
+    ``alloc_sizes[j]``: bytes of allocation j of the iteration (the divergence check);
+    ``period_events``: allocator events per iteration; ``sync``: ``"marker"`` (iterations
+    start at :func:`step`) or ``"period"`` (every ``period_events`` events);
+    ``start_now``: the first iteration starts with the next allocator event (else at the
+    next marker). Replaces any armed plan."""
+    lib = _load()
+    t = np.ascontiguousarray(table, dtype=PLAN_ROW_DTYPE)
+    sizes = np.ascontiguousarray(np.asarray(list(alloc_sizes), dtype=np.uint64))
+    if sync not in _SYNC:
+        raise ValueError(f"sync must be 'marker' or 'period', got {sync!r}")
+    s = lib.uvm_sched_exec_arm(t.ctypes.data if len(t) else None, len(t),
+                               sizes.ctypes.data if len(sizes) else None, len(sizes),
+                               int(period_events), _SYNC[sync], int(device),
+                               1 if start_now else 0)
+    _raise(s, "arming the plan")
+
+
+def arm_plan(plan, persistent_addrs: Mapping[int, int] | Iterable[int] | None = None, *,
+             device: int = 0, start_now: bool = True) -> None:
+    """Arm the executor with a ``uvm_sched.planner.Plan``. ``persistent_addrs`` maps the
+    plan's persistent block ordinals (ordinal among all allocations since recording
+    started) to live addresses: a mapping, or a sequence indexed by ordinal (e.g. the
+    addresses of the recorded ALLOC events in order). Raises ``ValueError`` naming the
+    first persistent row whose block has no address."""
+    acts = plan.actions
+    n = len(acts)
+    table = np.zeros(n, PLAN_ROW_DTYPE)
+    if n:
+        code = {a: i for i, a in enumerate(_ACTION_NAMES)}
+        table["tick"] = acts["tick"].to_numpy()
+        table["action"] = [code[a] for a in acts["action"]]
+        pers = acts["persistent"].to_numpy(dtype=bool)
+        table["persistent"] = pers
+        table["block"] = acts["block"].to_numpy()
+        table["offset"] = acts["offset"].to_numpy()
+        table["bytes"] = acts["bytes"].to_numpy()
+        if pers.any():
+            if persistent_addrs is None:
+                i = int(np.flatnonzero(pers)[0])
+                raise ValueError(f"plan row {i} names persistent block {int(table['block'][i])}; "
+                                 "pass persistent_addrs (ordinal -> address)")
+            lookup = (persistent_addrs.get if isinstance(persistent_addrs, Mapping)
+                      else _seq_get(list(persistent_addrs)))
+            for i in np.flatnonzero(pers):
+                a = lookup(int(table["block"][i]))
+                if not a:
+                    raise ValueError(f"plan row {int(i)}: no address for persistent block "
+                                     f"{int(table['block'][i])}")
+                table["addr"][i] = int(a)
+    meta = plan.meta
+    arm(table, meta["alloc_sizes"], int(meta["period_events"]), sync=meta.get("sync", "marker"),
+        device=device, start_now=start_now)
+
+
+def _seq_get(seq: list):
+    return lambda j: seq[j] if 0 <= j < len(seq) else None
+
+
+def disarm() -> None:
+    """Stop executing the armed plan (no-op when none is armed)."""
+    _raise(_load().uvm_sched_exec_disarm(), "disarming the plan")
+
+
+def action_log(events: np.ndarray):
+    """The executor's part of a drain as a pandas DataFrame, one row per plan row the
+    executor handled: ``iteration``, ``tick`` (allocator event ordinal within the
+    iteration), ``row`` (index in the armed table), ``action`` (name), ``status``
+    (``issued``/``skipped``/``failed``/``unsupported``), ``addr``, ``bytes``, ``stream``.
+    The drain must include the ``iter`` event that started each iteration."""
+    import pandas as pd
+
+    ev = np.asarray(events, EVENT_DTYPE)
+    kind = ev["kind"]
+    rows = []
+    it, start = -1, 0
+    for e, k in zip(ev, kind):
+        k = int(k)
+        if k == 4:
+            it, start = int(e["arg"]), int(e["tick"])
+        elif _ACTION_BASE <= k < _ACTION_BASE + len(_ACTION_NAMES) or k in (38, 39, 40):
+            status = ("issued" if k < 32 else
+                      {38: "skipped", 39: "failed", 40: "unsupported"}[k])
+            rows.append((it, int(e["tick"]) - start, int(e["arg"]),
+                         _ACTION_NAMES[k - _ACTION_BASE] if k < 32 else None, status,
+                         int(e["addr"]), int(e["size"]), int(e["stream"])))
+    return pd.DataFrame(rows, columns=["iteration", "tick", "row", "action", "status", "addr",
+                                       "bytes", "stream"])
+
+
+def replay(trace, plan=None, *, arm_at: int | None = None, device: int = 0) -> np.ndarray:
+    """Run a trace's allocator events through this allocator (ALLOC -> malloc, FREE ->
+    free, MARK -> step) and return the drained events. With ``plan``, the executor is
+    armed at the MARK at tick ``arm_at`` (default: the first MARK; tick 0 without marks),
+    persistent blocks resolved from the replayed allocations (ordinal among the trace's
+    ALLOC rows). Blocks still live at the end are freed (their frees follow the trace's
+    events). Meant for the host backend: memory is reserved, never touched. The ring is
+    drained first; pending events of the caller are discarded."""
+    from .trace._model import EventKind
+
+    drain_events()
+    c = trace.columns
+    kinds, blocks, sizes, ticks = c["kind"], c["block"], c["size"], c["tick"]
+    addr_of: dict[int, int] = {}
+    order: list[int] = []  # address of each ALLOC row, in order (persistent ordinals)
+    marks = trace.iteration_starts
+    if plan is not None and arm_at is None:
+        arm_at = int(marks[0]) if len(marks) else 0
+    armed = False
+
+    def maybe_arm(at_mark: bool, tick: int) -> None:
+        nonlocal armed
+        if plan is None or armed or tick < arm_at:
+            return
+        if plan.meta.get("sync", "marker") == "marker" and len(marks) and not at_mark:
+            return
+        arm_plan(plan, order, device=device, start_now=True)
+        armed = True
+
+    try:
+        for i in range(len(kinds)):
+            k = int(kinds[i])
+            if k == EventKind.MARK:
+                step()
+                maybe_arm(True, int(ticks[i]))
+            elif k == EventKind.ALLOC:
+                maybe_arm(False, int(ticks[i]))
+                a = malloc(int(sizes[i]), device=device)
+                addr_of[int(blocks[i])] = a
+                order.append(a)
+            elif k == EventKind.FREE:
+                maybe_arm(False, int(ticks[i]))
+                free(addr_of.pop(int(blocks[i])))
+    finally:
+        if armed:
+            disarm()
+        for a in addr_of.values():
+            free(a)
+    return drain_events()
