@@ -51,14 +51,15 @@ REFERENCE = {
     "SENet154_1024": ("4278%", 730.8, 193.1, 146.1, 142.3, 132.9),
 }
 REF_POLICIES = ("base UVM", "DeepUM+", "G10-Host", "G10")
-# Our zoo's names and the artifact's settings for the same models (BERT: sequence length 128,
-# read from its first activation tensor: 100,663,296 B = 256 x 128 x 768 x 4 B).
+# Our zoo's names and the artifact's settings for the same models, read from the size of each
+# workload's input tensor (fp32): BERT 100,663,296 B = 256 x 128 tokens x 768 x 4 B; the image
+# models' 3 x side x side x 4 B per sample: 224 px (ResNet, SENet, ViT), 299 px (Inception).
 ZOO = {
     "BERT_Base_256": ("bert_base", {"batch": 256, "seq": 128}),
-    "VIT_1280": ("vit_b16", {"batch": 1280}),
-    "Inceptionv3_1536": ("inception_v3", {"batch": 1536}),
-    "ResNet152_1280": ("resnet152", {"batch": 1280}),
-    "SENet154_1024": ("senet154", {"batch": 1024}),
+    "VIT_1280": ("vit_b16", {"batch": 1280, "image": 224}),
+    "Inceptionv3_1536": ("inception_v3", {"batch": 1536, "image": 299}),
+    "ResNet152_1280": ("resnet152", {"batch": 1280, "image": 224}),
+    "SENet154_1024": ("senet154", {"batch": 1024, "image": 224}),
 }
 
 
@@ -276,6 +277,7 @@ def render_md(names, sims, recorded, prov) -> str:
             md.append(
                 f"| {name} | {r['model']} batch {r['batch']}"
                 + (f" seq {r['seq']}" if r.get("seq") else "")
+                + (f" image {r['image']}px" if r.get("image") else "")
                 + f" | {fmt_count(th['tensors'])} / {fmt_count(r['tensors'])}"
                 f" | {fmt_count(th['global_tensors'])} / {fmt_count(r['global_tensors'])}"
                 f" | {fmt_bytes(th['footprint_bytes'])} / {fmt_bytes(r['footprint_bytes'])}"

@@ -31,8 +31,8 @@ DEFAULT_COMPARE_BUDGETS = "75%,50%,30%"
 DEMO_REPORT = "uvm_sched_demo.html"
 # The demo's model and sizes: chosen so the whole demo (record, plan, every policy, report)
 # runs in about a minute on 2 CPU cores; --small is the smallest setting (used by tests).
-DEMO_DEFAULT = {"model": "gpt2_small", "batch": 4, "seq": 256, "iters": 3}
-DEMO_SMALL = {"model": "gpt2_small", "batch": 1, "seq": 64, "iters": 3}
+DEMO_DEFAULT = {"model": "gpt2_small", "batch": 8, "seq": 512, "iters": 3}
+DEMO_SMALL = {"model": "unet", "batch": 16, "image": 128, "iters": 3}
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
@@ -350,6 +350,14 @@ def _policies(spec: str | None, known: Sequence[str]) -> list[str]:
     return out
 
 
+def _as_uvm_sched(res):
+    """A result of simulating a Plan object, labelled as the planner's policy: the simulator
+    names it "plan", while tables and the report know the planner as "uvm-sched"."""
+    import dataclasses
+
+    return dataclasses.replace(res, policy="uvm-sched") if dataclasses.is_dataclass(res) else res
+
+
 def _simulate_policies(trace, hw, budget_bytes: int, policies: Sequence[str], out: _Out, *,
                        plan=None, mode: str = "oblivious", label: str = "simulating"):
     """SimResults for ``ideal`` and each policy (a Plan stands in for ``uvm-sched`` when
@@ -361,7 +369,7 @@ def _simulate_policies(trace, hw, budget_bytes: int, policies: Sequence[str], ou
         for name in names:
             bar.step(f"{label}: {name}")
             if name == "uvm-sched" and plan is not None:
-                results[name] = simulate(trace, plan, hw, budget=budget_bytes)
+                results[name] = _as_uvm_sched(simulate(trace, plan, hw, budget=budget_bytes))
             elif name == "uvm-sched":
                 results[name] = simulate(trace, name, hw, budget=budget_bytes, mode=mode)
             else:
@@ -372,6 +380,19 @@ def _simulate_policies(trace, hw, budget_bytes: int, policies: Sequence[str], ou
 
 # ----------------------------------------------------------------------------------------
 # subcommands
+def _zoo_sizes(model: str, batch, seq, image) -> dict[str, int]:
+    """The size options given for a zoo model, checked by the zoo (a text model takes seq,
+    a vision model image) before any recording starts."""
+    opts = {k: v for k, v in (("batch", batch), ("seq", seq), ("image", image)) if v is not None}
+    build = _part("uvm_sched.trace.zoo", "build", "the model zoo")
+    try:
+        build(model, **opts)
+    except (ValueError, TypeError) as e:
+        msg = str(e)
+        raise UsageError(msg if model in msg else f"{model}: {msg}") from None
+    return opts
+
+
 def cmd_record(args, out: _Out) -> int:
     zoo_names = _part("uvm_sched.trace.zoo", "names", "the model zoo")
     names = list(zoo_names())
@@ -388,7 +409,7 @@ def cmd_record(args, out: _Out) -> int:
     dest = _writable(args.output or f"{args.model}.parquet")
     _profile(args.hw)  # an unknown profile is a usage error before minutes of recording
     record = _part("uvm_sched.trace.zoo", "record", "the model zoo")
-    opts = {k: getattr(args, k) for k in ("batch", "seq") if getattr(args, k) is not None}
+    opts = _zoo_sizes(args.model, args.batch, args.seq, args.image)
     t0 = time.perf_counter()
     with out.progress(description=f"recording {args.model}") as bar:
         bar.step(f"recording {args.model} on meta tensors")
@@ -523,7 +544,8 @@ def _frontier(df) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for policy, g in df.groupby("policy", sort=False):
         pts = sorted(((float(r.saving), float(r.slowdown), int(r.budget_bytes))
-                      for r in g.itertuples()), key=lambda p: (-p[0], p[1]))
+                      for r in g.itertuples() if math.isfinite(float(r.slowdown))),
+                     key=lambda p: (-p[0], p[1]))
         best = math.inf
         for saving, slow, b in pts:
             # walking from the largest saving down, keep a point only if it is faster than
@@ -568,13 +590,23 @@ def cmd_compare(args, out: _Out) -> int:
         return EXIT_OK
     out.stdout.print(f"{trace.meta.get('name') or args.trace}: peak {fmt_bytes(peak)} on {hw.name}",
                      markup=False)
+    errors = df["error"] if "error" in df.columns else None
     for b, g in df.groupby("budget_bytes", sort=False):
         share = f"{fmt_pct(b / peak)} of peak" if peak else ""
-        rows = [[r.policy, fmt_seconds(r.iteration_time_s), fmt_ratio(r.slowdown),
-                 fmt_seconds(r.stall_time_s), fmt_bytes(r.bytes_h2d), fmt_bytes(r.bytes_d2h),
-                 fmt_count(r.faults)] for r in g.itertuples()]
+        rows = []
+        for i, r in zip(g.index, g.itertuples()):
+            if errors is not None and isinstance(errors[i], str) and errors[i]:
+                rows.append([r.policy, "infeasible", "-", "-", "-", "-", "-"])
+                continue
+            rows.append([r.policy, fmt_seconds(r.iteration_time_s), fmt_ratio(r.slowdown),
+                         fmt_seconds(r.stall_time_s), fmt_bytes(r.bytes_h2d),
+                         fmt_bytes(r.bytes_d2h), fmt_count(r.faults)])
         out.stdout.print(_table(f"budget {fmt_bytes(b)} ({share})", _RESULT_COLS[:7], rows,
                                 right=range(1, 7)))
+        if errors is not None:
+            why = next((e for e in errors[g.index] if isinstance(e, str) and e), None)
+            if why:
+                out.stdout.print(f"  infeasible: {why}", markup=False)
     rows = [[f["policy"], fmt_pct(f["saving"]), fmt_bytes(f["budget_bytes"]),
              fmt_ratio(f["slowdown"])] for f in front if f["policy"] != "ideal"]
     out.stdout.print(_table("savings/slowdown frontier (memory saved vs peak, per policy)",
@@ -651,7 +683,10 @@ def cmd_export(args, out: _Out) -> int:
 
 def cmd_demo(args, out: _Out) -> int:
     preset = dict(DEMO_SMALL if args.small else DEMO_DEFAULT)
-    for k in ("model", "batch", "seq", "iters"):
+    if args.model is not None and args.model != preset["model"]:
+        # another model: the preset's sizes belong to the preset's model
+        preset = {"model": args.model, "batch": None, "seq": None, "iters": preset["iters"]}
+    for k in ("batch", "seq", "image", "iters"):
         if getattr(args, k) is not None:
             preset[k] = getattr(args, k)
     hw = _profile(args.hw)
@@ -665,14 +700,16 @@ def cmd_demo(args, out: _Out) -> int:
     report = _part("uvm_sched.viz", "report", "the HTML report") if dest else None
     if preset["model"] not in zoo_names():
         raise UsageError(f"unknown model {preset['model']!r}; the zoo has: {', '.join(zoo_names())}")
+    sizes = _zoo_sizes(preset["model"], preset.get("batch"), preset.get("seq"), preset.get("image"))
     names = list(dict.fromkeys(["ideal", *policies]))
     timings: dict[str, float] = {}
     t_all = time.perf_counter()
     with out.progress(total=3 + len(names) + (1 if dest else 0), description="demo") as bar:
-        bar.step(f"recording {preset['model']} (batch {preset['batch']}) on meta tensors")
+        bar.step(f"recording {preset['model']} on meta tensors")
         t0 = time.perf_counter()
-        opts = {k: preset[k] for k in ("batch", "seq") if preset.get(k) is not None}
-        trace = record(preset["model"], iters=preset["iters"], hw=hw.name, **opts)
+        trace = record(preset["model"], iters=preset["iters"], hw=hw.name, **sizes)
+        for k in ("batch", "seq", "image"):  # the sizes the zoo actually used
+            preset[k] = trace.meta.get(k, preset.get(k))
         timings["record_s"] = time.perf_counter() - t0
         bar.advance()
         budget = _budget_bytes(args.budget, trace.peak_bytes, hw)
@@ -685,8 +722,10 @@ def cmd_demo(args, out: _Out) -> int:
         t0 = time.perf_counter()
         for name in names:
             bar.step(f"simulating {name}")
-            pol = plan if name == "uvm-sched" else name
-            results[name] = simulate(trace, pol, hw, budget=budget)
+            if name == "uvm-sched":
+                results[name] = _as_uvm_sched(simulate(trace, plan, hw, budget=budget))
+            else:
+                results[name] = simulate(trace, name, hw, budget=budget)
             bar.advance()
         timings["simulate_s"] = time.perf_counter() - t0
         if dest is not None:
@@ -708,7 +747,7 @@ def cmd_demo(args, out: _Out) -> int:
     peak = trace.peak_bytes
     if out.json:
         out.emit_json(_clean({"model": preset["model"], "batch": preset["batch"],
-                              "seq": preset.get("seq"), "iters": preset["iters"], "hw": hw.name,
+                              "seq": preset.get("seq"), "image": preset.get("image"), "iters": preset["iters"], "hw": hw.name,
                               "peak_bytes": peak, "budget_bytes": budget, "results": rows,
                               "plan": {"actions": len(plan), "summary": plan.summary()},
                               "report": str(dest) if dest else None, "timings": timings}))
@@ -813,10 +852,12 @@ def build_parser() -> argparse.ArgumentParser:
             "  uvm-sched demo --model resnet50 --batch 8 --budget 30% --hw gh200-c2c\n")
     p.add_argument("--small", action="store_true",
                    help=f"the smallest setting ({DEMO_SMALL['model']} batch {DEMO_SMALL['batch']}, "
-                        f"seq {DEMO_SMALL['seq']}): seconds instead of a minute")
-    p.add_argument("--model", help=f"zoo model (default {DEMO_DEFAULT['model']})")
-    p.add_argument("--batch", type=_positive_int, help=f"batch size (default {DEMO_DEFAULT['batch']})")
-    p.add_argument("--seq", type=_positive_int, help="sequence length for language models")
+                        f"{DEMO_SMALL['image']} px images): seconds instead of a minute")
+    p.add_argument("--model", help=f"zoo model (default {DEMO_DEFAULT['model']}, batch "
+                                   f"{DEMO_DEFAULT['batch']}, {DEMO_DEFAULT['seq']} tokens)")
+    p.add_argument("--batch", type=_positive_int, help="batch size")
+    p.add_argument("--seq", type=_positive_int, help="tokens per sample (text models)")
+    p.add_argument("--image", type=_positive_int, help="image side in pixels (vision models)")
     p.add_argument("--iters", type=_positive_int, help="iterations to record (default 3)")
     p.add_argument("--budget", default=DEFAULT_BUDGET, help="device memory budget (default 50%%)")
     _hw_arg(p)
@@ -830,7 +871,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", nargs="?", metavar="MODEL", help="zoo model name (see --list)")
     p.add_argument("--list", action="store_true", help="list the zoo's models and exit")
     p.add_argument("--batch", type=_positive_int, help="batch size (default: the zoo's small size)")
-    p.add_argument("--seq", type=_positive_int, help="sequence length for language models")
+    p.add_argument("--seq", type=_positive_int, help="tokens per sample (text models)")
+    p.add_argument("--image", type=_positive_int, help="image side in pixels (vision models)")
     p.add_argument("--iters", type=_positive_int, default=3, help="iterations to record (default 3)")
     p.add_argument("--amp", action="store_true", help="mixed precision (bf16 autocast)")
     _hw_arg(p)
@@ -849,8 +891,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", default=DEFAULT_BUDGET, help="device memory budget (default 50%%)")
     _hw_arg(p)
     _mode_arg(p)
-    p.add_argument("--sample-rate", type=_fraction, help="sampled mode: share of accesses seen")
-    p.add_argument("--noise", type=_fraction, help="sampled mode: share of samples misplaced")
+    p.add_argument("--sample-rate", type=_fraction, metavar="P",
+                   help="sampled mode: probability that one access is observed, in (0, 1] "
+                        "(default 1)")
+    p.add_argument("--noise", type=_nonnegative, metavar="TICKS",
+                   help="sampled mode: standard deviation of the observed tick, in ticks "
+                        "(default 0)")
     p.add_argument("-o", "--output", metavar="FILE", help="plan file to write (.json or .parquet)")
 
     p = add("simulate", cmd_simulate, "simulate one policy (or a saved plan) against the ideal run",
@@ -917,9 +963,19 @@ def _fraction(s: str) -> float:
     try:
         v = float(s)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {s!r}") from None
-    if not 0 <= v <= 1:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {s!r}")
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {s!r}") from None
+    if not 0 < v <= 1:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {s!r}")
+    return v
+
+
+def _nonnegative(s: str) -> float:
+    try:
+        v = float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {s!r}") from None
+    if not (v >= 0 and math.isfinite(v)):
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {s!r}")
     return v
 
 
@@ -945,6 +1001,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if debug:
             traceback.print_exc()
         sys.stderr.write(f"{prog}: error: {_one_line(e)}\n")
+        return EXIT_FAIL
+    except ImportError as e:
+        # a part that is present but leans on one that is not (or not yet) in this build
+        if debug:
+            traceback.print_exc()
+        sys.stderr.write(f"{prog}: error: a part of uvm_sched this command needs is missing "
+                         f"({_one_line(e)})\n")
         return EXIT_FAIL
     except BrokenPipeError:
         # the reader went away (e.g. `| head`): nothing left to say
