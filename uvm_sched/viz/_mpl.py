@@ -10,7 +10,7 @@ import numpy as np
 from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.ticker import FuncFormatter
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from ._units import CAUSE_COLORS, CLASS_COLORS, MARK_STYLE, MPL_MARKERS, STALL_COLORS, fmt_bytes
 
@@ -22,6 +22,13 @@ def _figure(spec, height: float = 4.2, width: float = 10.0):
     title = spec["title"] + "".join("\n" + s for s in lines)
     ax.set_title(title, loc="left", fontsize=10)
     return fig, ax
+
+
+def _legend_below(fig, handles) -> None:
+    # below the axes, so it never hides the data (peaks are often top right)
+    if handles:
+        fig.legend(handles=handles, loc="outside lower center", ncols=min(4, len(handles)),
+                   fontsize=8, frameon=False)
 
 
 def memory_timeline(spec) -> Figure:
@@ -51,7 +58,7 @@ def memory_timeline(spec) -> Figure:
     ax.set_ylim(bottom=0)
     ax.set_xlabel("tick (one kernel per tick; dotted: iteration starts)")
     ax.set_ylabel(f"memory in use ({spec['unit']})")
-    ax.legend(loc="upper right", fontsize=8, framealpha=0.9)
+    _legend_below(fig, ax.get_legend_handles_labels()[0])
     ax.grid(axis="y", alpha=0.3)
     return fig
 
@@ -87,7 +94,7 @@ def lifetimes(spec) -> Figure:
     ax.set_ylim(max(n, 1) - 0.5, -0.5)
     ax.set_xlabel("tick (faint: live but idle; solid: accessed by the tick's kernel)")
     ax.set_ylabel("block (allocation order)")
-    ax.legend(handles=handles, loc="upper right", fontsize=8, framealpha=0.9)
+    _legend_below(fig, handles)
     return fig
 
 
@@ -152,6 +159,8 @@ def frontier(spec) -> Figure:
     ys = df["slowdown"].to_numpy(float)
     if len(ys) and ys.max() / max(ys.min(), 1e-9) > 20:
         ax.set_yscale("log")
+        ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_minor_formatter(NullFormatter())
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}×"))
     ax.set_xlim(0, min(100.0, float(df["savings_pct"].max()) + 10) if len(df) else 100.0)
     ax.set_xlabel("memory saved (% of peak bytes)")
