@@ -13,7 +13,8 @@ Mapping to a Trace (one tick per allocator event of the chosen device):
 * GPU kernels (``cat`` "kernel"): each kernel's duration is added to the tick in which it
   was *launched* (the CPU-side launch event with the same ``correlation``; the kernel's own
   start when no launch event is found), since allocator events and launches share the CPU
-  clock. With kernels present, a tick without one has device time 0; without kernels,
+  clock; kernels launched before the first allocator event count in the first tick. With
+  kernels present, a tick without one has device time 0; without kernels,
   device time is unknown (NaN).
 * ``t_ns`` relative to the first allocator event (origin in ``meta["t0_us"]``).
 
