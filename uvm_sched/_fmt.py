@@ -44,7 +44,7 @@ def fmt_seconds(s, *, digits: int = 3) -> str:
     if _missing(s):
         return _MISSING
     s = float(s)
-    if s == 0:
+    if abs(s) < 5e-10:  # below what ns precision shows: float noise around zero
         return "0 s"
     sign = "-" if s < 0 else ""
     a = abs(s)

@@ -443,6 +443,20 @@ def cmd_analyze(args, out: _Out) -> int:
     return EXIT_OK
 
 
+_PREDICTED_SHOWN = ("ideal_s", "stall_s", "bytes_h2d", "bytes_d2h", "peak_resident_bytes")
+
+
+def _fmt_any(key: str, v: Any) -> str:
+    """A figure by its key's unit suffix: ``*_s`` seconds, ``*bytes*`` bytes, else a count."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return str(v)
+    if key.endswith("_s"):
+        return fmt_seconds(v)
+    if "bytes" in key:
+        return fmt_bytes(v)
+    return fmt_count(v) if float(v).is_integer() else f"{v:.3g}"
+
+
 def cmd_plan(args, out: _Out) -> int:
     trace = _load_trace(args.trace)  # bad input first, before any missing part
     hw = _profile(args.hw)
@@ -486,8 +500,11 @@ def cmd_plan(args, out: _Out) -> int:
                             right=(1, 2)))
     pred = plan.meta.get("predicted")
     if isinstance(pred, dict) and pred:
-        out.stdout.print("predicted: " + ", ".join(f"{k}={v}" for k, v in pred.items()),
-                         markup=False)
+        shown = [(k, v) for k, v in pred.items() if k in _PREDICTED_SHOWN]
+        if shown:
+            out.stdout.print("planner's own estimate: " + ", ".join(
+                f"{k.removesuffix('_s').removesuffix('_bytes').replace('_', ' ')} {_fmt_any(k, v)}"
+                for k, v in shown), markup=False)
     if dest is not None:
         out.note(f"wrote {dest}")
     else:
@@ -609,7 +626,7 @@ def cmd_compare(args, out: _Out) -> int:
                 out.stdout.print(f"  infeasible: {why}", markup=False)
     rows = [[f["policy"], fmt_pct(f["saving"]), fmt_bytes(f["budget_bytes"]),
              fmt_ratio(f["slowdown"])] for f in front if f["policy"] != "ideal"]
-    out.stdout.print(_table("savings/slowdown frontier (memory saved vs peak, per policy)",
+    out.stdout.print(_table("frontier: memory saved vs slowdown",
                             ("policy", "memory saved", "budget", "slowdown"), rows,
                             right=(1, 2, 3)))
     if plot is not None:
