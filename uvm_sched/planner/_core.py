@@ -46,6 +46,7 @@ class Problem:
     remote_cost_ns: np.ndarray  # (n,) estimated remote-access cost per iteration
     h2d_Bps: float
     d2h_Bps: float
+    overflow_ns_per_byte: float = 0.0  # what the driver pays per byte left over budget
 
     @property
     def T(self) -> int:
@@ -68,7 +69,7 @@ class Schedule:
 
 class _Gap:
     __slots__ = ("blk", "u1", "u2", "ke", "kp", "e_done", "p_start", "t_off", "t_on",
-                 "t_on_late", "kp_min", "chosen", "dead", "bad")
+                 "t_on_late", "kp_min", "kp_sel", "chosen", "dead", "bad")
 
     def __init__(self, blk, u1, u2, ke, dead):
         self.blk, self.u1, self.u2, self.ke, self.dead = blk, u1, u2, ke, dead
@@ -76,6 +77,7 @@ class _Gap:
         self.e_done = self.p_start = 0.0
         self.t_off = self.t_on = self.t_on_late = 0
         self.kp_min = ke + 1
+        self.kp_sel = ke + 1  # the prefetch's issue point the selection assumed
         self.chosen = False
         self.bad = False
 
@@ -146,8 +148,12 @@ def build_schedule(p: Problem, budget: int, *, rounds: int = 6) -> Schedule:
     base = np.cumsum(base)[:T]
 
     def windows_unloaded(g: _Gap) -> None:
+        # The budget counts an evicted block as gone from the tick its eviction is issued:
+        # the runtime (and the driver) waits for a release already under way rather than
+        # evicting something else, so a late eviction costs a wait (predicted as stall),
+        # not a fault storm. Its completion time is what the timing pass computes.
         g.e_done = tau[g.ke] + d2h[g.blk]
-        g.t_off = int(np.searchsorted(C, g.e_done, side="left"))
+        g.t_off = int(q[g.ke]) + 1
         if g.dead:
             g.t_on = g.t_on_late = int(p.live_to[g.blk]) + 1
             return
@@ -166,7 +172,7 @@ def build_schedule(p: Problem, budget: int, *, rounds: int = 6) -> Schedule:
             if kp >= len(q) or q[kp] >= g.u2 or (fe >= 0 and kp >= fe):
                 g.bad = True
                 return
-        g.kp = kp
+        g.kp = g.kp_sel = kp
         g.t_on = int(q[kp]) + 1
 
     for g in gaps:
@@ -189,17 +195,22 @@ def build_schedule(p: Problem, budget: int, *, rounds: int = 6) -> Schedule:
         chosen = [g for g in chosen if g.chosen]
 
     # Persistent blocks with unknown uses are the last resort: map them host-resident
-    # (the device reads them over the link) largest first while the budget is exceeded.
+    # (the device reads them over the link), largest first, while that is cheaper than
+    # leaving the excess to the driver (write-back at d2h_evict, fault back at h2d_fault
+    # per byte over budget at the worst tick).
     resident = base - saved
     if (resident > budget).any():
         cand = [i for i in range(n) if p.remote_ok[i]]
         cand.sort(key=lambda i: (-int(size[i]), i))
         for i in cand:
-            over = resident > budget
-            if not over.any():
+            over = resident - budget
+            worst = int(over.max())
+            if worst <= 0:
                 break
             lf, lt = int(p.live_from[i]), int(p.live_to[i])
-            if not over[lf:lt + 1].any():
+            if int(over[lf:lt + 1].max()) <= 0:
+                continue
+            if min(int(size[i]), worst) * p.overflow_ns_per_byte <= p.remote_cost_ns[i]:
                 continue
             # its own gaps become pointless
             for g in chosen:
@@ -216,9 +227,11 @@ def build_schedule(p: Problem, budget: int, *, rounds: int = 6) -> Schedule:
 
     late = [max(0.0, g.p_start + h2d[g.blk] - C[g.u2]) for g in chosen if not g.dead]
     over = np.maximum(resident - budget, 0)
+    wait = _eviction_wait(chosen, resident, budget, C, size, T)
     pred = {
         "ideal_s": float(C[T]) * 1e-9,
-        "stall_s": float(sum(late)) * 1e-9 + float(sum(p.remote_cost_ns[i] for i in remote)) * 1e-9,
+        "stall_s": (float(sum(late)) + wait + float(sum(p.remote_cost_ns[i] for i in remote))) * 1e-9,
+        "eviction_wait_s": wait * 1e-9,
         "late_prefetches": int(sum(1 for x in late if x > 0)),
         "evictions": len(chosen),
         "prefetches": sum(1 for g in chosen if not g.dead),
@@ -234,6 +247,43 @@ def build_schedule(p: Problem, budget: int, *, rounds: int = 6) -> Schedule:
     ev = [(g.ke, g.blk, int(size[g.blk])) for g in chosen]
     pf = [(g.kp, g.blk, int(size[g.blk])) for g in chosen if not g.dead]
     return Schedule(ev, pf, remote, pred)
+
+
+def _eviction_wait(chosen, resident, budget, C, size, T) -> float:
+    """Device ns the compute waits for evictions still in flight when it needs their room
+    (the budget counts an eviction from its issue). Walks the ticks with the delay so far:
+    a wait at one tick gives later evictions time to land."""
+    if not chosen:
+        return 0.0
+    toff = np.array([g.t_off for g in chosen], np.int64)
+    ton = np.array([g.t_on for g in chosen], np.int64)
+    edone = np.array([g.e_done for g in chosen])
+    sz = np.array([size[g.blk] for g in chosen], np.int64)
+    # the ticks where an eviction is still in flight at the ideal start of the tick
+    pend = np.zeros(T + 1, np.int64)
+    for i in range(len(chosen)):
+        t_done = int(np.searchsorted(C, edone[i], side="left"))
+        for s, e in _segments(int(toff[i]), min(t_done, int(ton[i])), T):
+            pend[s] += sz[i]
+            pend[e] -= sz[i]
+    pend = np.cumsum(pend)[:T]
+    risky = np.flatnonzero((pend > 0) & (resident + pend > budget))
+    delay = 0.0
+    for t in risky.tolist():
+        now = C[t] + delay
+        room = int(budget - resident[t])  # bytes the pending evictions may still hold
+        for u in (t, t + T):
+            m = (toff <= u) & (u < ton) & (edone > now)
+            if not m.any():
+                continue
+            o = np.argsort(edone[m], kind="stable")
+            d, cum = edone[m][o], np.cumsum(sz[m][o])
+            need = int(cum[-1]) - room  # bytes that must land before the tick can run
+            if need > 0:
+                k = min(int(np.searchsorted(cum, need, side="left")), len(d) - 1)
+                delay += max(0.0, float(d[k]) - now)
+            break
+    return delay
 
 
 def _select(gaps, resident, budget, size, T, q) -> list:
@@ -282,17 +332,17 @@ def _select(gaps, resident, budget, size, T, q) -> list:
                 if (s2, e2) != (s, e) and s2 > t:
                     diff[s2] -= sz
                     diff[e2] += sz
+        keep = []
         while need > 0 and late:
-            _, gi, s, e = late[0]
+            item = heapq.heappop(late)
+            _, gi, s, e = item
             g = gaps[gi]
             if e <= t:
-                heapq.heappop(late)
                 continue
+            keep.append(item)  # it may need extending again at a later tick
             t_unr = t if t >= g.t_off else t + T
             if g.chosen and g.t_off <= t_unr < g.t_on:
-                heapq.heappop(late)  # already saving here
-                continue
-            heapq.heappop(late)
+                continue  # already saving here
             k = int(np.searchsorted(q, t_unr, side="left"))
             g.kp_min = max(g.kp_min, k)
             end = min(int(q[k]) + 1 - (t_unr - t), e)
@@ -304,6 +354,8 @@ def _select(gaps, resident, budget, size, T, q) -> list:
             run -= sz
             diff[end] += sz
             need -= sz
+        for item in keep:
+            heapq.heappush(late, item)
     return picked
 
 
@@ -328,7 +380,6 @@ def _timing_once(chosen, p, C, tau, q, d2h, h2d, size, T):
         start = max(tau[g.ke], free_at)
         g.e_done = start + d2h[g.blk]
         free_at = g.e_done
-        g.t_off = int(np.searchsorted(C, g.e_done, side="left"))
     dropped = 0
     pf = [g for g in chosen if not g.dead]
     pf.sort(key=lambda g: (-C[g.u2], g.blk))
@@ -340,7 +391,10 @@ def _timing_once(chosen, p, C, tau, q, d2h, h2d, size, T):
         fe = int(p.free_event[g.blk])
         if fe >= 0:
             kp = min(kp, fe - 1)
-        kp = max(kp, g.ke + 1, g.kp_min)
+        # Never earlier than the selection assumed: bringing a block back early claims
+        # room the budget may not have (the driver would then evict something else); a
+        # congested link makes the prefetch late instead (predicted as stall).
+        kp = max(kp, g.ke + 1, g.kp_min, g.kp_sel)
         if kp >= nq or q[kp] >= g.u2 or (fe >= 0 and kp >= fe):
             g.chosen, g.bad = False, True
             dropped += 1

@@ -88,7 +88,10 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "oblivious", **opts: Any) -
     ``"sampled"``. Options: ``pattern`` (a precomputed ``pattern.analyze(trace)``),
     ``guard`` (ticks, default 1), ``samples`` (a sample frame, sampled mode),
     ``sample_rate`` (default 1.0), ``noise`` (ticks, default 0), ``seed``, ``discard``
-    (default True), ``discard_min_bytes`` (default the VA block size), ``rounds`` (6).
+    (default True), ``discard_min_bytes`` (default the VA block size), ``populate`` (default True: prefetch
+    each allocation of the iteration as it is made), ``remote_fallback`` (default False:
+    when the budget cannot be met otherwise, map persistent blocks with unknown uses
+    host-resident), ``rounds`` (6).
     Returns a ``Plan`` whose ``meta["predicted"]`` holds the planner's own estimate
     (seconds, bytes).
     """
@@ -98,7 +101,7 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "oblivious", **opts: Any) -
     if mode not in MODES:
         raise PlanError(f"unknown planning mode {mode!r}; known: {', '.join(MODES)}")
     known = {"pattern", "guard", "samples", "sample_rate", "noise", "seed", "discard",
-             "discard_min_bytes", "rounds"}
+             "discard_min_bytes", "rounds", "populate", "remote_fallback"}
     unknown = sorted(set(opts) - known)
     if unknown:
         raise TypeError(f"plan() got unknown option(s) {unknown}; known: {sorted(known)}")
@@ -125,11 +128,12 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "oblivious", **opts: Any) -
     elif opts.get("samples") is not None:
         raise PlanError("samples= is for mode='sampled'; oblivious mode uses allocations only")
 
-    prob, info = _problem(pat, prof, guard, samples)
+    prob, info = _problem(pat, prof, guard, samples, bool(opts.get("remote_fallback", False)))
     _check_feasible(prob, info, budget_bytes)
     sched = build_schedule(prob, budget_bytes, rounds=int(opts.get("rounds", 6)))
     actions = _actions(prob, info, sched, prof, bool(opts.get("discard", True)),
-                       int(opts.get("discard_min_bytes", prof.va_block_bytes)))
+                       int(opts.get("discard_min_bytes", prof.va_block_bytes)),
+                       bool(opts.get("populate", True)))
     E = prob.E
     pred = dict(sched.predicted)
     pred.update(_coarse_cost(prob))
@@ -167,7 +171,7 @@ def _tick_durations(pat) -> np.ndarray:
     return d
 
 
-def _problem(pat, prof, guard: int, samples: dict | None):
+def _problem(pat, prof, guard: int, samples: dict | None, remote_fallback: bool = False):
     ev = pat.events
     T = int(pat.stop_tick - pat.start_tick)
     dur = _tick_durations(pat)
@@ -226,7 +230,7 @@ def _problem(pat, prof, guard: int, samples: dict | None):
             dead_tail[i] = ft[i] >= 0 and last < lt
             continue
         if pers[i]:
-            remote_ok[i] = True
+            remote_ok[i] = remote_fallback
             remote_cost[i] = 2 * size[i] / prof.remote_access_Bps * 1e9  # assumed: read in fwd and bwd
             continue
         if ae[i] < 0:
@@ -240,6 +244,7 @@ def _problem(pat, prof, guard: int, samples: dict | None):
         live_from=live_from, live_to=live_to, alloc_event=ae, free_event=fe, uses=uses,
         wrap=wrap, busy_span=busy, dead_tail=dead_tail, read_only=read_only, remote_ok=remote_ok,
         remote_cost_ns=remote_cost, h2d_Bps=prof.h2d_prefetch_Bps, d2h_Bps=prof.d2h_prefetch_Bps,
+        overflow_ns_per_byte=1e9 / prof.d2h_evict_Bps + 1e9 / prof.h2d_fault_Bps,
     )
     live = np.zeros(T + 1, np.int64)
     np.add.at(live, live_from, size)
@@ -264,7 +269,8 @@ def _check_feasible(prob: Problem, info: dict, budget: int) -> None:
         )
 
 
-def _actions(prob: Problem, info: dict, sched, prof, discard: bool, discard_min: int):
+def _actions(prob: Problem, info: dict, sched, prof, discard: bool, discard_min: int,
+             populate: bool):
     import pandas as pd
 
     E = prob.E
@@ -274,6 +280,12 @@ def _actions(prob: Problem, info: dict, sched, prof, discard: bool, discard_min:
     def add(tick, action, i):
         rows.append((int(tick) % E, action, int(ordinal[i]), bool(pers[i]), 0, int(prob.size[i])))
 
+    if populate:
+        # Fresh memory is populated on the device by a prefetch (no fault, no link
+        # traffic); without it the first touch faults once per VA block. First in the
+        # table so that an eviction issued at the same event comes after it.
+        for i in np.flatnonzero((~pers) & (prob.alloc_event >= 0) & ~np.isin(np.arange(len(pers)), sched.remote)):
+            add(prob.alloc_event[i], "prefetch_to_device", i)
     for k, i, _ in sched.evictions:
         add(k, "prefetch_to_host", i)
     for k, i, _ in sched.prefetches:
