@@ -51,6 +51,16 @@ def test_learned_period_not_fooled_by_identical_layers():
     assert p.period_events == steady_period(**kw)
 
 
+def test_very_deep_net_period_found_where_layer_multiples_match_everywhere():
+    # 10,000 layers: the lags that are multiples of the layer pattern (60 events) match
+    # almost every position, far more lags than the plain-token ranking keeps; the
+    # live-bytes tokens must still bring the iteration's lag forward.
+    kw = dict(layers=10_000, iters=3, accesses=False)
+    p = analyze(training_trace(**kw))
+    assert p.period_events == steady_period(**kw)
+    assert len(p.iterations) == 3
+
+
 def test_iterations_are_disjoint_tick_ranges_in_order():
     p = analyze(training_trace(iters=6))
     its = p.iterations

@@ -438,7 +438,8 @@ def _tables(trace, ev_kind, ev_size, ev_block, ev_tick, seg, rep, es, ee, ts, te
         got = n_acc > 0
         first_acc[got] = t_u[offs[:-1][got]]
         last_acc[got] = t_u[offs[1:][got] - 1]
-        access_ticks = [tuple(x) for x in np.split(t_u, offs[1:-1])] if nb else []
+        flat, bounds = t_u.tolist(), offs.tolist()
+        access_ticks = [tuple(flat[a:z]) for a, z in zip(bounds[:-1], bounds[1:])]
         # idle runs: between consecutive accesses, before the first, after the last
         max_idle = np.where(got, 0, hi - lo + 1)
         max_idle_ms = np.where(got, 0.0, _span_ms(cum, cnan, ts + lo, ts + hi + 1))

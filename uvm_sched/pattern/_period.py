@@ -10,7 +10,10 @@ Steps, each vectorised with numpy (n = allocator events):
    FFT autocorrelation of that signal at lag ``p`` is, in expectation, the number of
    positions ``i`` with ``tok[i] == tok[i+p]`` (different tokens contribute zero-mean noise
    of order ``sqrt(n)``). The best lags by that count (absolute and per compared position)
-   are kept, plus the divisors of the best one. ``O(n log n)``.
+   are kept, plus the divisors of the best one. The same is done on tokens that also carry
+   the bytes live before the event: there the iteration's lag ranks first even in deep nets
+   whose many identical layers make multiples of a layer's lag match nearly everywhere.
+   ``O(n log n)``.
 2. **Exact score** of each candidate ``p`` -- the runs of ``tok[i] == tok[i+p]``. A run of
    length ``>= p`` holds at least two full copies of a length-``p`` string. A run counts only
    when it is *balanced*: the bytes allocated minus freed over one period window are ~0
@@ -132,9 +135,11 @@ def candidate_lags(tok: np.ndarray, n_tokens: int, k: int = N_CANDIDATES) -> np.
     if max_lag < 2:
         return np.empty(0, np.int64)
     rng = np.random.default_rng(_SEED + 1)
-    phase = np.exp(2j * np.pi * rng.random(n_tokens))
+    phase = np.exp(2j * np.pi * rng.random(n_tokens)).astype(np.complex64)
     x = phase[tok]
-    size = 1 << int(np.ceil(np.log2(2 * n)))
+    # Zero padding to n + max_lag keeps lags <= max_lag free of wrap-around; single
+    # precision is plenty (rounding ~1e-7 * n against sqrt(n) noise) and halves the work.
+    size = _fast_len(n + max_lag)
     f = np.fft.fft(x, size)
     r = np.fft.ifft(f * np.conj(f))[: max_lag + 1].real  # r[p] ~ #{i: tok[i]==tok[i+p]}
     lags = np.arange(max_lag + 1)
@@ -153,6 +158,22 @@ def candidate_lags(tok: np.ndarray, n_tokens: int, k: int = N_CANDIDATES) -> np.
     best = int(cands[np.argmax(r[cands])])
     divs = [best // d for d in range(2, 17) if best % d == 0 and best // d >= 2]
     return np.union1d(cands, np.asarray(divs, np.int64)).astype(np.int64)
+
+
+def _fast_len(target: int) -> int:
+    """Smallest 2^a 3^b 5^c >= target (sizes the FFT handles fastest)."""
+    best = 1 << max(0, int(target - 1).bit_length())
+    p5 = 1
+    while p5 < best:
+        p35 = p5
+        while p35 < best:
+            q = p35
+            while q < target:
+                q *= 2
+            best = min(best, q)
+            p35 *= 3
+        p5 *= 5
+    return best
 
 
 @dataclass
@@ -224,6 +245,16 @@ def detect_period(
     alloc_cum = np.concatenate(([0], np.cumsum(np.where(is_alloc, size, 0))))
     n_tokens = int(tok.max()) + 1 if n else 0
     cands = candidate_lags(tok, n_tokens)
+    # Deep nets repeat one layer many times, so multiples of the layer's lag can outrank
+    # the iteration in plain token matches. Tokens that also carry the bytes live before
+    # the event match at the iteration's lag (steady state returns to the same level) and
+    # not at a layer's (activations pile up), so the iteration ranks first there.
+    with np.errstate(over="ignore"):
+        mixed = (tok.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) ^ (
+            net_cum[:-1].astype(np.uint64) * np.uint64(0xC2B2AE3D27D4EB4F))
+    _, tok_live = np.unique(mixed, return_inverse=True)
+    tok_live = tok_live.astype(np.int64).ravel()
+    cands = np.union1d(cands, candidate_lags(tok_live, int(tok_live.max()) + 1 if n else 0))
     extra = [int(x) for x in extra_lags if 2 <= int(x) <= n // 2]
     cands = np.union1d(cands, np.asarray(extra, np.int64)).astype(np.int64)
     scored = {int(p): score_lag(tok, net_cum, alloc_cum, int(p)) for p in cands}
