@@ -323,17 +323,23 @@ class Engine:
             if not taken:
                 continue
             tk = np.concatenate(taken)
+            use = min(got, want)
+            over = got - use
+            if over > 0:
+                # the last range taken is split: its tail stays a free, resident pool range
+                last = int(tk[-1])
+                tk = tk[:-1]
+                self.rb[last] = over
+                self.dh -= 1  # still at the head of the freed FIFO (same stamp: valid)
             self.rb[tk] = 0
             self.stamp[tk] = -1
-            self.dead_res -= got
-            self.led["reused_out"] += got
+            self.dead_res -= use
+            self.led["reused_out"] += use
             # the new block's leading bytes land in the reused (resident) range
-            use = min(got, int(p.bsize[b]))
             cs = p.csize[ch]
             fill = np.clip(use - (np.cumsum(cs) - cs), 0, cs)
             self.rb[ch] = fill
             self.led["reused_in"] += use
-            self.claimed -= got - use  # the reused range beyond the block is free again
             self._push(ch[fill > 0])
 
     def free(self, blocks: np.ndarray) -> None:
