@@ -1,6 +1,9 @@
 """Plan quality: the zoo x budgets x policies x hardware table, in the simulator.
 
-Every zoo model is recorded on meta tensors (the zoo's default, CPU-friendly sizes), then
+Every zoo model is recorded on meta tensors at a common training size (SIZES below: the
+batch and image/sequence sizes such models are trained at on one GPU; the zoo's own defaults
+are tiny, and at tiny batches the optimizer step's working set alone exceeds half the peak,
+so no policy could run at 50%), then
 ``uvm_sched.sim.compare`` runs every policy at 100/75/50/30% of the model's peak on
 h200-pcie5 and gh200-c2c, with the planner ("uvm-sched") in both modes: oblivious (allocator
 events only) and sampled (plus access samples). Figures are simulated: see
@@ -40,6 +43,20 @@ OBLIVIOUS, SAMPLED = "uvm-sched (oblivious)", "uvm-sched (sampled)"
 # Policies that are not something a user can run: the reference and the lower bound.
 NOT_RUNNABLE = ("ideal", "bound")
 HEADLINE_LIMITS = (1.05, 1.10)
+# Training sizes per zoo model (one GPU, fp32): batch, and image side (px) or tokens.
+SIZES = {
+    "resnet50": {"batch": 64, "image": 224},
+    "resnet152": {"batch": 64, "image": 224},
+    "inception_v3": {"batch": 64, "image": 299},
+    "senet154": {"batch": 32, "image": 224},
+    "unet": {"batch": 16, "image": 256},
+    "vit_b16": {"batch": 64, "image": 224},
+    "bert_base": {"batch": 32, "seq": 512},
+    "gpt2_small": {"batch": 8, "seq": 1024},
+    "gpt2_medium": {"batch": 8, "seq": 1024},
+    "gpt_1b5": {"batch": 4, "seq": 1024},
+    "llama_7b": {"batch": 1, "seq": 2048},
+}
 
 
 # -- provenance (also used by g10_compare.py) ------------------------------------------------
@@ -143,32 +160,69 @@ def headline(rows, limits=HEADLINE_LIMITS) -> list[dict]:
     return out
 
 
-def headline_md(head: list[dict], limits=HEADLINE_LIMITS) -> str:
-    """One row per model and hardware: our two modes beside the best baseline."""
+def min_feasible_bytes(df) -> int | None:
+    """The smallest feasible budget the simulator named for this trace (its largest
+    single-kernel working set), read from an infeasible row's error; None when every budget
+    tried was feasible."""
+    import re
+
+    for e in df.get("error", []):
+        m = re.search(r"at least ([\d,]+) bytes", str(e or ""))
+        if m:
+            return int(m.group(1).replace(",", ""))
+    return None
+
+
+def headline_md(head: list[dict], floors: dict | None = None, limits=HEADLINE_LIMITS) -> str:
+    """One row per model and hardware: our two modes beside the best baseline; ``floors``
+    maps (model, hw) to the text of the smallest feasible budget."""
     import pandas as pd
 
     h = pd.DataFrame(head)
-    cols = ["model", "hw"]
+    floors = floors or {}
+    cols = ["model", "hw", "feasible down to"]
     for lim in limits:
         tag = f"≤{round((lim - 1) * 100)}% slower"
         cols += [f"uvm-sched oblivious ({tag})", f"uvm-sched sampled ({tag})",
                  f"best baseline ({tag})"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for (model, hw), g in h.groupby(["model", "hw"], sort=False):
-        cells = [model, hw]
+        cells = [model, hw, floors.get((model, hw), "-")]
         for lim in limits:
             key = f"saving_at_{lim:.2f}"
-            by = {r.policy: getattr(r, key) for r in g.itertuples()}
+            by = {r["policy"]: r[key] for r in g.to_dict(orient="records")}
 
             def pct(x):
                 return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else fmt_pct(x, digits=0)
 
-            base = {p: v for p, v in by.items() if p not in (OBLIVIOUS, SAMPLED)}
-            best = max(base.items(), key=lambda kv: (-1 if kv[1] is None or math.isnan(kv[1])
-                                                     else kv[1]), default=(None, None))
-            cells += [pct(by.get(OBLIVIOUS)), pct(by.get(SAMPLED)),
-                      f"{pct(best[1])} ({best[0]})" if best[0] else "-"]
+            base = {p: v for p, v in by.items() if p not in (OBLIVIOUS, SAMPLED)
+                    and v is not None and not (isinstance(v, float) and math.isnan(v))}
+            best_v = max(base.values(), default=None)
+            # name the baseline(s) reaching it, unless the saving is nil (every one ties at 100%)
+            best_names = "/".join(p for p, v in base.items() if v == best_v)
+            best = (pct(best_v) + (f" ({best_names})" if best_v else "")) if best_v is not None else "-"
+            cells += [pct(by.get(OBLIVIOUS)), pct(by.get(SAMPLED)), best]
         lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def at_budget_md(rows, pct: int) -> str:
+    """Slowdown at one budget per model and hardware: ours (both modes), the best baseline,
+    and the simulator's lower bound on any schedule."""
+    sub = rows[rows["budget_pct"] == pct]
+    if not len(sub):
+        return ""
+    lines = ["| model | hw | uvm-sched oblivious | uvm-sched sampled | best baseline | "
+             "lower bound |", "|---|---|---|---|---|---|"]
+    for (model, hw), g in sub.groupby(["model", "hw"], sort=False):
+        by = dict(zip(g["policy"], g["slowdown"]))
+        base = {p: v for p, v in by.items()
+                if p not in (OBLIVIOUS, SAMPLED, *NOT_RUNNABLE) and math.isfinite(v)}
+        best = min(base.items(), key=lambda kv: kv[1], default=None)
+        lines.append(f"| {model} | {hw} | {fmt_ratio(by.get(OBLIVIOUS))} | "
+                     f"{fmt_ratio(by.get(SAMPLED))} | "
+                     + (f"{fmt_ratio(best[1])} ({best[0]})" if best else "infeasible")
+                     + f" | {fmt_ratio(by.get('bound'))} |")
     return "\n".join(lines) + "\n"
 
 
@@ -233,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
             # record per hardware profile: the recorder's per-tick device time is a roofline
             # for the named GPU, so compute time (what transfers must hide behind) differs
             t0 = time.perf_counter()
-            trace = zoo.record(model, hw=hw)
+            trace = zoo.record(model, hw=hw, **SIZES.get(model, {}))
             rec_s = time.perf_counter() - t0
             t0 = time.perf_counter()
             df = sweep(trace, hw, budgets, sampled=not args.no_sampled)
@@ -242,10 +296,14 @@ def main(argv: list[str] | None = None) -> int:
             df.insert(1, "hw", hw)
             df["peak_bytes"] = trace.peak_bytes
             frames.append(df)
+            floor = min_feasible_bytes(df)
             traces[(model, hw)] = {"events": len(trace), "ticks": trace.n_ticks,
+                                   "min_feasible_bytes": floor,
                                    "peak_bytes": trace.peak_bytes, "record_s": rec_s,
                                    "simulate_s": sim_s,
-                                   "batch": trace.meta.get("batch"), "seq": trace.meta.get("seq")}
+                                   "batch": trace.meta.get("batch"),
+                                   "size": (f"{trace.meta['seq']} tokens" if trace.meta.get("seq")
+                                            else f"{trace.meta.get('image')} px")}
             ours = df[df["policy"] == OBLIVIOUS].set_index("budget_pct")["slowdown"]
             print(f"{model:>14} {hw:>11}: peak {fmt_bytes(trace.peak_bytes):>10}, "
                   f"{len(trace):,} events; record {rec_s:.1f}s, simulate {sim_s:.1f}s; "
@@ -253,6 +311,9 @@ def main(argv: list[str] | None = None) -> int:
                                                     for b in budgets), flush=True)
     rows = pd.concat(frames, ignore_index=True)
     head = headline(rows)
+    floors = {k: (f"{fmt_pct(t['min_feasible_bytes'] / t['peak_bytes'], digits=0)} of peak"
+                  if t["min_feasible_bytes"] else f"< {min(budgets)}% of peak")
+              for k, t in traces.items()}
     prov = provenance(argv if argv is not None else sys.argv)
     prov["elapsed_s"] = round(time.perf_counter() - t_start, 1)
 
@@ -263,15 +324,21 @@ def main(argv: list[str] | None = None) -> int:
           "time at the same hardware. Budgets tried: "
           + ", ".join(f"{b}%" for b in budgets) + " of peak, so savings are coarse steps.\n\n",
           "## Headline: largest saving within 5% / 10% of ideal\n\n",
+          "Feasible down to: the smallest budget any policy can run at, the largest single "
+          "kernel's working set (the simulator refuses budgets below it). "
           "`-`: no budget tried stays within the limit. Best baseline: the best of the "
           "runnable non-planner policies (the simulator's `bound` is a lower bound, not a "
           "policy, and is left out).\n\n",
-          headline_md(head), "\n## Detail: slowdown · bytes moved (both directions) per "
+          headline_md(head, floors)]
+    for b in budgets:
+        if b != 100:
+            md += [f"\n## Slowdown at {b}% of peak\n\n", at_budget_md(rows, b)]
+    md += ["\n## Detail: slowdown · bytes moved (both directions) per "
           "budget\n\n", detail_md(rows, budgets),
-          "## Traces\n\n| model | hw | batch | seq | events | ticks | peak | record s | simulate s |\n"
+          "## Traces\n\n| model | hw | batch | size | events | ticks | peak | record s | simulate s |\n"
           "|---|---|---|---|---|---|---|---|---|\n"]
     for (model, hw), t in traces.items():
-        md.append(f"| {model} | {hw} | {t['batch']} | {t['seq']} | {t['events']:,} | "
+        md.append(f"| {model} | {hw} | {t['batch']} | {t['size']} | {t['events']:,} | "
                   f"{t['ticks']:,} | {fmt_bytes(t['peak_bytes'])} | {t['record_s']:.1f} | "
                   f"{t['simulate_s']:.1f} |\n")
     (out_dir / f"{args.name}.md").write_text("".join(md))
@@ -280,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
                 "traces": [{"model": m, "hw": h, **t} for (m, h), t in traces.items()],
                 "headline": head, "rows": rows.to_dict(orient="records")})
     print()
-    print(headline_md(head))
+    print(headline_md(head, floors))
     print(f"wrote {out_dir / (args.name + '.md')} and .json in {prov['elapsed_s']} s")
     return 0
 
