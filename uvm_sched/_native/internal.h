@@ -235,7 +235,7 @@ typedef struct uvm_state {
     pthread_mutex_t lock; /* guards pool, exec, ring production, tick */
     bool ready;
     const uvm_prim *prim;
-    char backend_reason[256];
+    char backend_reason[320];
     uvm_pool pool;
     uvm_ring ring;
     uvm_exec exec;

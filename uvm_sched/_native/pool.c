@@ -486,24 +486,13 @@ int uvm_pool_init(uvm_pool *p, const uvm_prim *prim) {
 }
 
 void uvm_pool_fini(uvm_pool *p) {
-    for (int t = 0; t < UVM_MAX_STREAMS; t++) {
-        uvm_stream_slot *S = &p->streams[t];
-        for (int c = 0; c < UVM_NCLASSES; c++) {
-            uvm_slab *sl = S->partial[c];
-            while (sl) {
-                uvm_slab *nx = sl->next;
-                free(sl);
-                sl = nx;
-            }
-        }
-    }
-    /* slabs not in a partial list (full) are found through their runs */
+    /* every slab sits in a run of some arena, in a partial list or not */
     for (size_t i = 0; i < p->n_arenas; i++) {
         uvm_arena *a = p->arenas[i];
         for (uint64_t pg = 0; pg < a->npages; pg++) {
             uvm_run *r = a->head[pg];
             if (!r) continue;
-            if (r->state == RUN_SLAB && r->slab && !r->slab->in_list) free(r->slab);
+            if (r->state == RUN_SLAB) free(r->slab);
             free(r);
         }
         p->prim->free_managed(a->raw, a->raw_bytes);

@@ -271,12 +271,10 @@ static void *getproc(const char *sym, int version) {
 }
 
 int uvm_prim_cuda_load(const uvm_prim **out, char *why, size_t why_len) {
-    if (D.lib) { /* loaded before (a reset): the driver stays as it was */
-        *out = &uvm_prim_cuda;
-        return UVM_OK;
-    }
     const char *path = getenv("UVM_SCHED_LIBCUDA");
     if (!path || !*path) path = "libcuda.so.1";
+    /* Resolved afresh at every (re)start, so a reset sees a changed driver setting; a
+     * second dlopen of the same library only bumps its reference count. */
     void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
         snprintf(why, why_len, "cannot load the CUDA driver %s: %s", path, dlerror());

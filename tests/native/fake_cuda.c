@@ -1,0 +1,451 @@
+/* A fake CUDA driver (libcuda.so.1) for tests: enough of the driver API for uvm_sched's
+ * "cuda" backend, in plain C, so that backend runs on a machine without a GPU.
+ *
+ * - Only cuInit, cuDriverGetVersion and cuGetProcAddress(_v2) are exported; every other
+ *   entry point is reachable only through cuGetProcAddress, as with the real driver when
+ *   a library resolves by version.  cuMemPrefetchAsync / cuMemAdvise come in their
+ *   8000 (device ordinal) and 12020 (CUmemLocation) forms, chosen by the version asked.
+ * - Every call is recorded, one text line each: "<seq> <name> key=value ...", with streams
+ *   and events named s<id> / e<id> (s0 = the NULL stream).  Read with
+ *   fake_cuda_log() (in-process, via ctypes) or append to $FAKE_CUDA_LOG.
+ * - Configuration, read again at every cuInit: FAKE_CUDA_VERSION (default 13000),
+ *   FAKE_CUDA_DEVICES (default 1), FAKE_CUDA_FAIL="name:N[:code]" (the Nth call of name,
+ *   or of any call with name "*", returns code; default CUDA_ERROR_OUT_OF_MEMORY = 2;
+ *   several separated by commas), FAKE_CUDA_NO_DISCARD=1 (no cuMemDiscardBatchAsync).
+ * - Managed memory is anonymous mmap, 2 MiB aligned like the real driver's; prefetch,
+ *   advise and discard check that the range lies inside one allocation
+ *   (CUDA_ERROR_INVALID_VALUE otherwise) and do nothing else.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define EXPORT __attribute__((visibility("default")))
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+typedef struct {
+    int type;
+    int id;
+} CUmemLocation;
+typedef struct handle {
+    char kind; /* 's' stream, 'e' event, 'c' context */
+    int id;
+    int recorded_on; /* event: stream id of the last record */
+} handle;
+
+enum { OK = 0, INVALID_VALUE = 1, OUT_OF_MEMORY = 2, NOT_INITIALIZED = 3, NO_DEVICE = 100,
+       INVALID_CONTEXT = 201, NOT_FOUND = 500, NOT_READY = 600 };
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static char *logbuf;
+static size_t loglen, logcap;
+static unsigned long long seq;
+static int version = 13000, devices = 1, no_discard, initialised;
+static int next_id = 1;
+static __thread handle *current_ctx;
+static handle primary[16];
+
+#define MAX_FAILS 8
+static struct {
+    char name[64];
+    long n, count;
+    int code;
+} fails[MAX_FAILS];
+static int n_fails;
+static long total_calls;
+
+#define MAX_ALLOCS 4096
+static struct {
+    uintptr_t base;
+    size_t size, mapped;
+    void *raw;
+} allocs[MAX_ALLOCS];
+
+static void logf_(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void logf_(const char *fmt, ...) {
+    char line[512];
+    int n = snprintf(line, sizeof line, "%llu ", ++seq);
+    va_list ap;
+    va_start(ap, fmt);
+    n += vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+    va_end(ap);
+    if (n > (int)sizeof line - 2) n = (int)sizeof line - 2;
+    line[n++] = '\n';
+    line[n] = 0;
+    if (loglen + (size_t)n + 1 > logcap) {
+        size_t cap = logcap ? logcap * 2 : 1 << 16;
+        while (cap < loglen + (size_t)n + 1) cap *= 2;
+        char *b = realloc(logbuf, cap);
+        if (!b) return;
+        logbuf = b;
+        logcap = cap;
+    }
+    memcpy(logbuf + loglen, line, (size_t)n + 1);
+    loglen += (size_t)n;
+    const char *path = getenv("FAKE_CUDA_LOG");
+    if (path && *path) {
+        FILE *f = fopen(path, "a");
+        if (f) {
+            fputs(line, f);
+            fclose(f);
+        }
+    }
+}
+
+/* returns the injected error for this call, or OK */
+static CUresult inject(const char *name) {
+    total_calls++;
+    CUresult r = OK;
+    for (int i = 0; i < n_fails; i++) { /* every matching rule counts this call */
+        if (strcmp(fails[i].name, name) && strcmp(fails[i].name, "*")) continue;
+        if (++fails[i].count == fails[i].n && r == OK) r = fails[i].code;
+    }
+    return r;
+}
+
+static void configure(void) {
+    const char *v = getenv("FAKE_CUDA_VERSION");
+    version = v && *v ? atoi(v) : 13000;
+    v = getenv("FAKE_CUDA_DEVICES");
+    devices = v && *v ? atoi(v) : 1;
+    v = getenv("FAKE_CUDA_NO_DISCARD");
+    no_discard = v && *v && strcmp(v, "0");
+    n_fails = 0;
+    total_calls = 0;
+    v = getenv("FAKE_CUDA_FAIL");
+    if (v && *v) {
+        char buf[512];
+        snprintf(buf, sizeof buf, "%s", v);
+        char *save = NULL;
+        for (char *tok = strtok_r(buf, ",", &save); tok && n_fails < MAX_FAILS;
+             tok = strtok_r(NULL, ",", &save)) {
+            char name[64] = "";
+            long n = 0;
+            int code = OUT_OF_MEMORY;
+            if (sscanf(tok, "%63[^:]:%ld:%d", name, &n, &code) >= 2 && n > 0) {
+                snprintf(fails[n_fails].name, sizeof fails[n_fails].name, "%s", name);
+                fails[n_fails].n = n;
+                fails[n_fails].count = 0;
+                fails[n_fails].code = code;
+                n_fails++;
+            }
+        }
+    }
+}
+
+static int hid(void *h) { return h ? ((handle *)h)->id : 0; }
+
+static int find_alloc(uintptr_t p, size_t n) {
+    for (int i = 0; i < MAX_ALLOCS; i++)
+        if (allocs[i].base && p >= allocs[i].base && p + n <= allocs[i].base + allocs[i].size)
+            return i;
+    return -1;
+}
+
+#define ENTER(name)                                                                            \
+    pthread_mutex_lock(&mu);                                                                   \
+    CUresult r_ = initialised ? inject(name) : NOT_INITIALIZED;
+#define LEAVE(...)                                                                             \
+    do {                                                                                       \
+        logf_(__VA_ARGS__);                                                                    \
+        pthread_mutex_unlock(&mu);                                                             \
+        return r_;                                                                             \
+    } while (0)
+
+EXPORT CUresult cuInit(unsigned flags) {
+    pthread_mutex_lock(&mu);
+    configure();
+    initialised = devices > 0;
+    CUresult r_ = devices > 0 ? inject("cuInit") : NO_DEVICE;
+    LEAVE("cuInit flags=%u -> %d", flags, r_);
+}
+
+EXPORT CUresult cuDriverGetVersion(int *v) {
+    *v = version;
+    return OK;
+}
+
+static CUresult f_error_name(CUresult e, const char **s) {
+    switch (e) {
+    case OK: *s = "CUDA_SUCCESS"; break;
+    case INVALID_VALUE: *s = "CUDA_ERROR_INVALID_VALUE"; break;
+    case OUT_OF_MEMORY: *s = "CUDA_ERROR_OUT_OF_MEMORY"; break;
+    case NOT_INITIALIZED: *s = "CUDA_ERROR_NOT_INITIALIZED"; break;
+    case NO_DEVICE: *s = "CUDA_ERROR_NO_DEVICE"; break;
+    case INVALID_CONTEXT: *s = "CUDA_ERROR_INVALID_CONTEXT"; break;
+    case NOT_FOUND: *s = "CUDA_ERROR_NOT_FOUND"; break;
+    case NOT_READY: *s = "CUDA_ERROR_NOT_READY"; break;
+    default: *s = "CUDA_ERROR_UNKNOWN"; return INVALID_VALUE;
+    }
+    return OK;
+}
+
+static CUresult f_device_count(int *n) {
+    ENTER("cuDeviceGetCount");
+    if (!r_) *n = devices;
+    LEAVE("cuDeviceGetCount -> %d", r_);
+}
+
+static CUresult f_device_get(int *d, int ordinal) {
+    ENTER("cuDeviceGet");
+    if (!r_ && (ordinal < 0 || ordinal >= devices)) r_ = INVALID_VALUE;
+    if (!r_) *d = ordinal;
+    LEAVE("cuDeviceGet ordinal=%d -> %d", ordinal, r_);
+}
+
+static CUresult f_primary_retain(void **ctx, int dev) {
+    ENTER("cuDevicePrimaryCtxRetain");
+    if (!r_ && (dev < 0 || dev >= devices || dev >= 16)) r_ = INVALID_VALUE;
+    if (!r_) {
+        primary[dev].kind = 'c';
+        primary[dev].id = 1000 + dev;
+        *ctx = &primary[dev];
+    }
+    LEAVE("cuDevicePrimaryCtxRetain dev=%d -> %d", dev, r_);
+}
+
+static CUresult f_primary_release(int dev) {
+    ENTER("cuDevicePrimaryCtxRelease");
+    LEAVE("cuDevicePrimaryCtxRelease dev=%d -> %d", dev, r_);
+}
+
+static CUresult f_ctx_get(void **ctx) {
+    ENTER("cuCtxGetCurrent");
+    if (!r_) *ctx = current_ctx;
+    pthread_mutex_unlock(&mu); /* not logged: called before most calls */
+    return r_;
+}
+
+static CUresult f_ctx_set(void *ctx) {
+    ENTER("cuCtxSetCurrent");
+    if (!r_) current_ctx = ctx;
+    LEAVE("cuCtxSetCurrent ctx=c%d -> %d", hid(ctx), r_);
+}
+
+#define NEED_CTX()                                                                             \
+    if (!r_ && !current_ctx) r_ = INVALID_CONTEXT;
+
+static CUresult f_alloc_managed(CUdeviceptr *dptr, size_t bytes, unsigned flags) {
+    ENTER("cuMemAllocManaged");
+    NEED_CTX();
+    if (!r_ && (bytes == 0 || flags != 1)) r_ = INVALID_VALUE;
+    int slot = -1;
+    for (int i = 0; !r_ && i < MAX_ALLOCS; i++)
+        if (!allocs[i].base) {
+            slot = i;
+            break;
+        }
+    if (!r_ && slot < 0) r_ = OUT_OF_MEMORY;
+    if (!r_) {
+        size_t align = (size_t)2 << 20, mapped = bytes + align;
+        void *raw = mmap(NULL, mapped, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (raw == MAP_FAILED) {
+            r_ = OUT_OF_MEMORY;
+        } else {
+            allocs[slot].raw = raw;
+            allocs[slot].mapped = mapped;
+            allocs[slot].base = ((uintptr_t)raw + align - 1) & ~(uintptr_t)(align - 1);
+            allocs[slot].size = bytes;
+            *dptr = allocs[slot].base;
+        }
+    }
+    LEAVE("cuMemAllocManaged bytes=%zu flags=%u ptr=0x%llx -> %d", bytes, flags,
+          r_ ? 0ull : (unsigned long long)*dptr, r_);
+}
+
+static CUresult f_mem_free(CUdeviceptr p) {
+    ENTER("cuMemFree");
+    int i = -1;
+    for (int k = 0; k < MAX_ALLOCS; k++)
+        if (allocs[k].base == p && p) i = k;
+    if (!r_ && i < 0) r_ = INVALID_VALUE;
+    if (!r_) {
+        munmap(allocs[i].raw, allocs[i].mapped);
+        memset(&allocs[i], 0, sizeof allocs[i]);
+    }
+    LEAVE("cuMemFree ptr=0x%llx -> %d", p, r_);
+}
+
+static CUresult f_prefetch_v2(CUdeviceptr p, size_t n, CUmemLocation loc, unsigned flags,
+                              void *stream) {
+    ENTER("cuMemPrefetchAsync");
+    NEED_CTX();
+    if (!r_ && find_alloc(p, n) < 0) r_ = INVALID_VALUE;
+    if (!r_ && !(loc.type == 2 || (loc.type == 1 && loc.id >= 0 && loc.id < devices)))
+        r_ = INVALID_VALUE;
+    LEAVE("cuMemPrefetchAsync_v2 ptr=0x%llx bytes=%zu loc.type=%d loc.id=%d flags=%u stream=s%d -> %d",
+          p, n, loc.type, loc.id, flags, hid(stream), r_);
+}
+
+static CUresult f_prefetch_v1(CUdeviceptr p, size_t n, int dev, void *stream) {
+    ENTER("cuMemPrefetchAsync");
+    NEED_CTX();
+    if (!r_ && find_alloc(p, n) < 0) r_ = INVALID_VALUE;
+    if (!r_ && !(dev == -1 || (dev >= 0 && dev < devices))) r_ = INVALID_VALUE;
+    LEAVE("cuMemPrefetchAsync_v1 ptr=0x%llx bytes=%zu device=%d stream=s%d -> %d", p, n, dev,
+          hid(stream), r_);
+}
+
+static CUresult f_advise_v2(CUdeviceptr p, size_t n, int advice, CUmemLocation loc) {
+    ENTER("cuMemAdvise");
+    NEED_CTX();
+    if (!r_ && find_alloc(p, n) < 0) r_ = INVALID_VALUE;
+    if (!r_ && (advice < 1 || advice > 6)) r_ = INVALID_VALUE;
+    LEAVE("cuMemAdvise_v2 ptr=0x%llx bytes=%zu advice=%d loc.type=%d loc.id=%d -> %d", p, n,
+          advice, loc.type, loc.id, r_);
+}
+
+static CUresult f_advise_v1(CUdeviceptr p, size_t n, int advice, int dev) {
+    ENTER("cuMemAdvise");
+    NEED_CTX();
+    if (!r_ && find_alloc(p, n) < 0) r_ = INVALID_VALUE;
+    LEAVE("cuMemAdvise_v1 ptr=0x%llx bytes=%zu advice=%d device=%d -> %d", p, n, advice, dev, r_);
+}
+
+static CUresult f_discard(CUdeviceptr *ps, size_t *ns, size_t count, unsigned long long flags,
+                          void *stream) {
+    ENTER("cuMemDiscardBatchAsync");
+    NEED_CTX();
+    for (size_t i = 0; !r_ && i < count; i++)
+        if (find_alloc(ps[i], ns[i]) < 0) r_ = INVALID_VALUE;
+    LEAVE("cuMemDiscardBatchAsync count=%zu ptr=0x%llx bytes=%zu flags=%llu stream=s%d -> %d",
+          count, count ? ps[0] : 0ull, count ? ns[0] : (size_t)0, flags, hid(stream), r_);
+}
+
+static handle *new_handle(char kind) {
+    handle *h = calloc(1, sizeof *h);
+    if (h) {
+        h->kind = kind;
+        h->id = next_id++;
+    }
+    return h;
+}
+
+static CUresult f_stream_create(void **s, unsigned flags) {
+    ENTER("cuStreamCreate");
+    NEED_CTX();
+    handle *h = r_ ? NULL : new_handle('s');
+    if (!r_ && !h) r_ = OUT_OF_MEMORY;
+    if (!r_) *s = h;
+    LEAVE("cuStreamCreate flags=%u stream=s%d -> %d", flags, hid(h), r_);
+}
+
+static CUresult f_stream_destroy(void *s) {
+    ENTER("cuStreamDestroy");
+    int id = hid(s);
+    if (!r_) free(s);
+    LEAVE("cuStreamDestroy stream=s%d -> %d", id, r_);
+}
+
+static CUresult f_event_create(void **e, unsigned flags) {
+    ENTER("cuEventCreate");
+    NEED_CTX();
+    handle *h = r_ ? NULL : new_handle('e');
+    if (!r_ && !h) r_ = OUT_OF_MEMORY;
+    if (!r_) *e = h;
+    LEAVE("cuEventCreate flags=%u event=e%d -> %d", flags, hid(h), r_);
+}
+
+static CUresult f_event_destroy(void *e) {
+    ENTER("cuEventDestroy");
+    int id = hid(e);
+    if (!r_) free(e);
+    LEAVE("cuEventDestroy event=e%d -> %d", id, r_);
+}
+
+static CUresult f_event_record(void *e, void *s) {
+    ENTER("cuEventRecord");
+    if (!r_ && !e) r_ = INVALID_VALUE;
+    if (!r_) ((handle *)e)->recorded_on = hid(s);
+    LEAVE("cuEventRecord event=e%d stream=s%d -> %d", hid(e), hid(s), r_);
+}
+
+static CUresult f_stream_wait(void *s, void *e, unsigned flags) {
+    ENTER("cuStreamWaitEvent");
+    if (!r_ && !e) r_ = INVALID_VALUE;
+    LEAVE("cuStreamWaitEvent stream=s%d event=e%d flags=%u -> %d", hid(s), hid(e), flags, r_);
+}
+
+static CUresult f_event_query(void *e) {
+    ENTER("cuEventQuery");
+    LEAVE("cuEventQuery event=e%d -> %d", hid(e), r_);
+}
+
+static CUresult f_event_sync(void *e) {
+    ENTER("cuEventSynchronize");
+    LEAVE("cuEventSynchronize event=e%d -> %d", hid(e), r_);
+}
+
+static CUresult getproc(const char *sym, void **pfn, int ver, unsigned long long flags,
+                        int *status) {
+    (void)flags;
+    void *f = NULL;
+    struct {
+        const char *name;
+        int since;
+        void *fn;
+    } table[] = {
+        {"cuGetErrorName", 6000, (void *)f_error_name},
+        {"cuDeviceGetCount", 2000, (void *)f_device_count},
+        {"cuDeviceGet", 2000, (void *)f_device_get},
+        {"cuDevicePrimaryCtxRetain", 7000, (void *)f_primary_retain},
+        {"cuDevicePrimaryCtxRelease", 7000, (void *)f_primary_release},
+        {"cuCtxGetCurrent", 4000, (void *)f_ctx_get},
+        {"cuCtxSetCurrent", 4000, (void *)f_ctx_set},
+        {"cuMemAllocManaged", 6000, (void *)f_alloc_managed},
+        {"cuMemFree", 3020, (void *)f_mem_free},
+        {"cuStreamCreate", 2000, (void *)f_stream_create},
+        {"cuStreamDestroy", 4000, (void *)f_stream_destroy},
+        {"cuEventCreate", 2000, (void *)f_event_create},
+        {"cuEventDestroy", 4000, (void *)f_event_destroy},
+        {"cuEventRecord", 2000, (void *)f_event_record},
+        {"cuStreamWaitEvent", 3020, (void *)f_stream_wait},
+        {"cuEventQuery", 2000, (void *)f_event_query},
+        {"cuEventSynchronize", 2000, (void *)f_event_sync},
+    };
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        if (!strcmp(sym, table[i].name) && ver >= table[i].since) f = table[i].fn;
+    /* versioned ABIs: the 12020 forms take a CUmemLocation */
+    if (!strcmp(sym, "cuMemPrefetchAsync"))
+        f = ver >= 12020 && version >= 12020 ? (void *)f_prefetch_v2 : (void *)f_prefetch_v1;
+    if (!strcmp(sym, "cuMemAdvise"))
+        f = ver >= 12020 && version >= 12020 ? (void *)f_advise_v2 : (void *)f_advise_v1;
+    if (!strcmp(sym, "cuMemDiscardBatchAsync"))
+        f = ver >= 13000 && version >= 13000 && !no_discard ? (void *)f_discard : NULL;
+    if (ver > version && f) f = NULL; /* asking for an ABI newer than the driver */
+    *pfn = f;
+    if (status) *status = f ? 0 : 1;
+    return f ? OK : NOT_FOUND;
+}
+
+EXPORT CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver,
+                                    unsigned long long flags, int *status) {
+    return getproc(sym, pfn, ver, flags, status);
+}
+
+EXPORT CUresult cuGetProcAddress(const char *sym, void **pfn, int ver, unsigned long long flags) {
+    return getproc(sym, pfn, ver, flags, NULL);
+}
+
+/* ---- test control (ctypes) ---- */
+EXPORT const char *fake_cuda_log(void) { return logbuf ? logbuf : ""; }
+
+EXPORT void fake_cuda_log_clear(void) {
+    pthread_mutex_lock(&mu);
+    loglen = 0;
+    if (logbuf) logbuf[0] = 0;
+    pthread_mutex_unlock(&mu);
+}
+
+EXPORT int fake_cuda_live_allocations(void) {
+    int n = 0;
+    for (int i = 0; i < MAX_ALLOCS; i++) n += allocs[i].base != 0;
+    return n;
+}

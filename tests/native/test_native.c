@@ -1,0 +1,335 @@
+/* Native tests of the pool, ring and executor, built with the library sources under
+ * AddressSanitizer/UBSan (see Makefile; scripts/native_tests.sh runs them).
+ * Usage: test_native [seconds-for-the-thread-test]  (UVM_SCHED_LIBCUDA = fake driver
+ * path enables the fake-driver cases). Exit status 0 = all passed. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+static int failures;
+#define CHECK(cond, ...)                                                                       \
+    do {                                                                                       \
+        if (!(cond)) {                                                                         \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                    \
+            fprintf(stderr, __VA_ARGS__);                                                      \
+            fputc('\n', stderr);                                                               \
+            failures++;                                                                        \
+        }                                                                                      \
+    } while (0)
+
+static uint64_t stat_of(const char *name) {
+    uint64_t v[128];
+    size_t n = uvm_sched_stats(v, 128);
+    const char *names = uvm_sched_stats_names();
+    size_t len = strlen(name);
+    for (size_t i = 0; i < n; i++) {
+        if (!strncmp(names, name, len) && names[len] == ',') return v[i];
+        names = strchr(names, ',') + 1;
+    }
+    fprintf(stderr, "no stat %s\n", name);
+    exit(2);
+}
+
+static uint64_t rng_state = 88172645463325252ull;
+static uint64_t rnd(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+/* a DNN-like size: mostly small, some MiB-sized activations */
+static size_t dnn_size(uint64_t r) {
+    switch (r % 10) {
+    case 0: case 1: case 2: case 3: return 1 + (r >> 8) % 4096;
+    case 4: case 5: case 6: return 4096 + (r >> 8) % (1 << 20);
+    case 7: case 8: return (1 << 20) + (r >> 8) % (16 << 20);
+    default: return (r >> 8) % 512 + 1;
+    }
+}
+
+static void test_size_classes(void) {
+    int prev = 0;
+    for (uint64_t s = 1; s <= UVM_SMALL_MAX; s += (s < 70000 ? 1 : 97)) {
+        int c = uvm_size_class(s);
+        CHECK(c >= 0 && c < UVM_NCLASSES, "size %llu class %d", (unsigned long long)s, c);
+        CHECK(uvm_class_size(c) >= s, "size %llu > class size", (unsigned long long)s);
+        CHECK(c == 0 || uvm_class_size(c - 1) < s, "size %llu not in the smallest class",
+              (unsigned long long)s);
+        CHECK(c >= prev, "class not monotone at %llu", (unsigned long long)s);
+        CHECK(uvm_class_size(c) % UVM_MIN_ALIGN == 0, "class size %llu not 512-aligned",
+              (unsigned long long)uvm_class_size(c));
+        prev = c;
+    }
+    CHECK(uvm_size_class(UVM_SMALL_MAX) == UVM_NCLASSES - 1, "last class");
+    CHECK(uvm_size_class(UVM_SMALL_MAX + 1) == -1, "large");
+}
+
+static void test_bad_input(void) {
+    void *p = NULL;
+    CHECK(uvm_sched_malloc_status(0, 0, NULL, &p) == UVM_OK && p == NULL, "zero size");
+    CHECK(uvm_sched_free_status(NULL, 0, 0, NULL, 0) == UVM_OK, "free(NULL)");
+    CHECK(uvm_sched_malloc(SIZE_MAX, 0, NULL) == NULL, "SIZE_MAX");
+    CHECK(uvm_sched_malloc(SIZE_MAX - 4096, 0, NULL) == NULL, "near SIZE_MAX");
+    void *a = uvm_sched_malloc(1000, 0, NULL);
+    void *b = uvm_sched_malloc(3 << 20, 0, NULL);
+    CHECK(a && b, "malloc");
+    CHECK(((uintptr_t)a & 511) == 0, "small alignment %p", a);
+    CHECK(((uintptr_t)b & (UVM_PAGE - 1)) == 0, "large 2 MiB alignment %p", b);
+    int local;
+    void *heap = malloc(64);
+    CHECK(uvm_sched_free_status(&local, 4, 0, NULL, 0) == UVM_EUNKNOWN, "stack pointer");
+    CHECK(uvm_sched_free_status(heap, 64, 0, NULL, 0) == UVM_EUNKNOWN, "heap pointer");
+    free(heap);
+    CHECK(uvm_sched_free_status((char *)a + 8, 1000, 0, NULL, 0) == UVM_EUNKNOWN, "interior small");
+    CHECK(uvm_sched_free_status((char *)b + UVM_PAGE, 3 << 20, 0, NULL, 0) == UVM_EUNKNOWN,
+          "interior large");
+    CHECK(uvm_sched_free_status(a, 999, 0, NULL, 0) == UVM_ESIZE, "wrong size");
+    CHECK(stat_of("allocated_blocks") == 2, "a refused free leaves the block allocated");
+    CHECK(uvm_sched_free_status(a, 1000, 0, NULL, 0) == UVM_OK, "free a");
+    CHECK(uvm_sched_free_status(a, 1000, 0, NULL, 0) == UVM_EDOUBLEFREE, "double free small");
+    CHECK(uvm_sched_free_status(b, 3 << 20, 0, NULL, 0) == UVM_OK, "free b");
+    CHECK(uvm_sched_free_status(b, 3 << 20, 0, NULL, 0) == UVM_EDOUBLEFREE, "double free large");
+    uvm_sched_free(b, 3 << 20, 0, NULL); /* the PyTorch ABI: logged and counted, no abort */
+    CHECK(stat_of("errors_double_free") == 3, "double frees counted: %llu",
+          (unsigned long long)stat_of("errors_double_free"));
+    CHECK(stat_of("allocated_blocks") == 0 && stat_of("allocated_bytes") == 0, "accounting");
+}
+
+static void test_limit(void) {
+    setenv("UVM_SCHED_LIMIT_BYTES", "16M", 1);
+    setenv("UVM_SCHED_ARENA_BYTES", "8M", 1);
+    CHECK(uvm_sched_reset("host", 1) == UVM_OK, "reset");
+    void *a = uvm_sched_malloc(6 << 20, 0, NULL);
+    void *b = uvm_sched_malloc(6 << 20, 0, NULL);
+    CHECK(a && b, "two arenas");
+    CHECK(uvm_sched_malloc(6 << 20, 0, NULL) == NULL, "limit reached");
+    CHECK(stat_of("n_oom") == 1 && stat_of("last_oom_size") == (6 << 20), "oom counted");
+    uvm_sched_free(a, 6 << 20, 0, NULL);
+    void *c = uvm_sched_malloc(6 << 20, 0, NULL);
+    CHECK(c == a, "reuse after free %p %p", c, a);
+    /* a different stream gets the first stream's memory only through reclaim */
+    uvm_sched_free(c, 6 << 20, 0, NULL);
+    void *d = uvm_sched_malloc(6 << 20, 0, (void *)0x1234);
+    CHECK(d == a && stat_of("reclaims") >= 1, "reclaim across streams %p", d);
+    uvm_sched_free(d, 6 << 20, 0, (void *)0x1234);
+    uvm_sched_free(b, 6 << 20, 0, NULL);
+    CHECK(uvm_sched_release_cached() == (16 << 20), "release empty arenas");
+    CHECK(stat_of("reserved_bytes") == 0, "nothing reserved");
+    unsetenv("UVM_SCHED_LIMIT_BYTES");
+    unsetenv("UVM_SCHED_ARENA_BYTES");
+}
+
+typedef struct {
+    char *p;
+    size_t n;
+} blk;
+
+static int cmp_blk(const void *x, const void *y) {
+    const blk *a = x, *b = y;
+    return a->p < b->p ? -1 : a->p > b->p;
+}
+
+static void test_random_model(int ops) {
+    CHECK(uvm_sched_reset("host", 1) == UVM_OK, "reset");
+    enum { N = 512 };
+    blk live[N];
+    memset(live, 0, sizeof live);
+    uint64_t bytes = 0, blocks = 0;
+    for (int i = 0; i < ops; i++) {
+        int k = (int)(rnd() % N);
+        if (live[k].p) {
+            CHECK(live[k].p[0] == (char)k && live[k].p[live[k].n - 1] == (char)k,
+                  "block %d overwritten", k);
+            uvm_sched_free(live[k].p, live[k].n, 0, NULL);
+            bytes -= live[k].n;
+            blocks--;
+            live[k].p = NULL;
+        } else {
+            size_t n = dnn_size(rnd());
+            char *p = uvm_sched_malloc(n, 0, (void *)(uintptr_t)(rnd() % 3 * 16));
+            CHECK(p != NULL, "malloc %zu", n);
+            if (!p) continue;
+            CHECK(((uintptr_t)p & 511) == 0, "alignment");
+            if (n > UVM_SMALL_MAX) CHECK(((uintptr_t)p & (UVM_PAGE - 1)) == 0, "2 MiB alignment");
+            p[0] = (char)k;
+            p[n - 1] = (char)k;
+            live[k].p = p;
+            live[k].n = n;
+            bytes += n;
+            blocks++;
+        }
+        if (i % 5000 == 0) {
+            blk s[N];
+            int m = 0;
+            for (int j = 0; j < N; j++)
+                if (live[j].p) s[m++] = live[j];
+            qsort(s, (size_t)m, sizeof *s, cmp_blk);
+            for (int j = 1; j < m; j++)
+                CHECK(s[j - 1].p + s[j - 1].n <= s[j].p, "overlap %p+%zu > %p", s[j - 1].p,
+                      s[j - 1].n, s[j].p);
+            CHECK(stat_of("allocated_bytes") == bytes && stat_of("allocated_blocks") == blocks,
+                  "accounting");
+        }
+    }
+    for (int k = 0; k < N; k++)
+        if (live[k].p) uvm_sched_free(live[k].p, live[k].n, 0, NULL);
+    CHECK(stat_of("allocated_blocks") == 0, "all freed");
+    CHECK(stat_of("errors_unknown_pointer") == 0 && stat_of("errors_double_free") == 0, "no errors");
+}
+
+static volatile int stop_threads;
+static _Atomic long thread_errors, thread_ops;
+
+static void *worker(void *arg) {
+    uint64_t id = (uint64_t)(uintptr_t)arg, st = 0x9E3779B97F4A7C15ull * (id + 1);
+    enum { N = 64 };
+    blk live[N];
+    memset(live, 0, sizeof live);
+    long ops = 0;
+    while (!stop_threads) {
+        st ^= st << 13, st ^= st >> 7, st ^= st << 17;
+        int k = (int)(st % N);
+        if (live[k].p) {
+            uint64_t *w = (uint64_t *)live[k].p;
+            if (w[0] != (id << 32 | (uint64_t)k)) thread_errors++;
+            uvm_sched_free(live[k].p, live[k].n, 0, (void *)(uintptr_t)(id % 2 * 16));
+            live[k].p = NULL;
+        } else {
+            size_t n = dnn_size(st) | 8;
+            char *p = uvm_sched_malloc(n, 0, (void *)(uintptr_t)(id % 2 * 16));
+            if (!p) {
+                thread_errors++;
+                continue;
+            }
+            *(uint64_t *)p = id << 32 | (uint64_t)k;
+            live[k].p = p;
+            live[k].n = n;
+        }
+        ops++;
+    }
+    for (int k = 0; k < N; k++)
+        if (live[k].p) {
+            if (*(uint64_t *)live[k].p != (id << 32 | (uint64_t)k)) thread_errors++;
+            uvm_sched_free(live[k].p, live[k].n, 0, (void *)(uintptr_t)(id % 2 * 16));
+        }
+    thread_ops += ops;
+    return NULL;
+}
+
+static void test_threads(double seconds) {
+    CHECK(uvm_sched_reset("host", 1) == UVM_OK, "reset");
+    pthread_t t[8];
+    stop_threads = 0;
+    for (uintptr_t i = 0; i < 8; i++) pthread_create(&t[i], NULL, worker, (void *)i);
+    struct timespec ts = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
+    nanosleep(&ts, NULL);
+    stop_threads = 1;
+    for (int i = 0; i < 8; i++) pthread_join(t[i], NULL);
+    CHECK(thread_errors == 0, "%ld lost or overlapping blocks", (long)thread_errors);
+    CHECK(stat_of("allocated_blocks") == 0, "blocks left: %llu",
+          (unsigned long long)stat_of("allocated_blocks"));
+    CHECK(stat_of("n_malloc") == stat_of("n_free"), "malloc/free counts");
+    printf("threads: 8 threads, %.1f s, %ld operations\n", seconds, (long)thread_ops);
+}
+
+static void test_ring_overflow(void) {
+    setenv("UVM_SCHED_RING_EVENTS", "1024", 1);
+    CHECK(uvm_sched_reset("host", 1) == UVM_OK, "reset");
+    for (int i = 0; i < 3000; i++) uvm_sched_free(uvm_sched_malloc(64, 0, NULL), 64, 0, NULL);
+    CHECK(stat_of("events_dropped") == 6000 - 1024, "dropped %llu",
+          (unsigned long long)stat_of("events_dropped"));
+    uvm_event *ev = calloc(4096, sizeof *ev);
+    size_t n = uvm_sched_drain(ev, 4096);
+    CHECK(n == 1024 && ev[0].tick == 0 && ev[1023].tick == 1023, "drain %zu", n);
+    CHECK(uvm_sched_drain(ev, 4096) == 0, "drained");
+    uvm_sched_step();
+    n = uvm_sched_drain(ev, 4096);
+    CHECK(n == 1 && ev[0].kind == UVM_EV_MARK && ev[0].tick == 6000, "mark after overflow");
+    free(ev);
+    unsetenv("UVM_SCHED_RING_EVENTS");
+}
+
+static void test_executor(const char *backend) {
+    CHECK(uvm_sched_reset(backend, 1) == UVM_OK, "reset %s", backend);
+    /* iteration: alloc A (4 MiB), alloc B (1 KiB), free B, free A */
+    uvm_plan_row rows[3] = {
+        {.tick = 0, .action = UVM_ACT_PREFETCH_TO_HOST, .block = 0},
+        {.tick = 2, .action = UVM_ACT_PREFETCH_TO_DEVICE, .block = 0, .bytes = 1 << 20},
+        {.tick = 3, .action = UVM_ACT_DISCARD, .block = 0}, /* A is freed at 3: skipped */
+    };
+    uint64_t sizes[2] = {4 << 20, 1024};
+    CHECK(uvm_sched_exec_arm(rows, 3, sizes, 2, 4, UVM_SYNC_PERIOD, 0, 1) == UVM_OK, "arm");
+    for (int it = 0; it < 3; it++) {
+        void *a = uvm_sched_malloc(it == 1 ? 5 << 20 : 4 << 20, 0, NULL);
+        void *b = uvm_sched_malloc(1024, 0, NULL);
+        uvm_sched_free(b, 1024, 0, NULL);
+        uvm_sched_free(a, it == 1 ? 5 << 20 : 4 << 20, 0, NULL);
+    }
+    CHECK(stat_of("divergences") == 1, "one divergence (iteration 1)");
+    CHECK(stat_of("actions_issued") == 4, "issued %llu", (unsigned long long)stat_of("actions_issued"));
+    CHECK(stat_of("actions_skipped") == 2, "skipped %llu", (unsigned long long)stat_of("actions_skipped"));
+    CHECK(stat_of("bytes_prefetched_h2d") == 2 << 20, "h2d bytes");
+    CHECK(stat_of("bytes_prefetched_d2h") == 8 << 20, "d2h bytes");
+    uvm_sched_exec_disarm();
+    /* bad tables are refused */
+    uvm_plan_row bad = {.tick = 9, .action = 0};
+    CHECK(uvm_sched_exec_arm(&bad, 1, sizes, 2, 4, 0, 0, 1) == UVM_EINVAL, "tick out of range");
+    bad.tick = 0;
+    bad.action = 17;
+    CHECK(uvm_sched_exec_arm(&bad, 1, sizes, 2, 4, 0, 0, 1) == UVM_EINVAL, "bad action");
+    bad.action = 0;
+    bad.block = 5;
+    CHECK(uvm_sched_exec_arm(&bad, 1, sizes, 2, 4, 0, 0, 1) == UVM_EINVAL, "bad block");
+}
+
+static void test_fake_faults(const char *fake) {
+    if (!fake) {
+        printf("fake driver cases skipped (UVM_SCHED_LIBCUDA not set)\n");
+        return;
+    }
+    /* the pool tries three times (after a reclaim, after releasing cached arenas) before
+     * it gives up: fail the 2nd, 3rd and 4th reservation */
+    setenv("FAKE_CUDA_FAIL", "cuMemAllocManaged:2,cuMemAllocManaged:3,cuMemAllocManaged:4", 1);
+    setenv("UVM_SCHED_ARENA_BYTES", "8M", 1);
+    CHECK(uvm_sched_reset("cuda", 1) == UVM_OK, "cuda backend on the fake: %s",
+          uvm_sched_backend_reason());
+    void *a = uvm_sched_malloc(6 << 20, 0, NULL);
+    void *b = uvm_sched_malloc(6 << 20, 0, NULL); /* second arena: injected OOM */
+    void *c = uvm_sched_malloc(6 << 20, 0, NULL); /* the driver recovers */
+    CHECK(a && !b && c, "fault injection %p %p %p", a, b, c);
+    CHECK(stat_of("n_oom") == 1, "oom counted");
+    uvm_sched_free(a, 6 << 20, 0, NULL);
+    uvm_sched_free(c, 6 << 20, 0, NULL);
+    CHECK(stat_of("allocated_blocks") == 0, "accounting after a fault");
+    unsetenv("FAKE_CUDA_FAIL");
+    unsetenv("UVM_SCHED_ARENA_BYTES");
+    test_executor("cuda");
+}
+
+int main(int argc, char **argv) {
+    double seconds = argc > 1 ? atof(argv[1]) : 2.0;
+    setenv("UVM_SCHED_VERBOSE", "0", 1);
+    CHECK(uvm_sched_init("host") == UVM_OK, "init");
+    test_size_classes();
+    test_bad_input();
+    test_limit();
+    test_random_model(200000);
+    test_ring_overflow();
+    test_executor("host");
+    test_fake_faults(getenv("UVM_SCHED_LIBCUDA"));
+    test_threads(seconds);
+    uvm_sched_reset("host", 1);
+    if (failures) {
+        fprintf(stderr, "%d native check(s) failed\n", failures);
+        return 1;
+    }
+    printf("native tests passed\n");
+    return 0;
+}
