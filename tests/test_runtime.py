@@ -1,0 +1,114 @@
+"""The runtime Scheduler end to end on the host backend: record, learn, plan, arm, watch,
+re-learn when the batch size changes."""
+from __future__ import annotations
+
+import pytest
+
+native = pytest.importorskip("uvm_sched.native")
+pytest.importorskip("uvm_sched.trace._native", reason="trace_from_events (native drain -> Trace) has not landed")
+
+from uvm_sched.runtime import Scheduler  # noqa: E402
+
+MiB = 1 << 20
+
+
+@pytest.fixture
+def host():
+    try:
+        native._reset("host", force=True)
+    except native.UvmSchedError as e:  # pragma: no cover - library not built
+        pytest.skip(f"native library unavailable: {e}")
+    yield
+    native.disarm()
+    native._reset("host", force=True)
+
+
+class Loop:
+    """A training loop in miniature: weights allocated once; each iteration allocates
+    activations in a forward pass and frees them in reverse in a backward pass."""
+
+    def __init__(self, layers: int = 8, weight: int = 4 * MiB):
+        self.weights = [native.malloc(weight) for _ in range(layers)]
+        self.layers = layers
+
+    def iteration(self, batch: int) -> None:
+        acts = []
+        for i in range(self.layers):
+            acts.append(native.malloc(batch * MiB))
+            tmp = native.malloc(MiB // 2)
+            native.free(tmp)
+        grads = []
+        for a in reversed(acts):
+            g = native.malloc(batch * MiB)
+            native.free(a)
+            grads.append(g)
+        for g in grads:
+            native.free(g)
+
+    def close(self):
+        for w in self.weights:
+            native.free(w)
+
+
+def _run(s: Scheduler, loop: Loop, batch: int, iters: int) -> None:
+    for _ in range(iters):
+        s.step()
+        loop.iteration(batch)
+
+
+def test_scheduler_learns_plans_and_arms_after_warmup(host):
+    loop = Loop()
+    with Scheduler(budget="60%", hw="h200-pcie5", warmup_iters=3, hook=False) as s:
+        _run(s, loop, batch=8, iters=3)
+        assert s.state == "recording"
+        _run(s, loop, batch=8, iters=1)
+        assert s.state == "armed", s.last_error
+        _run(s, loop, batch=8, iters=3)
+        st = s.stats()
+        assert st["plans"] == 1 and st["relearns"] == 0
+        assert st["native"]["plan_armed"] == 1
+        assert st["native"]["actions_issued"] > 0
+        assert st["native"]["divergences"] == 0
+        assert st["predicted"]["over_budget_ticks"] == 0
+    assert native.stats()["plan_armed"] == 0  # closed: disarmed
+    loop.close()
+
+
+def test_batch_size_change_diverges_then_relearns(host):
+    loop = Loop()
+    with Scheduler(budget="60%", warmup_iters=2, relearn_after=2, hook=False) as s:
+        _run(s, loop, batch=8, iters=4)
+        assert s.state == "armed"
+        _run(s, loop, batch=6, iters=3)  # every iteration now diverges at its first alloc
+        st = s.stats()
+        assert st["divergences"] >= 2 and st["relearns"] == 1
+        assert s.state == "recording"
+        _run(s, loop, batch=6, iters=4)
+        assert s.state == "armed", s.last_error
+        assert s.stats()["plans"] == 2
+        assert s.plan.meta["alloc_sizes"][0] == 6 * MiB
+        # the new plan runs clean
+        before = native.stats()["divergences"]
+        _run(s, loop, batch=6, iters=2)
+        assert native.stats()["divergences"] == before
+    loop.close()
+
+
+def test_a_plan_from_one_batch_size_on_another_breaks_nothing(host):
+    loop = Loop()
+    with Scheduler(budget="60%", warmup_iters=2, relearn_after=100, hook=False) as s:
+        _run(s, loop, batch=8, iters=3)
+        assert s.state == "armed"
+        _run(s, loop, batch=4, iters=3)  # plan disarmed each iteration, allocator unharmed
+        st = s.stats()
+        assert st["divergences"] >= 3 and s.state == "armed"
+        assert st["native"]["errors_unknown_pointer"] == 0
+    loop.close()
+    assert native.stats()["allocated_blocks"] == 0
+
+
+def test_scheduler_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="warmup_iters"):
+        Scheduler(warmup_iters=0)
+    with pytest.raises(ValueError, match="unknown planning mode"):
+        Scheduler(mode="clairvoyant")

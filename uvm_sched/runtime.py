@@ -1,0 +1,278 @@
+"""The runtime loop: record warm-up iterations, learn the pattern, plan, arm the native
+executor, keep watching, and re-learn when the workload changes.
+
+``Scheduler(budget=..., hw=..., warmup_iters=3, mode="oblivious")`` drives the allocator
+of ``uvm_sched`` (the native core). Iteration markers, in order of preference:
+
+* ``scheduler.step()`` (or ``uvm_sched.step()`` followed by ``scheduler.poll()``);
+* for PyTorch, a global optimizer step hook (``torch.optim.optimizer.
+  register_optimizer_step_post_hook``), installed when torch is already imported;
+* neither: the period learned from the allocator events (``sync="period"``), checked at
+  every ``poll()``.
+
+States: ``recording`` (draining events, counting iterations) -> ``armed`` (a plan is
+executed by the native core; events are drained and only the divergences counted) ->
+back to ``recording`` when divergences persist for ``relearn_after`` iterations in a row
+(a new batch size, sequence length...). A plan is only a hint: a wrong one costs time,
+never correctness, so every failure to learn or plan leaves the allocator running
+unplanned and is reported in ``stats()["last_error"]``.
+"""
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Scheduler"]
+
+# event kinds of the native ring (uvm_sched.native.EVENT_KINDS)
+_ALLOC, _FREE, _MARK, _ITER, _DIVERGENCE = 0, 1, 3, 4, 37
+
+
+class Scheduler:
+    """Learn and execute a memory plan for the running training loop.
+
+    ``budget``: bytes, ``"50%"`` (of the recorded peak) or ``"40GiB"``; ``hw``: profile
+    name/path; ``warmup_iters``: iterations recorded before planning; ``mode``:
+    ``"oblivious"``/``"sampled"``; ``relearn_after``: iterations in a row with a divergence
+    before re-learning; ``hook``: install the PyTorch optimizer hook (``"auto"``: when torch
+    is imported); ``plan_opts``: extra options for ``uvm_sched.plan``;
+    ``min_period_events``: allocator events recorded before the period is looked for when
+    there are no markers.
+    """
+
+    def __init__(self, budget: Any = "100%", hw: Any = "h200-pcie5", warmup_iters: int = 3,
+                 mode: str = "oblivious", *, relearn_after: int = 2, hook: Any = "auto",
+                 plan_opts: dict | None = None, min_period_events: int = 64) -> None:
+        if warmup_iters < 1:
+            raise ValueError(f"warmup_iters must be >= 1, got {warmup_iters}")
+        if relearn_after < 1:
+            raise ValueError(f"relearn_after must be >= 1, got {relearn_after}")
+        from .planner import MODES
+
+        if mode not in MODES:
+            raise ValueError(f"unknown planning mode {mode!r}; known: {', '.join(MODES)}")
+        self.budget = budget
+        self.hw = hw
+        self.warmup_iters = int(warmup_iters)
+        self.mode = mode
+        self.relearn_after = int(relearn_after)
+        self.plan_opts = dict(plan_opts or {})
+        self.min_period_events = int(min_period_events)
+        self._hook_pref = hook
+        self._hook_handle = None
+        self._lock = threading.RLock()
+        self.state = "idle"
+        self.plan = None
+        self.pattern = None
+        # recording buffer (EVENT_DTYPE arrays) and blocks alive when it started
+        self._chunks: list[np.ndarray] = []
+        self._live: dict[int, np.void] = {}  # addr -> its ALLOC event (all blocks alive)
+        self._prefix: list = []  # ALLOC events of blocks alive when recording (re)started
+        self._marks = 0
+        self._alloc_events = 0
+        self._next_try = self.min_period_events
+        # watching
+        self._div_iters = 0  # iterations in a row with a divergence
+        self._iter_div = 0  # divergences in the current iteration
+        self._counters = {"plans": 0, "relearns": 0, "iterations_armed": 0,
+                          "divergences": 0, "learn_failures": 0, "plan_time_s": 0.0}
+        self.last_error: str | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def start(self) -> "Scheduler":
+        """Begin recording (events already in the ring are kept: they hold the
+        allocations of weights made before the scheduler started)."""
+        with self._lock:
+            if self.state != "idle":
+                return self
+            self.state = "recording"
+            self._install_hook()
+            self.poll()
+        return self
+
+    def close(self) -> None:
+        """Disarm the plan and remove the hook (the allocator keeps running unplanned)."""
+        with self._lock:
+            if self.state == "armed":
+                from . import native
+
+                native.disarm()
+            self._remove_hook()
+            self.state = "closed"
+
+    def __enter__(self) -> "Scheduler":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- markers ------------------------------------------------------------------------
+    def step(self) -> None:
+        """Mark the start of an iteration (calls ``uvm_sched.step()``) and advance."""
+        from . import native
+
+        native.step()
+        self.poll()
+
+    def _install_hook(self) -> None:
+        if self._hook_pref is False or self._hook_pref is None:
+            return
+        if self._hook_pref == "auto" and "torch" not in sys.modules:
+            return
+        try:
+            from torch.optim.optimizer import register_optimizer_step_post_hook
+        except Exception as e:  # torch absent or too old: markers must come from step()
+            if self._hook_pref is True:
+                raise RuntimeError(f"cannot install the optimizer step hook: {e}") from None
+            return
+        self._hook_handle = register_optimizer_step_post_hook(lambda *a, **k: self.step())
+
+    def _remove_hook(self) -> None:
+        if self._hook_handle is not None:
+            self._hook_handle.remove()
+            self._hook_handle = None
+
+    # -- the loop -----------------------------------------------------------------------
+    def poll(self) -> None:
+        """Drain the allocator's events and advance the state machine (cheap; called by
+        ``step()`` and the hook, or by the user where there are no markers)."""
+        from . import native
+
+        with self._lock:
+            if self.state in ("idle", "closed"):
+                return
+            ev = native.drain_events()
+            if len(ev):
+                self._track_live(ev)
+            if self.state == "recording":
+                self._record(ev)
+            elif self.state == "armed":
+                self._watch(ev)
+
+    def _track_live(self, ev: np.ndarray) -> None:
+        k = ev["kind"]
+        for i in np.flatnonzero((k == _ALLOC) | (k == _FREE)).tolist():
+            e = ev[i]
+            if int(e["kind"]) == _ALLOC:
+                self._live[int(e["addr"])] = e.copy()
+            else:
+                self._live.pop(int(e["addr"]), None)
+
+    def _record(self, ev: np.ndarray) -> None:
+        if len(ev):
+            self._chunks.append(ev)
+            k = ev["kind"]
+            self._marks += int(np.count_nonzero(k == _MARK))
+            self._alloc_events += int(np.count_nonzero((k == _ALLOC) | (k == _FREE)))
+        # with markers: learn after warmup_iters complete iterations (+ the one starting)
+        if self._marks >= self.warmup_iters + 1:
+            self._learn(at_marker=bool(len(ev)) and int(ev["kind"][-1]) == _MARK)
+        elif self._marks == 0 and self._alloc_events >= self._next_try:
+            self._next_try = 2 * self._alloc_events
+            self._learn(at_marker=False)
+
+    def _recorded(self) -> np.ndarray:
+        from .native import EVENT_DTYPE
+
+        parts = ([np.array(self._prefix, EVENT_DTYPE)] if self._prefix else []) + self._chunks
+        return np.concatenate(parts) if parts else np.empty(0, EVENT_DTYPE)
+
+    def _learn(self, *, at_marker: bool) -> None:
+        from . import native
+        from .pattern import PatternError, analyze
+        from .planner import PlanError, plan
+        from .trace._native import trace_from_events
+
+        events = self._recorded()
+        t0 = time.perf_counter()
+        try:
+            trace = trace_from_events(events)
+            pat = analyze(trace)
+            if pat.source != "markers" and len(pat.iterations) < self.warmup_iters:
+                return  # not enough repetitions yet to trust a learned period
+            p = plan(trace, self.budget, self.hw, mode=self.mode, pattern=pat, **self.plan_opts)
+        except (PatternError, PlanError, ValueError) as e:
+            self._counters["learn_failures"] += 1
+            self.last_error = f"{type(e).__name__}: {e}"
+            if self._marks >= self.warmup_iters + 1:
+                self._restart_recording()  # try again on fresh iterations
+            return
+        self._counters["plan_time_s"] += time.perf_counter() - t0
+        # persistent blocks: the plan names them by ALLOC ordinal in the trace, which is
+        # the order of the ALLOC events we recorded
+        k = events["kind"]
+        addrs = events["addr"][k == _ALLOC].astype(np.uint64).tolist()
+        if p.meta.get("sync") == "period":
+            # arm at an iteration boundary: events since the representative iteration
+            # started must be a whole number of periods
+            n_ev = int(np.count_nonzero((k == _ALLOC) | (k == _FREE)))
+            start_ev = int(np.searchsorted(trace.tick[(trace.kind <= 1)], pat.start_tick))
+            if (n_ev - start_ev) % int(p.meta["period_events"]) != 0:
+                return  # not at a boundary now; the next poll tries again
+            start_now = True
+        else:
+            start_now = at_marker
+        native.arm_plan(p, addrs, start_now=start_now)
+        self.plan, self.pattern = p, pat
+        self.state = "armed"
+        self._counters["plans"] += 1
+        self._div_iters = self._iter_div = 0
+        self._chunks = []
+        self._prefix = []
+        self.last_error = None
+
+    def _watch(self, ev: np.ndarray) -> None:
+        k = ev["kind"]
+        for kind in k[(k == _ITER) | (k == _DIVERGENCE)].tolist():
+            if kind == _DIVERGENCE:
+                self._iter_div += 1
+                self._counters["divergences"] += 1
+                continue
+            # a new iteration starts: judge the one that ended
+            self._counters["iterations_armed"] += 1
+            self._div_iters = self._div_iters + 1 if self._iter_div else 0
+            self._iter_div = 0
+        if self._div_iters >= self.relearn_after:
+            from . import native
+
+            native.disarm()
+            self._counters["relearns"] += 1
+            self.plan = None
+            self._restart_recording()
+
+    def _restart_recording(self) -> None:
+        self.state = "recording"
+        # the blocks alive now (weights, optimizer state) start the new recording, in
+        # their allocation order, so persistent ordinals and addresses stay right
+        self._prefix = sorted(self._live.values(), key=lambda e: (int(e["arg"]), int(e["tick"])))
+        self._chunks = []
+        self._marks = 0
+        self._alloc_events = 0
+        self._next_try = self.min_period_events
+        self._div_iters = self._iter_div = 0
+
+    # -- reporting ----------------------------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        """State, counters (plans, relearns, iterations armed, divergences seen, learn
+        failures, planning time in s), the plan's prediction and the native counters."""
+        from . import native
+
+        with self._lock:
+            out: dict[str, Any] = {"state": self.state, **self._counters,
+                                   "last_error": self.last_error}
+            if self.plan is not None:
+                out["plan_actions"] = len(self.plan)
+                out["budget_bytes"] = int(self.plan.meta["budget_bytes"])
+                out["period_events"] = int(self.plan.meta["period_events"])
+                out["sync"] = self.plan.meta.get("sync")
+                out["predicted"] = dict(self.plan.meta.get("predicted", {}))
+            out["native"] = native.stats()
+            return out
+
+    def __repr__(self) -> str:
+        return (f"<Scheduler {self.state} mode={self.mode} budget={self.budget!r} "
+                f"plans={self._counters['plans']} relearns={self._counters['relearns']}>")
