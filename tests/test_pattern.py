@@ -40,6 +40,7 @@ def test_clean_trace_period_is_events_per_iteration(layers):
     assert p.period_events == steady_period(layers=layers, iters=5)
     assert len(p.iterations) == 5
     assert len(p.events) == p.period_events
+    assert len(p.alloc_sizes) == int((p.events["kind"] == "alloc").sum())
     assert p.regularity >= 0.8  # the last iteration lacks the next zero_grad's frees
 
 
@@ -156,6 +157,15 @@ def test_warmup_iteration_allocating_adam_state():
         assert row["ordinal"] == int(np.flatnonzero(allocs == blk)[0])
         assert row["cls"] == "persistent"
         assert row["alloc_tick"] == -1 and row["free_tick"] == -1
+
+
+def test_leaking_a_small_tensor_per_iteration():
+    # a loop that keeps every loss: live bytes creep up by 512 B per iteration
+    p = analyze(training_trace(iters=5, leak=True))
+    assert p.period_events == steady_period(iters=5, leak=True)
+    assert len(p.iterations) == 5
+    kept = p.blocks[(p.blocks["size"] == 512) & (p.blocks["alloc_event"] >= 0)]
+    assert len(kept) == 1 and kept["persistent"].all()  # never freed, like its predecessors
 
 
 # -- markers --------------------------------------------------------------------------------

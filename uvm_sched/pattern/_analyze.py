@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from ..trace._model import EventKind, Trace
-from ._period import COVERAGE_TOL, Detection, detect_period, make_hash, tokenize
+from ._period import COVERAGE_TOL, detect_period, make_hash, tokenize
 
 __all__ = ["analyze", "Pattern", "PatternError", "CLASSES", "ACTIVATION_SHARE"]
 
@@ -58,7 +58,7 @@ class PatternError(ValueError):
     """The trace cannot be analysed (e.g. it has no allocations)."""
 
 
-@dataclass(repr=False)
+@dataclass(repr=False, eq=False)
 class Pattern:
     """The periodic structure of a trace (see the module doc for every definition).
 
@@ -89,6 +89,13 @@ class Pattern:
     def regularity(self) -> float:
         """Share of iterations identical (kinds and sizes, in order) to the representative."""
         return float(np.mean(self.identical)) if len(self.identical) else 0.0
+
+    @property
+    def alloc_sizes(self) -> list[int]:
+        """Bytes of each ALLOC of the representative iteration, in order (a Plan's
+        ``meta["alloc_sizes"]``)."""
+        ev = self.events
+        return [int(x) for x in ev.loc[ev["kind"] == "alloc", "size"]]
 
     @property
     def n_ticks(self) -> int:
@@ -248,6 +255,8 @@ def analyze(trace: Trace) -> Pattern:
         source = "learned"
         b, is_it = det.boundaries, det.is_iteration
         keep = np.flatnonzero(is_it)
+        if not len(keep):  # cannot happen when R is primitive; never return no iteration
+            keep = np.flatnonzero(b[:-1] == det.phase)
         seg = np.stack([b[keep], b[keep + 1]], axis=1)
         t_start = ev_tick[seg[:, 0]]
         t_stop = np.where(seg[:, 1] < n, ev_tick[np.minimum(seg[:, 1], n - 1)], n_ticks)

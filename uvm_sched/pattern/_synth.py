@@ -30,12 +30,14 @@ def training_trace(
     warmup_adam: bool = False,
     eval_after: "set[int] | None" = None,
     last_batch: int | None = None,
+    leak: bool = False,
     tick_ns: float = 1000.0,
     name: str = "synthetic",
 ) -> Trace:
     """Build the trace. Sizes in bytes (fp32). ``marker_iters``: iterations that get a MARK
     (default: all when ``markers``). ``eval_after``: iterations followed by a forward-only
-    eval pass. ``last_batch``: batch of the last iteration. ``tick_ns``: device ns per tick.
+    eval pass. ``last_batch``: batch of the last iteration. ``leak``: the loss is never freed
+    (a training loop that keeps every loss). ``tick_ns``: device ns per tick.
     """
     tb = TraceBuilder(source="synthetic", name=name, batch=batch)
     # layer l maps width_l -> width_{l+1}; widths vary so layers are distinguishable.
@@ -99,7 +101,8 @@ def training_trace(
         gout = tb.alloc(4 * b * widths[layers])
         acc(loss)
         acc(gout, _W)
-        tb.free(loss)
+        if not leak:
+            tb.free(loss)
         tick()
         for l in reversed(range(layers)):
             gin = tb.alloc(4 * b * widths[l])
