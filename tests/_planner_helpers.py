@@ -67,3 +67,66 @@ def slow_link(bytes_per_s: float = 1e9, name: str = "h200-pcie5"):
     return dataclasses.replace(p, h2d_prefetch_Bps=bytes_per_s, d2h_prefetch_Bps=bytes_per_s,
                                h2d_fault_Bps=bytes_per_s / 4, d2h_evict_Bps=bytes_per_s / 2,
                                remote_access_Bps=bytes_per_s / 2)
+
+
+def training_trace(iters: int = 4, layers: int = 6, act: int = 8 << 20, weight: int = 4 << 20,
+                   tick_ns: float = 200_000.0, batch_scale: float = 1.0, accesses: bool = True):
+    """A small training loop as a trace with MARKs and ground-truth accesses: weights and
+    Adam-like state (persistent), forward activations kept for backward, gradients."""
+    from uvm_sched.trace import AccessMode, TraceBuilder
+
+    tb = TraceBuilder(name="mini-train")
+    a_sz = int(act * batch_scale)
+    W = [tb.alloc(weight) for _ in range(layers)]
+    M = [tb.alloc(weight) for _ in range(layers)]
+    tb.next_tick(1000.0)
+    for _ in range(iters):
+        tb.mark()
+        acts = []
+        x = tb.alloc(a_sz)
+        if accesses:
+            tb.access(x, AccessMode.WRITE)
+        tb.next_tick(tick_ns)
+        prev = x
+        for i in range(layers):  # forward
+            y = tb.alloc(a_sz)
+            tmp = tb.alloc(a_sz // 4)
+            if accesses:
+                tb.access(prev, AccessMode.READ)
+                tb.access(W[i], AccessMode.READ)
+                tb.access(tmp, AccessMode.READ_WRITE)
+                tb.access(y, AccessMode.WRITE)
+            tb.free(tmp)
+            tb.next_tick(tick_ns)
+            acts.append(prev)
+            prev = y
+        g = tb.alloc(a_sz)
+        if accesses:
+            tb.access(prev, AccessMode.READ)
+            tb.access(g, AccessMode.WRITE)
+        tb.free(prev)
+        tb.next_tick(tick_ns)
+        grads = []
+        for i in reversed(range(layers)):  # backward
+            gw = tb.alloc(weight)
+            g2 = tb.alloc(a_sz)
+            if accesses:
+                tb.access(acts[i], AccessMode.READ)
+                tb.access(W[i], AccessMode.READ)
+                tb.access(g, AccessMode.READ)
+                tb.access(gw, AccessMode.WRITE)
+                tb.access(g2, AccessMode.WRITE)
+            tb.free(acts[i])
+            tb.free(g)
+            tb.next_tick(tick_ns)
+            g = g2
+            grads.append((i, gw))
+        tb.free(g)
+        for i, gw in grads:  # optimizer step
+            if accesses:
+                tb.access(W[i], AccessMode.READ_WRITE)
+                tb.access(M[i], AccessMode.READ_WRITE)
+                tb.access(gw, AccessMode.READ)
+            tb.free(gw)
+            tb.next_tick(tick_ns / 10)
+    return tb.build()
