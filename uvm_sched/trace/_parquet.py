@@ -46,14 +46,25 @@ def load_parquet(path) -> Trace:
     """Read a trace written by ``save_parquet``. TraceError for a file that is not one
     (truncated, corrupt, foreign Parquet, or a newer schema)."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     try:
-        table = pq.read_table(path)
-    except (pa.ArrowException, OSError) as e:
-        if isinstance(e, FileNotFoundError):
-            raise
-        raise TraceError(f"{path}: not a readable Parquet trace ({e})") from None
+        return _load_parquet(path)
+    except TraceError:
+        raise
+    except FileNotFoundError:
+        raise
+    # A corrupt footer surfaces as whatever pyarrow trips on (Arrow errors, OSError, or a
+    # UnicodeDecodeError from a mangled column name): all of them mean "not a readable trace".
+    except (pa.ArrowException, OSError, ValueError, UnicodeDecodeError, KeyError, TypeError,
+            IndexError, OverflowError, MemoryError) as e:
+        raise TraceError(f"{path}: not a readable Parquet trace ({type(e).__name__}: {e})") from None
+
+
+def _load_parquet(path) -> Trace:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
     md = table.schema.metadata or {}
     version = md.get(b"uvm_sched.schema_version")
     if version is None:
