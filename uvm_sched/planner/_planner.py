@@ -274,38 +274,48 @@ def _actions(prob: Problem, info: dict, sched, prof, discard: bool, discard_min:
     import pandas as pd
 
     E = prob.E
-    ordinal, pers = info["ordinal"], prob.persistent
-    rows: list[tuple] = []
+    ordinal, pers, size = info["ordinal"], prob.persistent, prob.size
+    parts: list[tuple[np.ndarray, str, np.ndarray]] = []  # (ticks, action, block indices)
 
-    def add(tick, action, i):
-        rows.append((int(tick) % E, action, int(ordinal[i]), bool(pers[i]), 0, int(prob.size[i])))
+    def put(ticks, action, idx):
+        idx = np.asarray(idx, np.int64)
+        if len(idx):
+            parts.append((np.asarray(ticks, np.int64) % E, action, idx))
 
+    remote = np.asarray(sched.remote, np.int64)
+    own_tick = np.where(pers | (prob.alloc_event < 0), 0, prob.alloc_event)
     if populate:
         # Fresh memory is populated on the device by a prefetch (no fault, no link
         # traffic); without it the first touch faults once per VA block. First in the
         # table so that an eviction issued at the same event comes after it.
-        for i in np.flatnonzero((~pers) & (prob.alloc_event >= 0) & ~np.isin(np.arange(len(pers)), sched.remote)):
-            add(prob.alloc_event[i], "prefetch_to_device", i)
-    for k, i, _ in sched.evictions:
-        add(k, "prefetch_to_host", i)
-    for k, i, _ in sched.prefetches:
-        add(k, "prefetch_to_device", i)
-    for i in sched.remote:
-        k = 0 if pers[i] or prob.alloc_event[i] < 0 else prob.alloc_event[i]
-        add(k, "advise_preferred_host", i)
-        add(k, "advise_accessed_by", i)
-        add(k, "prefetch_to_host", i)
-    for i in np.flatnonzero(prob.read_only):
-        if i in sched.remote:
-            continue
-        k = 0 if pers[i] or prob.alloc_event[i] < 0 else prob.alloc_event[i]
-        add(k, "advise_read_mostly", i)
+        m = (~pers) & (prob.alloc_event >= 0)
+        m[remote] = False
+        idx = np.flatnonzero(m)
+        put(prob.alloc_event[idx], "prefetch_to_device", idx)
+    if sched.evictions:
+        ev = np.array([(k, i) for k, i, _ in sched.evictions], np.int64)
+        put(ev[:, 0], "prefetch_to_host", ev[:, 1])
+    if sched.prefetches:
+        pf = np.array([(k, i) for k, i, _ in sched.prefetches], np.int64)
+        put(pf[:, 0], "prefetch_to_device", pf[:, 1])
+    for a in ("advise_preferred_host", "advise_accessed_by", "prefetch_to_host"):
+        put(own_tick[remote], a, remote)
+    ro = prob.read_only.copy()
+    ro[remote] = False
+    idx = np.flatnonzero(ro)
+    put(own_tick[idx], "advise_read_mostly", idx)
     if discard:
-        dmask = (~pers) & (prob.alloc_event >= 0) & (prob.free_event >= 0) & (prob.size >= discard_min)
-        for i in np.flatnonzero(dmask):
-            add(prob.free_event[i], "discard", i)
-    df = pd.DataFrame(rows, columns=["tick", "action", "block", "persistent", "offset", "bytes"])
-    return df
+        idx = np.flatnonzero((~pers) & (prob.alloc_event >= 0) & (prob.free_event >= 0)
+                             & (size >= discard_min))
+        put(prob.free_event[idx], "discard", idx)
+    if not parts:
+        return pd.DataFrame(columns=["tick", "action", "block", "persistent", "offset", "bytes"])
+    ticks = np.concatenate([p[0] for p in parts])
+    idx = np.concatenate([p[2] for p in parts])
+    names = np.concatenate([np.full(len(p[2]), p[1], dtype=object) for p in parts])
+    return pd.DataFrame({"tick": ticks, "action": names, "block": ordinal[idx],
+                         "persistent": pers[idx], "offset": np.zeros(len(idx), np.int64),
+                         "bytes": size[idx]})
 
 
 def _coarse_cost(prob: Problem) -> dict:
