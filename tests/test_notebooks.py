@@ -1,0 +1,56 @@
+"""The notebooks run top to bottom on a CPU (a cell that raises fails), and are stored clean."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
+EXPECTED = ["01_explore_a_trace.ipynb", "02_plan_and_simulate.ipynb", "03_on_a_gpu.ipynb"]
+
+
+@pytest.fixture(scope="module")
+def kernel(tmp_path_factory) -> str:
+    """The python3 kernel, installed for this user when no kernel spec is found."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    if "python3" not in KernelSpecManager().find_kernel_specs():
+        subprocess.run([sys.executable, "-m", "ipykernel", "install", "--user"], check=True,
+                       capture_output=True)
+    return "python3"
+
+
+def test_all_three_notebooks_are_there():
+    assert [p.name for p in NOTEBOOKS] == EXPECTED
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_is_stored_without_outputs(path):
+    nb = nbformat.read(path, as_version=4)
+    dirty = [i for i, c in enumerate(nb.cells)
+             if c.cell_type == "code" and (c.outputs or c.execution_count is not None)]
+    assert not dirty, f"{path.name}: cells {dirty} carry outputs; clear them before committing"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs_top_to_bottom(path, kernel, monkeypatch, tmp_path):
+    # the kernel imports this checkout even where the package is not installed
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        [str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # files the notebooks write land here
+    nb = nbformat.read(path, as_version=4)
+    client = nbclient.NotebookClient(nb, kernel_name=kernel, timeout=240,
+                                     resources={"metadata": {"path": str(path.parent)}})
+    client.execute()  # raises CellExecutionError naming the cell that failed
+    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
+              if o.output_type == "error"]
+    assert not errors
+    ran = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(c.execution_count for c in ran)
