@@ -324,8 +324,9 @@ def arm(table: np.ndarray, alloc_sizes: Iterable[int], period_events: int, *,
         sync: str = "marker", device: int = 0, start_now: bool = True) -> None:
     """Arm the executor with a raw plan table (``PLAN_ROW_DTYPE`` rows: tick = allocator
     event ordinal in the iteration, action = index in ``planner.ACTIONS``, persistent,
-    block = allocation ordinal in the iteration, offset and bytes of the range (bytes 0 =
-    to the end of the block), addr = the block's address for persistent rows).
+    block = allocation ordinal in the iteration, or for persistent rows the block's global
+    allocation ordinal (``block_info(addr)["ordinal"]``), offset and bytes of the range
+    (bytes 0 = to the end of the block), addr = the block's address for persistent rows).
     ``alloc_sizes[j]``: bytes of allocation j of the iteration (the divergence check);
     ``period_events``: allocator events per iteration; ``sync``: ``"marker"`` (iterations
     start at :func:`step`) or ``"period"`` (every ``period_events`` events);
@@ -348,8 +349,9 @@ def arm_plan(plan, persistent_addrs: Mapping[int, int] | Iterable[int] | None = 
     """Arm the executor with a ``uvm_sched.planner.Plan``. ``persistent_addrs`` maps the
     plan's persistent block ordinals (ordinal among all allocations since recording
     started) to live addresses: a mapping, or a sequence indexed by ordinal (e.g. the
-    addresses of the recorded ALLOC events in order). Raises ``ValueError`` naming the
-    first persistent row whose block has no address."""
+    addresses of the recorded ALLOC events in order). The blocks must be live now; an
+    action on one is skipped once it is freed (even if its address is reused). Raises
+    ``ValueError`` naming the first persistent row whose block has no live address."""
     acts = plan.actions
     n = len(acts)
     table = np.zeros(n, PLAN_ROW_DTYPE)
@@ -370,11 +372,17 @@ def arm_plan(plan, persistent_addrs: Mapping[int, int] | Iterable[int] | None = 
             lookup = (persistent_addrs.get if isinstance(persistent_addrs, Mapping)
                       else _seq_get(list(persistent_addrs)))
             for i in np.flatnonzero(pers):
-                a = lookup(int(table["block"][i]))
+                b = int(table["block"][i])
+                a = lookup(b)
                 if not a:
-                    raise ValueError(f"plan row {int(i)}: no address for persistent block "
-                                     f"{int(table['block'][i])}")
+                    raise ValueError(f"plan row {int(i)}: no address for persistent block {b}")
+                try:
+                    ordinal = block_info(int(a))["ordinal"]
+                except ValueError:
+                    raise ValueError(f"plan row {int(i)}: persistent block {b} at 0x{int(a):x} "
+                                     "is not a live uvm_sched block") from None
                 table["addr"][i] = int(a)
+                table["block"][i] = ordinal  # the executor checks identity by it
     meta = plan.meta
     arm(table, meta["alloc_sizes"], int(meta["period_events"]), sync=meta.get("sync", "marker"),
         device=device, start_now=start_now)

@@ -139,7 +139,23 @@ static void configure(void) {
     }
 }
 
-static int hid(void *h) { return h ? ((handle *)h)->id : 0; }
+/* Handles we made, so a bogus stream value from a caller is reported, never dereferenced. */
+#define MAX_HANDLES 4096
+static handle *handles[MAX_HANDLES];
+
+static int hid(void *h) {
+    if (!h) return 0;
+    for (int i = 0; i < MAX_HANDLES; i++)
+        if (handles[i] == h) return h == (void *)handles[i] ? ((handle *)h)->id : 0;
+    for (int i = 0; i < 16; i++)
+        if (h == (void *)&primary[i]) return primary[i].id;
+    return -1; /* not a handle of this driver */
+}
+
+static void forget(void *h) {
+    for (int i = 0; i < MAX_HANDLES; i++)
+        if (handles[i] == h) handles[i] = NULL;
+}
 
 static int find_alloc(uintptr_t p, size_t n) {
     for (int i = 0; i < MAX_ALLOCS; i++)
@@ -277,6 +293,7 @@ static CUresult f_prefetch_v2(CUdeviceptr p, size_t n, CUmemLocation loc, unsign
                               void *stream) {
     ENTER("cuMemPrefetchAsync");
     NEED_CTX();
+    if (!r_ && hid(stream) < 0) r_ = INVALID_VALUE;
     if (!r_ && find_alloc(p, n) < 0) r_ = INVALID_VALUE;
     if (!r_ && !(loc.type == 2 || (loc.type == 1 && loc.id >= 0 && loc.id < devices)))
         r_ = INVALID_VALUE;
@@ -287,6 +304,7 @@ static CUresult f_prefetch_v2(CUdeviceptr p, size_t n, CUmemLocation loc, unsign
 static CUresult f_prefetch_v1(CUdeviceptr p, size_t n, int dev, void *stream) {
     ENTER("cuMemPrefetchAsync");
     NEED_CTX();
+    if (!r_ && hid(stream) < 0) r_ = INVALID_VALUE;
     if (!r_ && find_alloc(p, n) < 0) r_ = INVALID_VALUE;
     if (!r_ && !(dev == -1 || (dev >= 0 && dev < devices))) r_ = INVALID_VALUE;
     LEAVE("cuMemPrefetchAsync_v1 ptr=0x%llx bytes=%zu device=%d stream=s%d -> %d", p, n, dev,
@@ -313,6 +331,7 @@ static CUresult f_discard(CUdeviceptr *ps, size_t *ns, size_t count, unsigned lo
                           void *stream) {
     ENTER("cuMemDiscardBatchAsync");
     NEED_CTX();
+    if (!r_ && hid(stream) < 0) r_ = INVALID_VALUE;
     for (size_t i = 0; !r_ && i < count; i++)
         if (find_alloc(ps[i], ns[i]) < 0) r_ = INVALID_VALUE;
     LEAVE("cuMemDiscardBatchAsync count=%zu ptr=0x%llx bytes=%zu flags=%llu stream=s%d -> %d",
@@ -324,6 +343,11 @@ static handle *new_handle(char kind) {
     if (h) {
         h->kind = kind;
         h->id = next_id++;
+        for (int i = 0; i < MAX_HANDLES; i++)
+            if (!handles[i]) {
+                handles[i] = h;
+                break;
+            }
     }
     return h;
 }
@@ -340,7 +364,11 @@ static CUresult f_stream_create(void **s, unsigned flags) {
 static CUresult f_stream_destroy(void *s) {
     ENTER("cuStreamDestroy");
     int id = hid(s);
-    if (!r_) free(s);
+    if (!r_ && id < 0) r_ = INVALID_VALUE;
+    if (!r_) {
+        forget(s);
+        free(s);
+    }
     LEAVE("cuStreamDestroy stream=s%d -> %d", id, r_);
 }
 
@@ -356,20 +384,24 @@ static CUresult f_event_create(void **e, unsigned flags) {
 static CUresult f_event_destroy(void *e) {
     ENTER("cuEventDestroy");
     int id = hid(e);
-    if (!r_) free(e);
+    if (!r_ && id <= 0) r_ = INVALID_VALUE;
+    if (!r_) {
+        forget(e);
+        free(e);
+    }
     LEAVE("cuEventDestroy event=e%d -> %d", id, r_);
 }
 
 static CUresult f_event_record(void *e, void *s) {
     ENTER("cuEventRecord");
-    if (!r_ && !e) r_ = INVALID_VALUE;
+    if (!r_ && (hid(e) <= 0 || hid(s) < 0)) r_ = INVALID_VALUE;
     if (!r_) ((handle *)e)->recorded_on = hid(s);
     LEAVE("cuEventRecord event=e%d stream=s%d -> %d", hid(e), hid(s), r_);
 }
 
 static CUresult f_stream_wait(void *s, void *e, unsigned flags) {
     ENTER("cuStreamWaitEvent");
-    if (!r_ && !e) r_ = INVALID_VALUE;
+    if (!r_ && (hid(e) <= 0 || hid(s) < 0)) r_ = INVALID_VALUE;
     LEAVE("cuStreamWaitEvent stream=s%d event=e%d flags=%u -> %d", hid(s), hid(e), flags, r_);
 }
 
@@ -435,6 +467,15 @@ EXPORT CUresult cuGetProcAddress(const char *sym, void **pfn, int ver, unsigned 
 }
 
 /* ---- test control (ctypes) ---- */
+/* a stream as the application would have made it (for the "compute stream" of tests) */
+EXPORT void *fake_cuda_stream_create(void) {
+    pthread_mutex_lock(&mu);
+    handle *h = new_handle('s');
+    if (h) logf_("app stream s%d", h->id);
+    pthread_mutex_unlock(&mu);
+    return h;
+}
+
 EXPORT const char *fake_cuda_log(void) { return logbuf ? logbuf : ""; }
 
 EXPORT void fake_cuda_log_clear(void) {

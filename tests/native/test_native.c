@@ -259,13 +259,14 @@ static void test_ring_overflow(void) {
 static void test_executor(const char *backend) {
     CHECK(uvm_sched_reset(backend, 1) == UVM_OK, "reset %s", backend);
     /* iteration: alloc A (4 MiB), alloc B (1 KiB), free B, free A */
-    uvm_plan_row rows[3] = {
+    uvm_plan_row rows[4] = {
         {.tick = 0, .action = UVM_ACT_PREFETCH_TO_HOST, .block = 0},
         {.tick = 2, .action = UVM_ACT_PREFETCH_TO_DEVICE, .block = 0, .bytes = 1 << 20},
-        {.tick = 3, .action = UVM_ACT_DISCARD, .block = 0}, /* A is freed at 3: skipped */
+        {.tick = 3, .action = UVM_ACT_DISCARD, .block = 0}, /* A is freed at 3: discarded */
+        {.tick = 3, .action = UVM_ACT_DISCARD, .block = 1}, /* B: freed before, and small */
     };
     uint64_t sizes[2] = {4 << 20, 1024};
-    CHECK(uvm_sched_exec_arm(rows, 3, sizes, 2, 4, UVM_SYNC_PERIOD, 0, 1) == UVM_OK, "arm");
+    CHECK(uvm_sched_exec_arm(rows, 4, sizes, 2, 4, UVM_SYNC_PERIOD, 0, 1) == UVM_OK, "arm");
     for (int it = 0; it < 3; it++) {
         void *a = uvm_sched_malloc(it == 1 ? 5 << 20 : 4 << 20, 0, NULL);
         void *b = uvm_sched_malloc(1024, 0, NULL);
@@ -273,7 +274,8 @@ static void test_executor(const char *backend) {
         uvm_sched_free(a, it == 1 ? 5 << 20 : 4 << 20, 0, NULL);
     }
     CHECK(stat_of("divergences") == 1, "one divergence (iteration 1)");
-    CHECK(stat_of("actions_issued") == 4, "issued %llu", (unsigned long long)stat_of("actions_issued"));
+    CHECK(stat_of("actions_issued") == 6, "issued %llu", (unsigned long long)stat_of("actions_issued"));
+    CHECK(stat_of("bytes_discarded") == 8 << 20, "discarded bytes");
     CHECK(stat_of("actions_skipped") == 2, "skipped %llu", (unsigned long long)stat_of("actions_skipped"));
     CHECK(stat_of("bytes_prefetched_h2d") == 2 << 20, "h2d bytes");
     CHECK(stat_of("bytes_prefetched_d2h") == 8 << 20, "d2h bytes");

@@ -5,15 +5,23 @@
  * starts at uvm_sched_step() (sync=marker) or every period_events events (sync=period).
  * Blocks: a non-persistent row names allocation j of the current iteration (its address
  * is captured when it happens); a persistent row carries the block's address, resolved
- * by the Python side before arming.  An action whose block is not live (not yet
- * allocated, already freed, or its address reused by another allocation) is skipped.
+ * (and its global allocation ordinal), resolved by the Python side before arming.  An
+ * action whose block is not live (not yet allocated, already freed, or its address reused
+ * by another allocation: the ordinal tells them apart) is skipped.
  * Divergence: when allocation j of the iteration has a size other than alloc_sizes[j]
  * (or there are more allocations than the plan knows), the rest of the iteration runs
  * without actions and the divergence is counted; the next iteration starts afresh.
  * Ordering: evictions and prefetches go on two side streams (one per copy direction),
  * each made to wait first on an event recorded on the stream of the allocator event that
  * triggered them, so a block never moves before the kernels already queued used it.
- * Discards are queued on that compute stream itself; advice is not stream-ordered.
+ * Advice is not stream-ordered.
+ * Discards drop dead data so the driver never copies it back: a discard naming the block
+ * that the triggering event has just freed is issued (nothing can have reused it yet; this
+ * is where the planner puts them), as is one naming a live block.  It runs on a third side
+ * stream (the driver refuses the legacy NULL stream) after the queued compute, and the
+ * compute stream then waits for it, so a later reuse of the address cannot race it.  Only
+ * blocks that own whole 2 MiB pages (> 1 MiB) are discarded, up to the end of their last
+ * page; the pages of a slab are shared by other blocks, so those discards are skipped.
  * Every issued, skipped, failed or unsupported action is also written to the event ring
  * (arg = the row's index in the table given to arm), so a host-backend replay can be
  * compared action by action with the simulator.
@@ -42,11 +50,11 @@ static void free_table(uvm_exec *x) {
     x->n_rows = x->n_allocs = 0;
 }
 
+static void drop_streams(uvm_exec *x);
+
 void uvm_exec_fini(uvm_exec *x) {
     free_table(x);
-    if (x->h2d) x->prim->stream_destroy(x->h2d);
-    if (x->d2h) x->prim->stream_destroy(x->d2h);
-    if (x->ev) x->prim->event_destroy(x->ev);
+    drop_streams(x);
     const uvm_prim *prim = x->prim;
     uvm_exec_init(x, prim);
 }
@@ -61,19 +69,25 @@ static void new_iteration(uvm_exec *x) {
     uvm_trace(UVM_EV_ITER, 0, 0, 0, x->device, (int64_t)x->iteration);
 }
 
-static int ensure_streams(uvm_exec *x, int device) {
-    if (x->h2d && x->device == device) return UVM_OK;
+static void drop_streams(uvm_exec *x) {
     if (x->h2d) x->prim->stream_destroy(x->h2d);
     if (x->d2h) x->prim->stream_destroy(x->d2h);
+    if (x->aux) x->prim->stream_destroy(x->aux);
     if (x->ev) x->prim->event_destroy(x->ev);
-    x->h2d = x->d2h = x->ev = NULL;
+    if (x->ev_aux) x->prim->event_destroy(x->ev_aux);
+    x->h2d = x->d2h = x->aux = x->ev = x->ev_aux = NULL;
+}
+
+static int ensure_streams(uvm_exec *x, int device) {
+    if (x->h2d && x->device == device) return UVM_OK;
+    drop_streams(x);
     int s = x->prim->stream_create(device, &x->h2d);
     if (s == UVM_OK) s = x->prim->stream_create(device, &x->d2h);
+    if (s == UVM_OK) s = x->prim->stream_create(device, &x->aux);
     if (s == UVM_OK) s = x->prim->event_create(device, &x->ev);
+    if (s == UVM_OK) s = x->prim->event_create(device, &x->ev_aux);
     if (s != UVM_OK) {
-        if (x->h2d) x->prim->stream_destroy(x->h2d);
-        if (x->d2h) x->prim->stream_destroy(x->d2h);
-        x->h2d = x->d2h = x->ev = NULL;
+        drop_streams(x);
         return s;
     }
     x->device = device;
@@ -148,12 +162,11 @@ int uvm_exec_arm(uvm_exec *x, const uvm_plan_row *rows, size_t n_rows,
     x->period = period;
     x->sync = sync;
     x->armed = true;
-    x->iteration = 0;
+    x->iteration = (uint64_t)-1; /* the first iteration started is number 0 */
     x->st.armed = 1;
     x->st.arms++;
     uvm_trace(UVM_EV_ARM, 0, n_rows, 0, device, (int64_t)period);
     if (start_now || sync == UVM_SYNC_PERIOD) {
-        x->iteration = (uint64_t)-1; /* new_iteration makes it 0 */
         new_iteration(x);
     } else {
         x->waiting = true;
@@ -169,25 +182,40 @@ void uvm_exec_disarm(uvm_exec *x) {
     free_table(x);
 }
 
-static void fire(uvm_exec *x, uint64_t k, void *stream) {
-    bool ordered = false, h2d_waits = false, d2h_waits = false;
+/* The block a row names, if it may be acted on (see the header comment). */
+static bool resolve(uvm_exec *x, const uvm_plan_row *row, const uvm_block *trig, int trig_kind,
+                    void **addr, uvm_block *blk) {
+    uint64_t want_ord;
+    if (row->persistent) {
+        *addr = (void *)(uintptr_t)row->addr;
+        want_ord = (uint64_t)row->block;
+        if (!*addr) return false;
+    } else {
+        uint64_t j = (uint64_t)row->block;
+        if (j >= x->allocs_in_iter) return false;
+        *addr = (void *)(uintptr_t)x->iter_addr[j];
+        want_ord = x->iter_ord[j];
+    }
+    if (uvm_pool_lookup(&uvm_g.pool, *addr, blk) == UVM_OK) return blk->ordinal == want_ord;
+    if (row->action == UVM_ACT_DISCARD && trig_kind == UVM_EV_FREE && trig->addr == *addr &&
+        trig->ordinal == want_ord) {
+        *blk = *trig; /* just freed by this event: dead data, not yet reusable */
+        return true;
+    }
+    return false;
+}
+
+static void fire(uvm_exec *x, uint64_t k, void *stream, const uvm_block *trig, int trig_kind) {
+    bool ordered = false, h2d_waits = false, d2h_waits = false, aux_waits = false;
     for (uint64_t i = x->row_start[k]; i < x->row_start[k + 1]; i++) {
         const uvm_plan_row *row = &x->rows[i];
         int64_t ri = (int64_t)x->row_idx[i];
+        int act = row->action;
         uvm_block blk;
-        void *addr;
-        bool live;
-        if (row->persistent) {
-            addr = (void *)(uintptr_t)row->addr;
-            live = addr && uvm_pool_lookup(&uvm_g.pool, addr, &blk) == UVM_OK;
-        } else {
-            uint64_t j = (uint64_t)row->block;
-            live = j < x->allocs_in_iter;
-            addr = live ? (void *)(uintptr_t)x->iter_addr[j] : NULL;
-            live = live && uvm_pool_lookup(&uvm_g.pool, addr, &blk) == UVM_OK &&
-                   blk.ordinal == x->iter_ord[j];
-        }
-        if (!live || row->offset >= blk.req) {
+        void *addr = NULL;
+        bool ok = resolve(x, row, trig, trig_kind, &addr, &blk) && row->offset < blk.req;
+        if (ok && act == UVM_ACT_DISCARD && blk.capacity < UVM_PAGE) ok = false;
+        if (!ok) {
             x->st.actions_skipped++;
             uvm_trace(UVM_EV_SKIPPED, (uint64_t)(uintptr_t)addr, row->bytes, 0, x->device, ri);
             continue;
@@ -197,10 +225,21 @@ static void fire(uvm_exec *x, uint64_t k, void *stream) {
         char *p = (char *)addr + row->offset;
         void *queue = NULL;
         int s = UVM_OK;
-        int act = row->action;
-        if (act == UVM_ACT_PREFETCH_TO_DEVICE || act == UVM_ACT_PREFETCH_TO_HOST) {
-            queue = act == UVM_ACT_PREFETCH_TO_DEVICE ? x->h2d : x->d2h;
-            bool *waits = act == UVM_ACT_PREFETCH_TO_DEVICE ? &h2d_waits : &d2h_waits;
+        if (act == UVM_ACT_PREFETCH_TO_DEVICE || act == UVM_ACT_PREFETCH_TO_HOST ||
+            act == UVM_ACT_DISCARD) {
+            bool *waits;
+            if (act == UVM_ACT_PREFETCH_TO_DEVICE) {
+                queue = x->h2d;
+                waits = &h2d_waits;
+            } else if (act == UVM_ACT_PREFETCH_TO_HOST) {
+                queue = x->d2h;
+                waits = &d2h_waits;
+            } else {
+                queue = x->aux;
+                waits = &aux_waits;
+                /* the block's own pages end with it: drop the tail of its last page too */
+                if (row->offset + bytes == blk.req) bytes = blk.capacity - row->offset;
+            }
             if (!ordered) {
                 s = x->prim->event_record(x->ev, stream);
                 ordered = s == UVM_OK;
@@ -209,11 +248,13 @@ static void fire(uvm_exec *x, uint64_t k, void *stream) {
                 s = x->prim->stream_wait_event(queue, x->ev);
                 *waits = s == UVM_OK;
             }
-            if (s == UVM_OK)
+            if (s == UVM_OK && act == UVM_ACT_DISCARD) {
+                s = x->prim->discard(x->device, p, bytes, queue);
+                if (s == UVM_OK) s = x->prim->event_record(x->ev_aux, queue);
+                if (s == UVM_OK) s = x->prim->stream_wait_event(stream, x->ev_aux);
+            } else if (s == UVM_OK) {
                 s = x->prim->prefetch(x->device, p, bytes, act == UVM_ACT_PREFETCH_TO_HOST, queue);
-        } else if (act == UVM_ACT_DISCARD) {
-            queue = stream;
-            s = x->prim->discard(x->device, p, bytes, stream);
+            }
         } else {
             int adv = act == UVM_ACT_ADVISE_PREFERRED_HOST ? UVM_ADV_PREFERRED_HOST
                       : act == UVM_ACT_ADVISE_ACCESSED_BY  ? UVM_ADV_ACCESSED_BY
@@ -259,7 +300,8 @@ void uvm_exec_on_event(uvm_exec *x, int kind, const uvm_block *b, void *stream) 
             }
         }
     }
-    if (!x->diverged && k < x->period && x->row_start[k + 1] > x->row_start[k]) fire(x, k, stream);
+    if (!x->diverged && k < x->period && x->row_start[k + 1] > x->row_start[k])
+        fire(x, k, stream, b, kind);
     x->ev_in_iter = k + 1;
     if (x->sync == UVM_SYNC_PERIOD && x->ev_in_iter >= x->period) new_iteration(x);
 }

@@ -226,6 +226,7 @@ typedef struct uvm_exec {
     uint64_t *iter_addr; /* address of allocation j of this iteration */
     uint64_t *iter_ord;  /* its global alloc ordinal (to tell a live block from a reuse) */
     void *h2d, *d2h, *ev; /* side streams and the event ordering them after compute */
+    void *aux, *ev_aux;   /* discards: a stream of their own, and the event compute waits on */
     const uvm_prim *prim;
     uvm_exec_stats st;
 } uvm_exec;

@@ -90,7 +90,9 @@ typedef struct uvm_plan_row {
     int64_t tick;       /* allocator-event ordinal within the iteration */
     int32_t action;     /* enum uvm_action */
     int32_t persistent; /* 0: block = alloc ordinal in the iteration; 1: addr is given */
-    int64_t block;      /* alloc ordinal (non-persistent), informational when persistent */
+    int64_t block;      /* non-persistent: alloc ordinal in the iteration; persistent: the
+                           block's global alloc ordinal (uvm_sched_block_info), checked when
+                           the action fires so a reused address is never mistaken for it */
     uint64_t offset;    /* byte offset into the block */
     uint64_t bytes;     /* bytes from offset; clamped to the block's size */
     uint64_t addr;      /* persistent rows: the block's start address (0 = unknown: skipped) */
