@@ -1,0 +1,189 @@
+"""Framework adapters: PyTorch, CuPy, Numba. CPU checks of what can be checked without a
+GPU (clear errors, the plugin protocols, the exported ABI); GPU-marked end-to-end runs in
+a fresh process (PyTorch refuses to swap an allocator once CUDA is in use)."""
+from __future__ import annotations
+
+import ctypes
+import gc
+import importlib
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import uvm_sched
+from uvm_sched import native
+
+
+def test_the_library_exports_the_pytorch_abi():
+    lib = ctypes.CDLL(uvm_sched.library_path())
+    for name in ("uvm_sched_malloc", "uvm_sched_free", "uvm_sched_abi_version"):
+        assert hasattr(lib, name), name
+    # the 4-argument free PyTorch calls, through the same library instance
+    lib.uvm_sched_malloc.restype = ctypes.c_void_p
+    lib.uvm_sched_malloc.argtypes = [ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
+    lib.uvm_sched_free.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
+    before = uvm_sched.stats()["n_malloc"]
+    p = lib.uvm_sched_malloc(4096, 0, None)
+    assert p and native.block_info(p)["size"] == 4096
+    assert uvm_sched.stats()["n_malloc"] == before + 1
+    lib.uvm_sched_free(p, 4096, 0, None)
+    assert uvm_sched.stats()["allocated_blocks"] == 0
+    assert lib.uvm_sched_malloc(0, 0, None) is None  # size 0 -> NULL, never an abort
+
+
+def test_torch_allocator_on_a_cpu_torch_is_a_clear_error():
+    torch = pytest.importorskip("torch")
+    if torch.version.cuda:
+        pytest.skip("this torch has CUDA; the CPU-only error does not apply")
+    with pytest.raises(RuntimeError, match="without CUDA"):
+        uvm_sched.allocator()
+
+
+def test_optimizer_steps_become_iteration_markers():
+    torch = pytest.importorskip("torch")
+    from uvm_sched.integrations.torch import mark_optimizer_steps
+
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    uvm_sched.drain_events()
+    marks = uvm_sched.stats()["marks"]
+    handle = mark_optimizer_steps()
+    try:
+        for _ in range(3):
+            opt.zero_grad()
+            model(torch.ones(1, 4)).sum().backward()
+            opt.step()
+    finally:
+        handle.remove()
+    assert uvm_sched.stats()["marks"] == marks + 3
+    kinds = [native.EVENT_KINDS[k] for k in uvm_sched.drain_events()["kind"]]
+    assert kinds.count("mark") == 3
+
+
+def test_cupy_allocator_without_cupy_is_a_clear_error():
+    try:
+        importlib.import_module("cupy")
+    except ImportError:
+        with pytest.raises(RuntimeError, match="needs CuPy"):
+            uvm_sched.cupy_allocator()
+    else:
+        pytest.skip("CuPy is installed; the missing-CuPy error does not apply")
+
+
+def test_numba_plugin_protocol():
+    driver = pytest.importorskip("numba.cuda.cudadrv.driver")
+    mod = importlib.import_module("uvm_sched.numba")
+    cls = mod._numba_memory_manager
+    assert issubclass(cls, driver.BaseCUDAMemoryManager)
+    assert issubclass(cls, driver.HostOnlyCUDAMemoryManager)
+
+    class _Ctx:  # what numba passes: a context with a device
+        class device:
+            id = 0
+
+    mm = cls(context=_Ctx())
+    assert mm.interface_version == 1
+    mm.initialize()
+    before = uvm_sched.stats()["allocated_blocks"]
+    ptr = mm.memalloc(3 << 20)
+    assert ptr.size == 3 << 20
+    assert uvm_sched.stats()["allocated_blocks"] == before + 1
+    info = mm.get_memory_info()
+    assert info.total >= 3 << 20 and info.free <= info.total
+    ptr.free()  # numba's explicit release runs our finalizer
+    del ptr
+    gc.collect()
+    assert uvm_sched.stats()["allocated_blocks"] == before
+
+
+def _fresh(code: str, **env) -> subprocess.CompletedProcess:
+    e = dict(os.environ, **env)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=e,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.gpu
+def test_torch_trains_a_few_steps_on_uvm_sched():
+    pytest.importorskip("torch")
+    r = _fresh("""
+        import torch, uvm_sched
+        torch.cuda.memory.change_current_allocator(uvm_sched.allocator())
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.ReLU(),
+                                    torch.nn.Linear(1024, 10)).cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        x, y = torch.randn(256, 512, device="cuda"), torch.randint(0, 10, (256,), device="cuda")
+        losses = []
+        for _ in range(20):
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            uvm_sched.step()
+            losses.append(loss.item())
+        torch.cuda.synchronize()
+        s = uvm_sched.stats()
+        assert s["backend"] == "cuda", s
+        assert s["n_malloc"] > 20 and s["allocated_bytes"] > 0, s
+        assert losses[-1] < losses[0], losses
+        print("ok", s["n_malloc"], s["peak_allocated_bytes"], losses[0], losses[-1])
+    """)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "ok" in r.stdout
+
+
+@pytest.mark.gpu
+def test_torch_refuses_the_swap_after_cuda_is_initialised():
+    pytest.importorskip("torch")
+    r = _fresh("""
+        import torch, uvm_sched
+        torch.zeros(1, device="cuda")
+        try:
+            uvm_sched.allocator()
+        except RuntimeError as e:
+            assert "already initialised" in str(e)
+            print("ok")
+    """)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.gpu
+def test_numba_kernels_run_on_uvm_sched_memory():
+    pytest.importorskip("numba")
+    r = _fresh("""
+        import numpy as np
+        from numba import cuda
+        import uvm_sched
+
+        @cuda.jit
+        def add_one(a):
+            i = cuda.grid(1)
+            if i < a.size:
+                a[i] += 1
+
+        d = cuda.to_device(np.arange(1 << 20, dtype=np.float32))
+        add_one[1024, 1024](d)
+        out = d.copy_to_host()
+        assert out[5] == 6.0
+        assert uvm_sched.stats()["n_malloc"] >= 1
+        print("ok")
+    """, NUMBA_CUDA_MEMORY_MANAGER="uvm_sched.numba")
+    assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.gpu
+def test_cupy_arrays_live_in_uvm_sched_memory():
+    pytest.importorskip("cupy")
+    r = _fresh("""
+        import cupy, uvm_sched
+        cupy.cuda.set_allocator(uvm_sched.cupy_allocator())
+        a = cupy.arange(1 << 20, dtype=cupy.float32)
+        assert float((a + 1).sum()) > 0
+        assert uvm_sched.stats()["n_malloc"] >= 2
+        del a
+        print("ok")
+    """)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr

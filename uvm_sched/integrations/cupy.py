@@ -1,0 +1,41 @@
+"""CuPy: ``cupy.cuda.set_allocator(uvm_sched.cupy_allocator())`` puts CuPy arrays in
+CUDA Unified Memory through uvm_sched."""
+from __future__ import annotations
+
+from .. import native
+
+__all__ = ["cupy_allocator"]
+
+
+class _Owner:
+    """Frees the block when CuPy drops the last reference to its memory."""
+
+    __slots__ = ("ptr", "__weakref__")
+
+    def __init__(self, ptr: int) -> None:
+        self.ptr = ptr
+
+    def __del__(self) -> None:
+        try:
+            native.free(self.ptr)
+        except Exception:  # interpreter shutdown: the library may be gone already
+            pass
+
+
+def cupy_allocator():
+    """An allocator function for ``cupy.cuda.set_allocator``: bytes -> ``MemoryPointer``
+    on the current device and stream. Raises ``RuntimeError`` without CuPy."""
+    try:
+        import cupy
+    except ImportError as e:
+        raise RuntimeError("uvm_sched.cupy_allocator() needs CuPy "
+                           "(pip install cupy-cuda12x or cupy-cuda13x)") from e
+
+    def malloc(nbytes: int):
+        device = cupy.cuda.Device().id
+        stream = cupy.cuda.get_current_stream().ptr
+        ptr = native.malloc(nbytes, stream=stream, device=device)
+        mem = cupy.cuda.UnownedMemory(ptr, nbytes, _Owner(ptr), device_id=device)
+        return cupy.cuda.MemoryPointer(mem, 0)
+
+    return malloc
