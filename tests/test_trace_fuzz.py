@@ -61,6 +61,22 @@ def sample_bytes(fmt: str) -> bytes:
                "args": {"correlation": 1}}]
         raw = json.dumps({"traceEvents": ev}).encode()
         return gzip.compress(raw, mtime=0) if fmt == "kineto.gz" else raw
+    if fmt == "npy":
+        import io
+
+        import numpy as np
+
+        dtype = pytest.importorskip("uvm_sched.native").EVENT_DTYPE
+        pytest.importorskip("uvm_sched.trace._native")
+        ev = np.zeros(6, dtype=dtype)
+        ev["kind"] = [0, 0, 1, 3, 0, 1]
+        ev["addr"] = [0x1000, 0x2000, 0x1000, 0, 0x1000, 0x2000]
+        ev["size"] = [256, 512, 256, 0, 128, 512]
+        ev["tick"] = [0, 1, 2, 3, 3, 4]
+        ev["t_ns"] = [0, 10, 20, 30, 30, 40]
+        buf = io.BytesIO()
+        np.save(buf, ev)
+        return buf.getvalue()
     if fmt == "kernels.csv":
         return b"kernel_id,duration_us,inputs,outputs\n0,1.5,0;1,2\n1,2.0,2;1,3;1\n2,0.5,3,\n"
     if fmt == "tensors.csv":
@@ -68,7 +84,7 @@ def sample_bytes(fmt: str) -> bytes:
     raise AssertionError(fmt)
 
 
-FORMATS = ["parquet", "snapshot", "kineto", "kineto.gz", "kernels.csv", "tensors.csv"]
+FORMATS = ["parquet", "snapshot", "kineto", "kineto.gz", "kernels.csv", "tensors.csv", "npy"]
 
 
 @pytest.fixture(scope="module")
@@ -146,3 +162,47 @@ def test_arbitrary_bytes(blob, workdir):
        blob=st.binary(max_size=200))
 def test_magic_prefixes_with_garbage(prefix, blob, workdir):
     load_or_error(place(workdir, "magic", prefix + blob))
+
+
+# -- structured fuzzing: well-formed containers holding values of the wrong kind ---------
+ANY = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=5),
+    lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=4), c, max_size=3),
+    max_leaves=6,
+)
+
+
+@SETTINGS
+@given(data=st.data())
+def test_snapshot_with_fields_of_any_type(data, workdir):
+    import pickle
+
+    snap = pickle.loads(sample_bytes("snapshot"))
+    entries = snap["device_traces"][0]
+    for _ in range(data.draw(st.integers(1, 3))):
+        e = entries[data.draw(st.integers(0, len(entries) - 1))]
+        e[data.draw(st.sampled_from(["action", "addr", "size", "stream", "time_us"]))] = data.draw(ANY)
+    if data.draw(st.booleans()):
+        blk = snap["segments"][0]["blocks"][0]
+        blk[data.draw(st.sampled_from(["size", "state", "requested_size", "address"]))] = data.draw(ANY)
+    load_or_error(place(workdir, "snapshot", pickle.dumps(snap)))
+
+
+@SETTINGS
+@given(data=st.data())
+def test_chrome_trace_with_fields_of_any_type(data, workdir):
+    doc = json.loads(sample_bytes("kineto"))
+    ev = doc["traceEvents"]
+    for _ in range(data.draw(st.integers(1, 3))):
+        e = ev[data.draw(st.integers(0, len(ev) - 1))]
+        key = data.draw(st.sampled_from(["name", "ph", "ts", "dur", "cat", "args"]))
+        if key == "args" and isinstance(e.get("args"), dict) and data.draw(st.booleans()):
+            e["args"][data.draw(st.sampled_from(["Bytes", "Addr", "Device Id", "Device Type",
+                                                 "correlation"]))] = data.draw(ANY)
+        else:
+            e[key] = data.draw(ANY)
+    try:
+        raw = json.dumps(doc).encode()
+    except (ValueError, TypeError):
+        return
+    load_or_error(place(workdir, "kineto", raw))

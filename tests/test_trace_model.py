@@ -296,3 +296,10 @@ def test_parquet_rejects_inconsistent_events(tmp_path):
     pq.write_table(pa.table(cols).replace_schema_metadata(md), p)
     with pytest.raises(TraceError, match="allocated twice"):
         load(p)
+
+
+def test_corrupt_huge_tick_is_refused_not_allocated():
+    with pytest.raises(TraceError, match="corrupt tick"):
+        Trace(dict(tick=[0, 1 << 40], kind=[A, F], block=[0, 0], size=[8, 8]))
+    with pytest.raises(TraceError, match="tick_ns has"):  # a short tick_ns is named too
+        Trace(dict(tick=[0, 1 << 40], kind=[A, F], block=[0, 0], size=[8, 8]), tick_ns=[1.0])

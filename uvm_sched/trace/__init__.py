@@ -151,7 +151,7 @@ def _load_npy(p: Path) -> Trace:
             "installed"
         ) from None
     try:
-        return trace_from_events(events)
+        return trace_from_events(events, meta={"name": p.stem})
     except TraceError:
         raise
     except (ValueError, KeyError, TypeError, IndexError) as e:

@@ -140,6 +140,8 @@ def trace_from_chrome(doc: Any, *, device: str = "cuda", where: str = "trace",
         cat = e.get("cat")
         args = e.get("args") if isinstance(e.get("args"), dict) else {}
         corr = args.get("correlation")
+        if not isinstance(corr, (int, str)):  # ids are ints; anything else cannot be matched
+            corr = None
         if isinstance(cat, str) and cat.lower() == "kernel":
             if not (_num(ts) and _num(dur) and dur >= 0):
                 raise TraceError(f"{where}: traceEvents[{i}] (kernel {nm!r}) has no numeric ts/dur")
@@ -219,4 +221,8 @@ def load_kineto(path, data: bytes | None = None, *, device: str = "cuda"):
     with gc_paused():
         doc = decode_json(data, str(p))
         stem = p.name.split(".")[0] or p.name
-        return trace_from_chrome(doc, device=device, where=str(p), name=stem)
+        try:
+            return trace_from_chrome(doc, device=device, where=str(p), name=stem)
+        except (TypeError, AttributeError, KeyError, IndexError) as e:
+            # a field of an unexpected type that the checks above did not anticipate
+            raise TraceError(f"{p}: malformed Chrome trace ({type(e).__name__}: {e})") from None

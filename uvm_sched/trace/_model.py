@@ -130,6 +130,13 @@ class Trace:
         # max(0, ...): a trace of negative ticks must reach validate() to be named there.
         n_ticks = max(0, int(cols["tick"].max()) + 1) if n else 0
         if tick_ns is None:
+            # A corrupt tick column must not ask for gigabytes of NaN; sparse ticks this far
+            # apart can still be had by passing tick_ns.
+            if n_ticks > 64 * n + (1 << 26):
+                raise TraceError(
+                    f"events reach tick {n_ticks - 1:,} with only {n:,} events: a corrupt tick "
+                    "column? (pass tick_ns explicitly for a trace this sparse)"
+                )
             tns = np.full(n_ticks, np.nan)
         else:
             try:

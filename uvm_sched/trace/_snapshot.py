@@ -319,6 +319,8 @@ def trace_from_snapshot(
         if type(e) is not dict:
             raise bad(i, f"is a {type(e).__name__}, expected a dict")
         action = e.get("action")
+        if type(action) is not str:
+            raise bad(i, f"has action {action!r}, expected a string")
         if action == _ALLOC:
             op = 1
         elif action == free_action:
@@ -379,4 +381,8 @@ def load_snapshot(path, data: bytes | None = None, *, device: int = 0) -> Trace:
         data = p.read_bytes()
     snap = read_snapshot_dict(data, str(p))
     with gc_paused():
-        return trace_from_snapshot(snap, device=device, where=str(p), name=p.stem)
+        try:
+            return trace_from_snapshot(snap, device=device, where=str(p), name=p.stem)
+        except (TypeError, AttributeError, KeyError, IndexError) as e:
+            # a field of an unexpected type that the checks above did not anticipate
+            raise TraceError(f"{p}: malformed memory snapshot ({type(e).__name__}: {e})") from None
