@@ -334,3 +334,28 @@ def test_recorded_trace_survives_a_parquet_round_trip(tmp_path):
     tr = record(mlp, lambda: torch.randn(16, 256), iters=2)
     tr.save(tmp_path / "t.parquet")
     assert load(tmp_path / "t.parquet") == tr
+
+
+def test_batch_norm_training_writes_its_running_statistics():
+    def model_fn():
+        return nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4))
+
+    tr = record(model_fn, lambda: torch.randn(2, 3, 8, 8), iters=1)
+    # blocks 0..6: conv weight, conv bias, bn weight, bn bias, running_mean, running_var,
+    # num_batches_tracked (parameters, then buffers, in module order)
+    df = tr.to_pandas()
+    modes = df[(df.kind == "access") & df.block.isin([4, 5])].groupby("block")["mode"]
+    assert all("read_write" in set(v.astype(str)) for _, v in modes)
+
+
+def test_shape_memo_changes_nothing_in_the_trace(monkeypatch):
+    from uvm_sched.trace import _recorder, zoo
+    from uvm_sched.trace._recorder import record as rec
+
+    # memoize every eligible op, not only the slow ones (timing-independent, stricter)
+    monkeypatch.setattr(_recorder, "_MEMO_AFTER_NS", 0)
+    model_fn, batch_fn, loss_fn = zoo.build("unet", batch=2, image=32)
+    plain = rec(model_fn, batch_fn, loss_fn=loss_fn, iters=3, _memo=False)
+    memo = rec(model_fn, batch_fn, loss_fn=loss_fn, iters=3)
+    assert memo.meta.pop("memo_hits") > 100 and plain.meta.pop("memo_hits") == 0
+    assert memo == plain
