@@ -45,6 +45,7 @@ def _event_of(pat, kind: str, tick: int, size: int) -> int:
 def _plan(trace, budget, bw, **kw):
     pat = one_iteration(trace)
     kw.setdefault("populate", False)  # the cases pin evictions/prefetches of idle gaps
+    kw.setdefault("guard", 1)
     return plan(trace, budget, hw=slow_link(bw), pattern=pat, **kw), pat
 
 
@@ -169,7 +170,7 @@ def test_sampled_mode_finds_the_optimizer_state_window():
     samples = pd.DataFrame({"block": [0, 1], "persistent": [True, True],
                             "first_touch": [1, 28], "last_touch": [28, 28]})
     p = plan(tr, 18000, hw=slow_link(8e9), pattern=pat, mode="sampled", samples=samples,
-             populate=False)
+             populate=False, guard=1)
     moved = p.actions[p.actions["action"].isin(["prefetch_to_host", "prefetch_to_device"])]
     assert set(moved["block"]) == {1}  # the optimizer state, not the weights
     assert p.meta["predicted"]["over_budget_ticks"] == 0

@@ -40,6 +40,8 @@ class Problem:
     uses: list  # per block: np.ndarray of ticks, or None
     wrap: np.ndarray  # (n,) bool
     busy_span: np.ndarray  # (n,) bool: busy between its first and last use (no inner gaps)
+    end_lo: np.ndarray  # (n,) uses at the two ends of a lifetime: [end_lo, end_lo + guard]
+    end_hi: np.ndarray  # (n,) and [end_hi - guard, end_hi] (-1: `uses` says instead)
     dead_tail: np.ndarray  # (n,) bool
     read_only: np.ndarray  # (n,) bool (known read-only: eviction writes nothing back)
     remote_ok: np.ndarray  # (n,) bool: may be mapped host-resident (accessed remotely)
@@ -95,7 +97,7 @@ def _segments(t_off: int, t_on: int, T: int) -> list[tuple[int, int]]:
     return [(t_off, T), (0, t_on - T)]
 
 
-def build_schedule(p: Problem, budget: int, *, rounds: int = 6) -> Schedule:
+def build_schedule(p: Problem, budget: int, *, guard: int = 4, rounds: int = 6) -> Schedule:
     """Choose evictions/prefetches so that resident bytes stay <= ``budget`` (bytes) at
     every tick where the use model allows it, hiding transfers behind compute.
     O((E + T + G) log G) per round for G candidate gaps."""
@@ -114,17 +116,25 @@ def build_schedule(p: Problem, budget: int, *, rounds: int = 6) -> Schedule:
 
     # -- candidate gaps ------------------------------------------------------------------
     gaps: list[_Gap] = []
+    lo_end = np.minimum(p.end_lo + guard, p.end_hi)  # guarded ends (used when end_lo >= 0)
+    hi_end = np.maximum(p.end_hi - guard, p.end_lo)
     for i in range(n):
-        u = p.uses[i]
-        if u is None or len(u) == 0:
-            continue
         ae, fe = int(p.alloc_event[i]), int(p.free_event[i])
         if not p.persistent[i] and ae < 0:
             continue  # allocated in an earlier iteration: the plan cannot name it
-        pairs = [] if p.busy_span[i] else \
-            [(int(a), int(b)) for a, b in zip(u[:-1], u[1:]) if b - a >= 2]
-        last = int(u[-1])
-        if p.wrap[i]:
+        if p.end_lo[i] >= 0:
+            a, b = int(lo_end[i]), int(hi_end[i])
+            pairs = [(a, b)] if b - a >= 2 else []
+            last = int(p.end_hi[i])
+            u = None
+        else:
+            u = p.uses[i]
+            if u is None or len(u) == 0:
+                continue
+            pairs = [] if p.busy_span[i] else \
+                [(int(a), int(b)) for a, b in zip(u[:-1], u[1:]) if b - a >= 2]
+            last = int(u[-1])
+        if p.wrap[i] and u is not None:
             first = int(u[0]) + T
             if first - last >= 2:
                 pairs.append((last, first))

@@ -78,6 +78,7 @@ from ._plan import PLAN_VERSION, Plan, PlanError
 __all__ = ["plan", "MODES"]
 
 MODES = ("oblivious", "sampled")
+AUTO_GUARDS = (16, 8, 4, 2)  # ticks; see plan()
 
 
 def plan(trace, budget, hw="h200-pcie5", mode: str = "oblivious", **opts: Any) -> Plan:
@@ -86,7 +87,8 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "oblivious", **opts: Any) -
     ``budget``: bytes, ``"50%"`` of the trace's peak, ``"40GiB"``... (``resolve_budget``).
     ``hw``: a profile name, path or ``HardwareProfile``. ``mode``: ``"oblivious"`` or
     ``"sampled"``. Options: ``pattern`` (a precomputed ``pattern.analyze(trace)``),
-    ``guard`` (ticks, default 1), ``samples`` (a sample frame, sampled mode),
+    ``guard`` (ticks, or ``"auto"``: the widest of 16, 8, 4, 2 that meets the budget),
+    ``samples`` (a sample frame, sampled mode),
     ``sample_rate`` (default 1.0), ``noise`` (ticks, default 0), ``seed``, ``discard``
     (default True), ``discard_min_bytes`` (default the VA block size), ``populate`` (default True: prefetch
     each allocation of the iteration as it is made), ``remote_fallback`` (default False:
@@ -112,9 +114,13 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "oblivious", **opts: Any) -
 
         pat = analyze(trace)
     budget_bytes = resolve_budget(budget, trace.peak_bytes, default_bytes=prof.device_capacity_bytes)
-    guard = int(opts.get("guard", 1))
-    if guard < 0:
-        raise ValueError(f"guard must be >= 0 ticks, got {guard}")
+    guard = opts.get("guard", "auto")
+    if guard == "auto":
+        guards = AUTO_GUARDS
+    else:
+        guards = (int(guard),)
+        if guards[0] < 0:
+            raise ValueError(f"guard must be >= 0 ticks or 'auto', got {guard!r}")
 
     samples = None
     if mode == "sampled":
@@ -128,9 +134,19 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "oblivious", **opts: Any) -
     elif opts.get("samples") is not None:
         raise PlanError("samples= is for mode='sampled'; oblivious mode uses allocations only")
 
-    prob, info = _problem(pat, prof, guard, samples, bool(opts.get("remote_fallback", False)))
+    prob, info = _problem(pat, prof, samples, bool(opts.get("remote_fallback", False)))
     _check_feasible(prob, info, budget_bytes)
-    sched = build_schedule(prob, budget_bytes, rounds=int(opts.get("rounds", 6)))
+    # The widest guard (safest against uses the model cannot see) that still meets the
+    # budget; when none does, the one leaving the least excess.
+    sched, guard, tried = None, None, []
+    for g in guards:
+        s = build_schedule(prob, budget_bytes, guard=g, rounds=int(opts.get("rounds", 6)))
+        tried.append(g)
+        key = (s.predicted["max_over_budget_bytes"], s.predicted["stall_s"])
+        if sched is None or key < best:
+            sched, guard, best = s, g, key
+        if s.predicted["over_budget_ticks"] == 0:
+            break
     actions = _actions(prob, info, sched, prof, bool(opts.get("discard", True)),
                        int(opts.get("discard_min_bytes", prof.va_block_bytes)),
                        bool(opts.get("populate", True)))
@@ -149,6 +165,7 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "oblivious", **opts: Any) -
         "peak_bytes": int(trace.peak_bytes),
         "iteration_peak_bytes": int(info["iteration_peak"]),
         "guard": guard,
+        "guards_tried": tried,
         "source": trace.meta.get("name") or trace.meta.get("source"),
         "predicted": pred,
     }
@@ -171,7 +188,7 @@ def _tick_durations(pat) -> np.ndarray:
     return d
 
 
-def _problem(pat, prof, guard: int, samples: dict | None, remote_fallback: bool = False):
+def _problem(pat, prof, samples: dict | None, remote_fallback: bool = False):
     ev = pat.events
     T = int(pat.stop_tick - pat.start_tick)
     dur = _tick_durations(pat)
@@ -203,6 +220,8 @@ def _problem(pat, prof, guard: int, samples: dict | None, remote_fallback: bool 
     remote_ok = np.zeros(n, bool)
     remote_cost = np.zeros(n)
     busy = np.zeros(n, bool)
+    end_lo = np.full(n, -1, np.int64)  # used at [end_lo, end_lo+guard] and [end_hi-guard, end_hi]
+    end_hi = np.full(n, -1, np.int64)
     certain = []  # (tick, block) pairs the block certainly needs (feasibility check)
     for i in range(n):
         lf, lt = int(live_from[i]), int(live_to[i])
@@ -225,8 +244,7 @@ def _problem(pat, prof, guard: int, samples: dict | None, remote_fallback: bool 
                 uses[i] = np.array(sorted({first, last}), np.int64)
                 busy[i] = True
                 continue
-            u = set(range(first, min(first + guard, last) + 1)) | set(range(max(last - guard, first), last + 1))
-            uses[i] = np.array(sorted(u), np.int64)
+            end_lo[i], end_hi[i] = first, last
             dead_tail[i] = ft[i] >= 0 and last < lt
             continue
         if pers[i]:
@@ -236,13 +254,11 @@ def _problem(pat, prof, guard: int, samples: dict | None, remote_fallback: bool 
         if ae[i] < 0:
             continue  # allocated in an earlier iteration: not nameable, stays resident
         certain.append((lf, i))
-        hi = lt
-        u = set(range(lf, min(lf + guard, hi) + 1)) | set(range(max(hi - guard, lf), hi + 1))
-        uses[i] = np.array(sorted(u), np.int64)
+        end_lo[i], end_hi[i] = lf, lt
     prob = Problem(
         dur_ns=dur, ev_tick=ev_tick, ev_free=ev_free, size=size, persistent=pers,
         live_from=live_from, live_to=live_to, alloc_event=ae, free_event=fe, uses=uses,
-        wrap=wrap, busy_span=busy, dead_tail=dead_tail, read_only=read_only, remote_ok=remote_ok,
+        wrap=wrap, busy_span=busy, end_lo=end_lo, end_hi=end_hi, dead_tail=dead_tail, read_only=read_only, remote_ok=remote_ok,
         remote_cost_ns=remote_cost, h2d_Bps=prof.h2d_prefetch_Bps, d2h_Bps=prof.d2h_prefetch_Bps,
         overflow_ns_per_byte=1e9 / prof.d2h_evict_Bps + 1e9 / prof.h2d_fault_Bps,
     )
