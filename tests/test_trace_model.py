@@ -303,3 +303,16 @@ def test_corrupt_huge_tick_is_refused_not_allocated():
         Trace(dict(tick=[0, 1 << 40], kind=[A, F], block=[0, 0], size=[8, 8]))
     with pytest.raises(TraceError, match="tick_ns has"):  # a short tick_ns is named too
         Trace(dict(tick=[0, 1 << 40], kind=[A, F], block=[0, 0], size=[8, 8]), tick_ns=[1.0])
+
+
+def test_pickled_and_copied_traces_stay_immutable():
+    import copy
+    import pickle
+
+    t = small_trace()
+    for u in (pickle.loads(pickle.dumps(t)), copy.deepcopy(t), copy.copy(t)):
+        assert u == t
+        with pytest.raises(ValueError):
+            u.tick[0] = 1
+        with pytest.raises(ValueError):
+            u.tick_ns[0] = 1.0

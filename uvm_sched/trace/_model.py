@@ -157,6 +157,13 @@ class Trace:
         if validate:
             self.validate()
 
+    def __setstate__(self, state: dict) -> None:
+        # pickle/copy rebuild the arrays writeable: freeze them again (a Trace is immutable)
+        self.__dict__.update(state)
+        for arr in self._cols.values():
+            arr.setflags(write=False)
+        self.tick_ns.setflags(write=False)
+
     # -- columns -------------------------------------------------------------------------
     def __getattr__(self, name: str) -> np.ndarray:
         cols = self.__dict__.get("_cols")
