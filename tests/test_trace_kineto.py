@@ -114,6 +114,8 @@ def cuda_doc():
         mem(1004.0, 0xA0, -4096),  # tick 2
         mem(1004.0, 0xC0, -64),  # tick 3: allocated before profiling
         step(1010.0, 1),
+        {**step(1003.9, 0), "cat": "gpu_user_annotation"},  # GPU copies of the step spans
+        {**step(1600.0, 1), "cat": "gpu_user_annotation"},
         mem(1011.0, 0xA0, 8192),  # tick 4 (address reused -> new block)
         kernel(1700.0, 7.0, None),  # no launch event: attributed by its own start (tick 5)
         mem(1012.0, 0xD0, 100, dev=1),  # another device

@@ -9,7 +9,8 @@ Mapping to a Trace (one tick per allocator event of the chosen device):
   allocated before profiling began: it is allocated at tick 0 (see
   ``_snapshot.replay_addresses``).
 * ``ProfilerStep#N`` spans: a MARK at the first allocator event at or after the span's
-  start (the profiler names one span per ``prof.step()``).
+  start (the profiler names one span per ``prof.step()``; the GPU timeline's copy of the
+  span, ``gpu_user_annotation``, is not a second mark).
 * GPU kernels (``cat`` "kernel"): each kernel's duration is added to the tick in which it
   was *launched* (the CPU-side launch event with the same ``correlation``; the kernel's own
   start when no launch event is found), since allocator events and launches share the CPU
@@ -100,7 +101,7 @@ def trace_from_chrome(doc: Any, *, device: str = "cuda", where: str = "trace",
     mem: list[tuple[float, int, int, int, int]] = []  # (ts, seq, addr, bytes, device id)
     other_types: dict[int, int] = {}  # device type -> events
     other_ids: set[int] = set()  # CUDA device ids other than the one asked for
-    steps: list[float] = []
+    steps: dict[int, float] = {}  # ProfilerStep number -> start (us)
     kernels: list[tuple[float, float, Any]] = []  # (ts, dur, correlation)
     launches: dict[Any, float] = {}
     for i, e in enumerate(events):
@@ -132,12 +133,17 @@ def trace_from_chrome(doc: Any, *, device: str = "cuda", where: str = "trace",
         if ph != "X":
             continue
         ts, dur = e.get("ts"), e.get("dur")
-        if isinstance(nm, str) and _STEP.match(nm):
+        cat = e.get("cat")
+        m = _STEP.match(nm) if isinstance(nm, str) else None
+        if m:
             if not _num(ts):
                 raise TraceError(f"{where}: traceEvents[{i}] ({nm}) has no numeric ts")
-            steps.append(float(ts))
+            # the GPU timeline repeats each step as a gpu_user_annotation, later than the
+            # CPU span: one mark per step number, at the CPU span's start
+            if cat != "gpu_user_annotation":
+                n_step = int(m.group(1))
+                steps[n_step] = min(float(ts), steps.get(n_step, float("inf")))
             continue
-        cat = e.get("cat")
         args = e.get("args") if isinstance(e.get("args"), dict) else {}
         corr = args.get("correlation")
         if not isinstance(corr, (int, str)):  # ids are ints; anything else cannot be matched
@@ -189,7 +195,7 @@ def trace_from_chrome(doc: Any, *, device: str = "cuda", where: str = "trace",
     sizes = [abs(m[3]) for m in mem]
     n = len(mem)
     # MARK at the first allocator event at or after each step's start.
-    marks = np.searchsorted(ts_arr, np.array(sorted(steps)), side="left") if steps else []
+    marks = np.searchsorted(ts_arr, np.array(sorted(steps.values())), side="left") if steps else []
     tick_ns = None
     if kernels:
         tick_ns = np.zeros(n)
