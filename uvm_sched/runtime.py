@@ -190,7 +190,7 @@ class Scheduler:
         events = self._recorded()
         t0 = time.perf_counter()
         try:
-            trace = trace_from_events(events)
+            trace, addresses = trace_from_events(events, return_addresses=True)
             pat = analyze(trace)
             if pat.source != "markers" and len(pat.iterations) < self.warmup_iters:
                 return  # not enough repetitions yet to trust a learned period
@@ -202,10 +202,12 @@ class Scheduler:
                 self._restart_recording()  # try again on fresh iterations
             return
         self._counters["plan_time_s"] += time.perf_counter() - t0
-        # persistent blocks: the plan names them by ALLOC ordinal in the trace, which is
-        # the order of the ALLOC events we recorded
+        # persistent blocks: the plan names them by ALLOC ordinal in the trace
+        from .trace import EventKind
+
         k = events["kind"]
-        addrs = events["addr"][k == _ALLOC].astype(np.uint64).tolist()
+        alloc_blocks = trace.block[trace.kind == EventKind.ALLOC]
+        addrs = [int(addresses[b]) for b in alloc_blocks]
         if p.meta.get("sync") == "period":
             # arm at an iteration boundary: events since the representative iteration
             # started must be a whole number of periods
@@ -262,6 +264,7 @@ class Scheduler:
         from . import native
 
         with self._lock:
+            self.poll()  # counters as of now
             out: dict[str, Any] = {"state": self.state, **self._counters,
                                    "last_error": self.last_error}
             if self.plan is not None:
