@@ -343,3 +343,24 @@ def test_trace_from_events_synthesises_blocks_allocated_before_the_window():
     assert t.meta["blocks_before_window"] == 1
     assert list(t.kind) == [EventKind.ALLOC, EventKind.ALLOC, EventKind.FREE, EventKind.FREE]
     assert list(t.size) == [3000, 10, 3000, 10]
+    assert list(t.block) == [0, 1, 0, 1]  # block id = allocation ordinal in the trace
+
+
+def test_a_plan_from_a_recorded_trace_resolves_persistent_blocks_from_its_addresses():
+    trace, _ = _training_trace(iters=2)
+    with fakecuda.backend("host"):
+        # record: the weights stay allocated (persistent), then arm a plan naming one
+        weights = [uvm_sched.malloc(int(s)) for s in trace.size[:5]]
+        uvm_sched.step()
+        _iteration()
+        rec, addrs = trace_from_events(uvm_sched.drain_events(), return_addresses=True)
+        assert list(addrs[:5]) == weights
+        plan = _plan([(0, "prefetch_to_host", 3, True, 0, 0)])
+        native.arm_plan(plan, persistent_addrs=addrs)
+        uvm_sched.step()
+        _iteration()
+        native.disarm()
+        log = native.action_log(uvm_sched.drain_events())
+        assert list(log["status"]) == ["issued"] and log["addr"][0] == weights[3]
+        for w in weights:
+            uvm_sched.free(w)

@@ -23,8 +23,10 @@ def trace_from_events(events: np.ndarray, *, meta: Mapping[str, Any] | None = No
     drained window gets a synthetic ALLOC at tick 0. Executor and error events are left
     out. Device time per tick is unknown (NaN); ``t_ns`` holds the host clock in ns.
 
-    With ``return_addresses=True`` returns ``(trace, addresses)``, where
-    ``addresses[block]`` is the block's address (to resolve a plan's persistent blocks).
+    Block ids follow the order of the ALLOC rows, so block id = allocation ordinal in the
+    trace (what a plan's persistent block ordinal means). With ``return_addresses=True``
+    returns ``(trace, addresses)``, where ``addresses[block]`` is the block's address:
+    ``native.arm_plan(plan, persistent_addrs=addresses)`` resolves persistent blocks.
     """
     from ..native import EVENT_DTYPE
 
@@ -79,6 +81,18 @@ def trace_from_events(events: np.ndarray, *, meta: Mapping[str, Any] | None = No
             "device": np.zeros(m, np.int16),
         }
         cols = {c: np.concatenate([head[c], cols[c]]) for c in cols}
+        # block ids in the order of the ALLOC rows (the synthetic ones come first), so a
+        # block id is also the block's allocation ordinal in the trace
+        is_alloc = cols["kind"] == EventKind.ALLOC
+        old = cols["block"][is_alloc]
+        new_of = np.empty(len(block_addr), np.int64)
+        new_of[old] = np.arange(len(old))
+        blk = cols["block"].copy()
+        blk[blk >= 0] = new_of[blk[blk >= 0]]
+        cols["block"] = blk
+        reordered = np.empty(len(block_addr), np.uint64)
+        reordered[new_of] = np.asarray(block_addr, np.uint64)
+        block_addr = list(reordered)
     info = {"source": "uvm_sched.native", "first_tick": k0, "blocks_before_window": len(pre)}
     info.update(meta or {})
     trace = Trace({c: np.asarray(v, COLUMNS[c]) for c, v in cols.items()}, meta=info)
