@@ -42,6 +42,20 @@ void uvm_log(const char *fmt, ...) {
 
 const char *uvm_sched_last_error(void) { return last_error; }
 
+/* fork (e.g. a PyTorch DataLoader worker) while another thread holds a lock would leave
+ * the child's copy locked forever: hold both locks across fork, release them on each side */
+static void fork_prepare(void) {
+    pthread_mutex_lock(&uvm_g.lock);
+    pthread_mutex_lock(&drain_lock);
+}
+static void fork_release(void) {
+    pthread_mutex_unlock(&drain_lock);
+    pthread_mutex_unlock(&uvm_g.lock);
+}
+__attribute__((constructor)) static void register_fork_handlers(void) {
+    pthread_atfork(fork_prepare, fork_release, fork_release);
+}
+
 int uvm_sched_abi_version(void) { return UVM_SCHED_ABI_VERSION; }
 
 static uint64_t env_u64(const char *name, uint64_t dflt) {
