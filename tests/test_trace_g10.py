@@ -96,8 +96,8 @@ def test_small_workload_exact_rows(tmp_path):
                     t.mode.tolist()))
     R, W, RW = AccessMode.READ, AccessMode.WRITE, AccessMode.READ_WRITE
     it0 = [
-        (0, A, 0, 8192, 0),  # global tensor 1
         (0, M, -1, 0, 0),
+        (0, A, 0, 8192, 0),  # global tensor 1
         (0, A, 1, 4096, 0), (0, A, 2, 4096, 0),  # tensors 0, 2 born at kernel 0
         (0, X, 1, 4096, R), (0, X, 0, 8192, R), (0, X, 2, 4096, W),
         (0, F, 1, 4096, 0),  # tensor 0 dies after kernel 0

@@ -6,9 +6,10 @@ the G10 artifact's workloads; see ``../shared/workloads/g10/README.md``).
 * ``tensors.csv``: ``tensor_id,bytes,is_global``.
 
 Mapping to a Trace: each kernel is one tick whose device time is its duration; the tick's
-rows are (MARK when an iteration starts,) the allocations of the tensors it touches first,
-one ACCESS per tensor it touches (inputs READ, outputs WRITE, both READ_WRITE), then the
-frees of the tensors it touches last. Global tensors (weights, and constants that live
+rows are: a MARK when an iteration starts (then, at tick 0, the global tensors'
+allocations), the allocations of the tensors it touches first, one ACCESS per tensor it
+touches (inputs READ, outputs WRITE, both READ_WRITE), then the frees of the tensors it
+touches last. Global tensors (weights, and constants that live
 across iterations) are allocated at tick 0 and never freed; every other tensor lives from
 the kernel of its first access to the kernel of its last, afresh in each iteration.
 ``iterations`` repeats the iteration (a MARK at each start) so a planner or runtime can see
@@ -178,16 +179,19 @@ def load_kernels_csv(folder, *, iterations: int = 2) -> Trace:
         cols["mode"][r] = mode
         r += 1
 
-    for t in glob:
-        block_of[t] = next_block
-        put(0, 0, EventKind.ALLOC, next_block, sizes[t])
-        next_block += 1
     now = 0
     for it in range(iterations):
         for k in range(n):
             tick = it * n + k
             if k == 0:
+                # MARK first in its tick, so row order and tick agree on where the
+                # iteration starts (the global tensors' allocations belong to iteration 0)
                 put(tick, now, EventKind.MARK, -1, 0)
+                if it == 0:
+                    for t in glob:
+                        block_of[t] = next_block
+                        put(0, 0, EventKind.ALLOC, next_block, sizes[t])
+                        next_block += 1
             for t in born[k]:
                 block_of[t] = next_block
                 put(tick, now, EventKind.ALLOC, next_block, sizes[t])
