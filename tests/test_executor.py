@@ -364,3 +364,14 @@ def test_a_plan_from_a_recorded_trace_resolves_persistent_blocks_from_its_addres
         assert list(log["status"]) == ["issued"] and log["addr"][0] == weights[3]
         for w in weights:
             uvm_sched.free(w)
+
+
+def test_a_persistent_block_freed_before_arming_is_skipped_not_an_error():
+    with fakecuda.backend("host"):
+        w = uvm_sched.malloc(8 * MiB)
+        uvm_sched.free(w)
+        native.arm_plan(_plan([(0, "prefetch_to_host", 0, True, 0, 0)]), persistent_addrs=[w])
+        _iteration()
+        native.disarm()
+        st = uvm_sched.stats()
+        assert st["actions_skipped"] == 1 and st["actions_issued"] == 0

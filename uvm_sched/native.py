@@ -272,7 +272,8 @@ def backend_reason() -> str:
 
 
 def stats() -> dict[str, Any]:
-    """Allocator, ring and executor counters (bytes, counts), plus ``backend`` and
+    """Allocator, ring and executor counters (bytes, counts; ``limit_bytes`` is 2**64-1
+    without a limit), plus ``backend`` and
     ``fragmentation`` (share of the bytes held for blocks that the blocks do not use:
     rounding and partly filled slabs). What users read instead of
     ``torch.cuda.memory_stats()``, which raises under a pluggable allocator."""
@@ -349,9 +350,10 @@ def arm_plan(plan, persistent_addrs: Mapping[int, int] | Iterable[int] | None = 
     """Arm the executor with a ``uvm_sched.planner.Plan``. ``persistent_addrs`` maps the
     plan's persistent block ordinals (ordinal among all allocations since recording
     started) to live addresses: a mapping, or a sequence indexed by ordinal (e.g. the
-    addresses of the recorded ALLOC events in order). The blocks must be live now; an
-    action on one is skipped once it is freed (even if its address is reused). Raises
-    ``ValueError`` naming the first persistent row whose block has no live address."""
+    addresses of the recorded ALLOC events in order). An action on a persistent block
+    that is not live (now, or when the action is due, even if its address was reused)
+    is skipped and counted. Raises ``ValueError`` naming the first persistent row whose
+    block has no address at all."""
     acts = plan.actions
     n = len(acts)
     table = np.zeros(n, PLAN_ROW_DTYPE)
@@ -377,12 +379,10 @@ def arm_plan(plan, persistent_addrs: Mapping[int, int] | Iterable[int] | None = 
                 if not a:
                     raise ValueError(f"plan row {int(i)}: no address for persistent block {b}")
                 try:
-                    ordinal = block_info(int(a))["ordinal"]
+                    table["block"][i] = block_info(int(a))["ordinal"]  # identity check
+                    table["addr"][i] = int(a)
                 except ValueError:
-                    raise ValueError(f"plan row {int(i)}: persistent block {b} at 0x{int(a):x} "
-                                     "is not a live uvm_sched block") from None
-                table["addr"][i] = int(a)
-                table["block"][i] = ordinal  # the executor checks identity by it
+                    table["addr"][i] = 0  # freed already: the executor skips (counts) it
     meta = plan.meta
     arm(table, meta["alloc_sizes"], int(meta["period_events"]), sync=meta.get("sync", "marker"),
         device=device, start_now=start_now)
