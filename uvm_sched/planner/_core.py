@@ -201,7 +201,7 @@ def build_schedule(p: Problem, budget: int, *, guard: int = 4, rounds: int = 6) 
         if not picked:
             break
         chosen.extend(picked)
-        saved = _timing(chosen, p, C, tau, q, d2h, h2d, size, T)
+        saved = _timing(chosen, p, C, tau, q, d2h, h2d, size, T, base, budget)
         chosen = [g for g in chosen if g.chosen]
 
     # Persistent blocks with unknown uses are the last resort: map them host-resident
@@ -230,7 +230,7 @@ def build_schedule(p: Problem, budget: int, *, guard: int = 4, rounds: int = 6) 
             resident[lf:lt + 1] -= size[i]
         if remote:
             chosen = [g for g in chosen if g.chosen]
-            saved = _timing(chosen, p, C, tau, q, d2h, h2d, size, T)
+            saved = _timing(chosen, p, C, tau, q, d2h, h2d, size, T, base, budget)
             resident = base - saved
             for i in remote:
                 resident[int(p.live_from[i]):int(p.live_to[i]) + 1] -= size[i]
@@ -369,20 +369,46 @@ def _select(gaps, resident, budget, size, T, q) -> list:
     return picked
 
 
-def _timing(chosen, p, C, tau, q, d2h, h2d, size, T) -> np.ndarray:
+def _timing(chosen, p, C, tau, q, d2h, h2d, size, T, base=None, budget=0) -> np.ndarray:
     """Place the chosen gaps on the two copy engines (FIFO in issue order) and return the
     bytes each tick saves. Evictions go as early as allowed; prefetches as late as their
     deadline and the prefetches behind them allow (backward list scheduling). A gap the
     link cannot serve in time is dropped (``bad``); repeated until the choice is stable."""
     for _ in range(4):
         live = [g for g in chosen if g.chosen]
-        saved, dropped = _timing_once(live, p, C, tau, q, d2h, h2d, size, T)
+        saved, dropped = _timing_once(live, p, C, tau, q, d2h, h2d, size, T, base, budget)
         if not dropped:
             return saved
     return saved
 
 
-def _timing_once(chosen, p, C, tau, q, d2h, h2d, size, T):
+def _earliest_with_room(resident, budget, sz, q, lo, hi, T, cap=4096) -> int:
+    """The earliest control point in [lo, hi] from which the block (``sz`` bytes) can be
+    back on the device until ``hi``'s tick without exceeding the budget; claims the room
+    in ``resident``. Walks back from ``hi`` (at most ``cap`` ticks)."""
+    end = int(q[hi]) + 1
+    k = hi
+    t = end - 1
+    while k > lo:
+        start = int(q[k - 1]) + 1
+        if end - start > cap:
+            break
+        ok = True
+        while t >= start:
+            if resident[t % T] + sz > budget:
+                ok = False
+                break
+            t -= 1
+        if not ok:
+            break
+        k -= 1
+    start = int(q[k]) + 1
+    for tt in range(start, end):
+        resident[tt % T] += sz
+    return k
+
+
+def _timing_once(chosen, p, C, tau, q, d2h, h2d, size, T, base=None, budget=0):
     nq = len(q)
     ev = sorted(chosen, key=lambda g: (g.ke, g.blk))
     free_at = 0.0
@@ -392,6 +418,17 @@ def _timing_once(chosen, p, C, tau, q, d2h, h2d, size, T):
         free_at = g.e_done
     dropped = 0
     pf = [g for g in chosen if not g.dead]
+    # the profile if every prefetch were issued where the selection put it
+    resident = None
+    if base is not None:
+        sv = np.zeros(T + 1, np.int64)
+        for g in chosen:
+            end = int(p.live_to[g.blk]) + 1 if g.dead else \
+                int(q[min(max(g.ke + 1, g.kp_min, g.kp_sel), nq - 1)]) + 1
+            for a, b in _segments(g.t_off, end, T):
+                sv[a] += size[g.blk]
+                sv[b] -= size[g.blk]
+        resident = base - np.cumsum(sv)[:T]
     pf.sort(key=lambda g: (-C[g.u2], g.blk))
     cur = np.inf
     for g in pf:
@@ -401,10 +438,16 @@ def _timing_once(chosen, p, C, tau, q, d2h, h2d, size, T):
         fe = int(p.free_event[g.blk])
         if fe >= 0:
             kp = min(kp, fe - 1)
-        # Never earlier than the selection assumed: bringing a block back early claims
-        # room the budget may not have (the driver would then evict something else); a
+        # Never earlier than the selection assumed unless the budget has room for the
+        # block over the extra ticks: bringing it back early claims memory (the driver
+        # would evict something else where there is none); where there is no room a
         # congested link makes the prefetch late instead (predicted as stall).
-        kp = max(kp, g.ke + 1, g.kp_min, g.kp_sel)
+        hi = max(g.ke + 1, g.kp_min, g.kp_sel)
+        lo = max(kp, g.ke + 1, g.kp_min)
+        if resident is not None and lo < hi < nq:
+            kp = _earliest_with_room(resident, budget, int(size[g.blk]), q, lo, hi, T)
+        else:
+            kp = max(kp, hi)
         if kp >= nq or q[kp] >= g.u2 or (fe >= 0 and kp >= fe):
             g.chosen, g.bad = False, True
             dropped += 1
