@@ -71,10 +71,12 @@ class Schedule:
 
 class _Gap:
     __slots__ = ("blk", "u1", "u2", "ke", "kp", "e_done", "p_start", "t_off", "t_on",
-                 "t_on_late", "kp_min", "kp_sel", "chosen", "dead", "bad")
+                 "t_on_late", "kp_min", "kp_sel", "chosen", "level", "sibs", "dead", "bad")
 
-    def __init__(self, blk, u1, u2, ke, dead):
+    def __init__(self, blk, u1, u2, ke, dead, level=0, sibs=None):
         self.blk, self.u1, self.u2, self.ke, self.dead = blk, u1, u2, ke, dead
+        self.level = level  # 0 = widest guard (safest); siblings are the same gap narrower
+        self.sibs = sibs if sibs is not None else []
         self.kp = -1
         self.e_done = self.p_start = 0.0
         self.t_off = self.t_on = self.t_on_late = 0
@@ -97,7 +99,7 @@ def _segments(t_off: int, t_on: int, T: int) -> list[tuple[int, int]]:
     return [(t_off, T), (0, t_on - T)]
 
 
-def build_schedule(p: Problem, budget: int, *, guard: int = 4, rounds: int = 6) -> Schedule:
+def build_schedule(p: Problem, budget: int, *, guards=(4,), rounds: int = 6) -> Schedule:
     """Choose evictions/prefetches so that resident bytes stay <= ``budget`` (bytes) at
     every tick where the use model allows it, hiding transfers behind compute.
     O((E + T + G) log G) per round for G candidate gaps."""
@@ -116,15 +118,21 @@ def build_schedule(p: Problem, budget: int, *, guard: int = 4, rounds: int = 6) 
 
     # -- candidate gaps ------------------------------------------------------------------
     gaps: list[_Gap] = []
-    lo_end = np.minimum(p.end_lo + guard, p.end_hi)  # guarded ends (used when end_lo >= 0)
-    hi_end = np.maximum(p.end_hi - guard, p.end_lo)
+    # A lifetime-ends block is used within `guard` ticks of each end. Every guard level
+    # gives a candidate, widest first; the narrower ones (more saving, more risk of a use
+    # the model cannot see) are siblings: at most one of them is chosen.
+    lo_ends = [np.minimum(p.end_lo + g, p.end_hi) for g in guards]
+    hi_ends = [np.maximum(p.end_hi - g, p.end_lo) for g in guards]
     for i in range(n):
         ae, fe = int(p.alloc_event[i]), int(p.free_event[i])
         if not p.persistent[i] and ae < 0:
             continue  # allocated in an earlier iteration: the plan cannot name it
         if p.end_lo[i] >= 0:
-            a, b = int(lo_end[i]), int(hi_end[i])
-            pairs = [(a, b)] if b - a >= 2 else []
+            pairs = []
+            for lv in range(len(guards)):
+                a, b = int(lo_ends[lv][i]), int(hi_ends[lv][i])
+                if b - a >= 2 and (a, b) not in pairs:
+                    pairs.append((a, b))
             last = int(p.end_hi[i])
             u = None
         else:
@@ -140,6 +148,7 @@ def build_schedule(p: Problem, budget: int, *, guard: int = 4, rounds: int = 6) 
                 pairs.append((last, first))
         elif p.dead_tail[i] and last < int(p.live_to[i]):
             pairs.append((last, -1))
+        sibs: list = []
         for u1, u2 in pairs:
             ke = int(np.searchsorted(q, u1, side="left"))
             if ae >= 0:
@@ -150,7 +159,12 @@ def build_schedule(p: Problem, budget: int, *, guard: int = 4, rounds: int = 6) 
                 continue  # no control point between the use and the free
             if u2 >= 0 and q[ke] >= u2:
                 continue  # the next use is queued before the eviction could be issued
-            gaps.append(_Gap(i, u1, u2, ke, u2 < 0))
+            if u is None and u2 >= 0:
+                g = _Gap(i, u1, u2, ke, False, len(sibs), sibs)
+                sibs.append(g)
+            else:
+                g = _Gap(i, u1, u2, ke, u2 < 0)
+            gaps.append(g)
 
     base = np.zeros(T + 1, np.int64)
     np.add.at(base, p.live_from.astype(np.int64), size)
@@ -200,7 +214,8 @@ def build_schedule(p: Problem, budget: int, *, guard: int = 4, rounds: int = 6) 
         picked = _select(gaps, resident, budget, size, T, q)
         if not picked:
             break
-        chosen.extend(picked)
+        seen = set()
+        chosen = [g for g in chosen + picked if g.chosen and not (id(g) in seen or seen.add(id(g)))]
         saved = _timing(chosen, p, C, tau, q, d2h, h2d, size, T, base, budget)
         chosen = [g for g in chosen if g.chosen]
 
@@ -323,18 +338,43 @@ def _select(gaps, resident, budget, size, T, q) -> list:
             # reach: how far the saving lasts (a wrapping window continues into the next
             # iteration's start)
             reach = g.t_on if (e == T and g.t_on > T) else e
-            heapq.heappush(heap, (-reach, -int(size[g.blk]), gi, s, e))
+            heapq.heappush(heap, (g.level, -reach, -int(size[g.blk]), gi, s, e))
         for gi, s, e in late_starts.get(t, ()):
             heapq.heappush(late, (-e, gi, s, e))
         need = resident[t] + run - budget
+        deferred = []
         while need > 0 and heap:
-            _, _, gi, s, e = heapq.heappop(heap)
+            item = heapq.heappop(heap)
+            _, _, _, gi, s, e = item
             g = gaps[gi]
-            if g.chosen or e <= t:
+            if g.chosen or g.bad or e <= t:
+                continue
+            c = next((x for x in g.sibs if x.chosen), None)
+            sz = int(size[g.blk])
+            if c is not None:
+                # upgrade the chosen sibling to this narrower guard: only the extra ticks
+                # at both ends of the window are new savings
+                if c.level > g.level:
+                    continue
+                if c.t_off <= t < c.t_on:
+                    deferred.append(item)  # may help past the sibling's window
+                    continue
+                c.chosen = False
+                g.chosen = True
+                picked.append(g)
+                for s2, e2 in ((g.t_off, min(c.t_off, g.t_on)), (max(c.t_on, g.t_off), g.t_on)):
+                    if e2 <= s2:
+                        continue
+                    if s2 <= t < e2:
+                        run -= sz
+                        diff[min(e2, T)] += sz
+                        need -= sz
+                    elif s2 > t and s2 < T:
+                        diff[s2] -= sz
+                        diff[min(e2, T)] += sz
                 continue
             g.chosen = True
             picked.append(g)
-            sz = int(size[g.blk])
             run -= sz
             diff[e] += sz
             need -= sz
@@ -342,12 +382,16 @@ def _select(gaps, resident, budget, size, T, q) -> list:
                 if (s2, e2) != (s, e) and s2 > t:
                     diff[s2] -= sz
                     diff[e2] += sz
+        for item in deferred:
+            heapq.heappush(heap, item)
         keep = []
         while need > 0 and late:
             item = heapq.heappop(late)
             _, gi, s, e = item
             g = gaps[gi]
             if e <= t:
+                continue
+            if g.bad or (not g.chosen and any(x.chosen for x in g.sibs)):
                 continue
             keep.append(item)  # it may need extending again at a later tick
             t_unr = t if t >= g.t_off else t + T
