@@ -359,3 +359,32 @@ def test_shape_memo_changes_nothing_in_the_trace(monkeypatch):
     memo = rec(model_fn, batch_fn, loss_fn=loss_fn, iters=3)
     assert memo.meta.pop("memo_hits") > 100 and plain.meta.pop("memo_hits") == 0
     assert memo == plain
+
+
+def test_foreach_optimizer_ops_are_split_into_multi_tensor_apply_launches():
+    """A 25M-element weight spans 382 chunks of 65,536 elements: CUDA launches 320 chunks,
+    then the rest, so each AdamW foreach update is two ticks with partial extents. For 150
+    small parameters, AdamW updates the parameters in place twice: weight decay
+    (``_foreach_mul_``, one list: 110 tensors a launch) and the step (``_foreach_addcdiv_``,
+    three lists: 48 a launch)."""
+    tr = record(lambda: nn.Linear(5000, 5000, bias=False), lambda: torch.randn(2, 5000),
+                iters=2)
+    df = tr.to_pandas()
+    opt = df[(df.block == 0) & (df.kind == "access") & (df["mode"] == "read_write")
+             & (df.tick >= tr.iteration_starts[-1])]
+    first = 320 * 65_536 * 4
+    assert set(zip(opt.offset, opt.length)) == {(0, first), (first, 25_000_000 * 4 - first)}
+
+    def many():
+        return nn.Sequential(*[nn.Linear(4, 4, bias=False) for _ in range(150)])
+
+    tr = record(many, lambda: torch.randn(2, 4), iters=2)
+    df = tr.to_pandas()
+    s = tr.iteration_starts[-1]
+    params = set(range(150))
+    rw = df[(df.kind == "access") & (df["mode"] == "read_write") & df.block.isin(params)
+            & (df.tick >= s)]
+    per_tick = rw.groupby("tick").block.nunique()
+    assert list(per_tick) == [110, 40, 48, 48, 48, 6]
+    # every parameter is updated by each in-place foreach op on the parameters
+    assert rw.block.nunique() == 150

@@ -85,12 +85,18 @@ _NO_KERNEL_ALLOC = {
     "empty", "empty_strided", "new_empty", "new_empty_strided", "empty_like",
 }
 _LOW = (torch.bfloat16, torch.float16)
+# CUDA's multi_tensor_apply (ATen/native/cuda/MultiTensorApply.cuh): elements per chunk,
+# chunks per launch, and tensors per launch by list depth 1..5.
+_MTA_CHUNK = 65_536
+_MTA_MAX_BLOCKS = 320
+_MTA_MAX_TENSORS = (110, 64, 48, 36, 30)
 
 
 class _OpInfo:
     """What the recorder needs to know about one aten overload, computed once."""
 
-    __slots__ = ("mut_pos", "mut_kw", "no_kernel_alloc", "flop_fn", "name", "bn_train")
+    __slots__ = ("mut_pos", "mut_kw", "no_kernel_alloc", "flop_fn", "name", "bn_train",
+                 "foreach")
 
     def __init__(self, func) -> None:
         from torch.utils.flop_counter import flop_registry
@@ -106,6 +112,7 @@ class _OpInfo:
         self.flop_fn = flop_registry.get(func.overloadpacket)
         # Batch norm in training updates running_mean/var (args 3, 4) in place, but these
         # overloads' schemas carry no write annotation for them.
+        self.foreach = self.name.startswith("_foreach_")
         self.bn_train = self.name in ("native_batch_norm", "cudnn_batch_norm",
                                       "miopen_batch_norm")
 
@@ -279,6 +286,8 @@ class _Recorder:
             rows.append((tick, _ALLOC, e[0], e[1], 0, -1, -1))
         if info.no_kernel_alloc:
             return  # allocates only: 0 ns, nothing touched
+        if info.foreach and self._foreach_launches(args, out, touched):
+            return
         for rec in touched.values():
             e = rec[0]
             lo, hi = rec[2], rec[3]
@@ -295,6 +304,92 @@ class _Recorder:
         self.total_flops += flops
         peak = self.peak16 if low else self.peak32
         self.tick_ns[tick] = max(flops / peak, nbytes / self.bw) * 1e9 + LAUNCH_OVERHEAD_NS
+
+    def _foreach_launches(self, args, out, touched) -> bool:
+        """Split a foreach op into the kernels CUDA's multi_tensor_apply launches.
+
+        A foreach op is not one kernel on a GPU: ``multi_tensor_apply`` walks the tensor
+        lists in 65,536-element chunks and launches a kernel whenever it holds 320 chunks or
+        its per-depth tensor limit (110, 64, 48, 36, 30 tensors for 1..5 lists), splitting
+        big tensors across launches. One tick per launch, each touching only its tensors'
+        chunk ranges (``offset``/``length``), keeps the working set of an optimizer step as
+        small as the GPU's instead of "every parameter at once". Returns False (one tick for
+        the op) when the lists do not line up.
+        """
+        lists = [a for a in args if isinstance(a, (list, tuple)) and a
+                 and all(isinstance(t, torch.Tensor) for t in a)]
+        if isinstance(out, (list, tuple)) and out and isinstance(out[0], torch.Tensor):
+            lists.append(out)
+        if not lists or any(len(x) != len(lists[0]) for x in lists):
+            return False
+        extras = [a for a in args if isinstance(a, torch.Tensor) and a.device == self.device]
+        max_tensors = _MTA_MAX_TENSORS[min(len(lists), 5) - 1]
+        launches: list[list[tuple[int, int, int]]] = []
+        cur: list[tuple[int, int, int]] = []
+        n_t = n_b = 0
+        for i, t in enumerate(lists[0]):
+            numel = t.numel()
+            if numel == 0:
+                continue
+            n_t += 1
+            chunks = -(-numel // _MTA_CHUNK)
+            start = 0
+            for c in range(chunks):
+                n_b += 1
+                last = c == chunks - 1
+                if (n_t == max_tensors and last) or n_b == _MTA_MAX_BLOCKS:
+                    cur.append((i, start * _MTA_CHUNK, min(numel, (c + 1) * _MTA_CHUNK)))
+                    launches.append(cur)
+                    cur, n_b, start = [], 0, c + 1
+                    n_t = 0 if last else 1
+            if start < chunks:
+                cur.append((i, start * _MTA_CHUNK, numel))
+        if cur:
+            launches.append(cur)
+        if not launches:
+            return False
+        dev, rows, live = self.device, self.rows, self.live
+        for k, launch in enumerate(launches):
+            if k:
+                self.open_tick()
+            tick = self.tick
+            acc: dict[int, list] = {}
+            nbytes = 0
+            for i, lo, hi in launch:
+                for lst in lists:
+                    t = lst[i]
+                    if t.device != dev:
+                        continue
+                    key = t.untyped_storage()._cdata
+                    rec = touched.get(key)
+                    if rec is None:
+                        continue  # a zero-byte storage
+                    item = t.element_size()
+                    nbytes += (hi - lo) * item
+                    if t.is_contiguous():
+                        b0 = (t.storage_offset() + lo) * item
+                        b1 = (t.storage_offset() + hi) * item
+                    else:
+                        _, b0, b1 = _extent(t)
+                    a = acc.get(key)
+                    if a is None:
+                        acc[key] = [rec[0], rec[1], b0, b1]
+                    else:
+                        a[2], a[3] = min(a[2], b0), max(a[3], b1)
+            for t in extras:
+                key = t.untyped_storage()._cdata
+                rec = touched.get(key)
+                if rec is not None and key not in acc:
+                    acc[key] = rec
+                    nbytes += _extent(t)[0]
+            for e, mode, b0, b1 in acc.values():
+                if b0 <= 0 and b1 >= e[1]:
+                    rows.append((tick, _ACCESS, e[0], e[1], mode, -1, -1))
+                else:
+                    rows.append((tick, _ACCESS, e[0], e[1], mode, b0, b1 - b0))
+            self.tick_ns[tick] = nbytes / self.bw * 1e9 + LAUNCH_OVERHEAD_NS
+        self.n_ops += len(launches) - 1
+        return True
 
     # -- result ------------------------------------------------------------------------------
     def build(self, meta: dict) -> Trace:
