@@ -13,14 +13,18 @@ direction: evictions at ``d2h_prefetch_Bps``, prefetches at ``h2d_prefetch_Bps``
 Use ticks (the only difference between the modes):
 
 * ``oblivious`` (allocations and frees only; ground-truth ACCESS rows are never read): a
-  block of the iteration is used at its ALLOC tick and at its FREE tick, each widened by
-  ``guard`` ticks inwards (the op after an allocation usually reads it, the op before a free
-  usually is the last reader). Persistent blocks (weights, optimizer state) have unknown
-  uses: they stay resident, unless the budget cannot be met otherwise; then the largest are
-  mapped host-resident (``advise_preferred_host`` + ``advise_accessed_by``): the device
-  reads them over the link and never faults on them, a cost bounded by their size whatever
-  their use pattern -- the conservative rule. A block crossing the iteration boundary counts
-  as used at the iteration's last tick (the plan cannot name the previous iteration's blocks).
+  block of the iteration is used at its ALLOC tick and at its FREE tick, each widened by a
+  *guard* of ticks inwards (the ops after an allocation read it -- a residual connection a
+  dozen ops later --, the ops before a free are its last readers). With ``guard="auto"``
+  each gap is a candidate at guards of 16, 8, 4 and 2 ticks: the widest (safest) is
+  preferred, a narrower one replaces it only at ticks the budget cannot meet otherwise.
+  Persistent blocks (weights, optimizer state) have unknown uses: they stay resident
+  (``remote_fallback=True``: when the budget cannot be met otherwise, the largest are mapped
+  host-resident with ``advise_preferred_host`` + ``advise_accessed_by``, where that is
+  cheaper than the excess -- off by default: weights are read several times per iteration
+  and remote reads share the link with the prefetches). A block crossing the iteration
+  boundary counts as used at the iteration's last tick (the plan cannot name the previous
+  iteration's blocks).
 * ``sampled``: first/last touch samples per block (drawn from ground truth with
   ``sample_rate``/``noise``, or given as ``samples=``). A block of the iteration is used at
   its first and last touch (widened by ``guard``) and its data is dead after the last touch
@@ -38,22 +42,35 @@ The algorithm (greedy, three passes per round)
    eviction completes (issued at the first allocator event after ``u1`` is queued) to the
    tick of the latest allocator event from which the prefetch still finishes by ``u2``.
 2. Selection (Belady-like, a sweep over ticks): at each tick where resident bytes exceed the
-   budget, take, among the unchosen gaps whose window covers the tick, the one whose window
-   reaches furthest (next use furthest away; ties: larger block) until the tick fits. Its
-   saving is applied to its whole window (a difference array), so later ticks see it.
+   budget, take, among the unchosen gaps whose window covers the tick, the safest guard
+   level first and within it the one whose window reaches furthest (next use furthest away;
+   ties: larger block) until the tick fits. Its saving is applied to its whole window (a
+   difference array), so later ticks see it. The budget counts an eviction from its issue:
+   where the link cannot land it in time, the compute waits for the release under way
+   (predicted as ``eviction_wait_s``) instead of the driver evicting something else. When no
+   window covers an over-budget tick, a chosen prefetch is delayed past it (a predicted
+   stall: cheaper than the driver's eviction and fault-back).
 3. Timing: the chosen transfers are placed on the two copy-engine queues (FIFO in issue
    order): evictions as early as allowed; prefetches by backward list scheduling from the
    latest deadline (each finishes by its use and before the next prefetch on the engine
-   starts), then issued at the latest allocator event at or before that start (the nearest
-   *earlier* control point: a trace with many ops between two allocator events gives coarse
-   control points, which costs memory -- the prefetch lands early -- and is measured in
-   ``meta["predicted"]["coarse_control_*"]``). A forward pass then gives the real queue
-   times; windows shrink accordingly, and a gap the link cannot serve is dropped.
+   starts), moved earlier than the selection's point only where the budget has room for the
+   block over the extra ticks, then issued at the latest allocator event at or before that
+   start (the nearest *earlier* control point: a trace with many ops between two allocator
+   events gives coarse control points, which costs memory -- the prefetch lands early -- and
+   is measured in ``meta["predicted"]["coarse_control_*"]``). A forward pass then gives the
+   real queue times (late prefetches are predicted stall), and a gap the link cannot serve
+   at all is dropped.
 Rounds repeat 2-3 until no tick is over budget (at most ``rounds``). Then discards for
 freed blocks (at their FREE event, so dead data is never written back) and advice.
 
+Discards: every freed block of the iteration of at least ``discard_min_bytes`` gets a
+``discard`` at its FREE event (dead data is never written back, and the pool's freed
+ranges stop counting against the budget). Populate: every allocation gets a
+``prefetch_to_device`` at its ALLOC event (fresh pages are populated without faults).
+
 Complexity: O((E + T + G) log G) per round for E allocator events, T ticks and G candidate
-gaps (G <= number of use ticks); a 100,000-event iteration plans in about a second.
+gaps (at most 4 per block); a 100,000-event iteration plans in well under a second here
+(``benchmarks/bench_planner.py``).
 
 Relation to the simulator's ``bound``: the bound lets every transfer use the full link with
 perfect foresight of ground-truth accesses and no control-point granularity; this planner
