@@ -22,7 +22,9 @@ below autograd -- forward, backward and optimizer alike -- and records, per op:
   nothing.
 * **MARK** at the first tick of every iteration.
 
-Ticks. An op that allocates or touches device memory gets one tick; ops that launch no
+Ticks. An op that allocates or touches device memory gets one tick -- except the foreach
+ops of the optimizers, which get one tick per kernel that CUDA's ``multi_tensor_apply``
+would launch (see ``_Recorder._foreach_launches``); ops that launch no
 kernel and touch nothing (views, ``detach``, metadata, ops on host tensors such as the
 optimizer's step counters) get no tick. Frees that happen between two ops belong to the
 tick of the op before (after its accesses, as the trace contract orders a tick).
@@ -42,6 +44,16 @@ hbm_bandwidth) + LAUNCH_OVERHEAD_NS``, where the peak is ``peak_flops_bf16`` for
 operands and ``peak_flops_fp32`` otherwise. The roofline is optimistic (real kernels reach
 50-80% of peak), so compute time is a lower bound and a schedule that hides transfers
 behind it is judged conservatively.
+
+Optimizers. An optimizer class gets ``foreach=True`` when it takes that option: that is
+what a GPU run uses by default (on meta tensors PyTorch would fall back to the per-parameter
+loop, whose allocations differ). Optimizer step counters are host tensors, as on a GPU, and
+are not recorded.
+
+Known gaps. Memory a kernel allocates internally through the caching allocator (cuDNN/cuBLAS
+workspaces) is invisible at the dispatch level; comparing with the CPU allocator under
+``torch.profiler`` (tests/test_recorder.py), every recorded event is real and in order, and
+for a CNN about a third of the CPU allocator's events are such kernel-internal buffers.
 
 Mixed precision (``amp=True``). ``torch.autocast`` has no ``meta`` device type (it raises
 "unsupported autocast device_type 'meta'", and CPU/CUDA autocast ignore meta tensors), so
