@@ -441,3 +441,20 @@ def test_report_takes_a_compare_frame_and_draws_the_frontier():
     assert p.tables == 2
     with pytest.raises(TypeError, match="compare"):
         viz.report(training_trace(), results=[42])
+
+
+def test_pattern_classes_carry_over_to_every_iteration_by_allocation_ordinal():
+    pattern = pytest.importorskip("uvm_sched.pattern")
+    t = training_trace(iters=4, layers=3)
+    pat = pattern.analyze(t)
+    classes, note = _data.block_classes(t, pat)
+    assert note.startswith("classes from pattern analysis")
+    bt = t.block_table()
+    per_iter = []
+    for start, stop in pat.iterations:
+        blocks = bt[(bt.alloc_tick >= start) & (bt.alloc_tick < stop)].sort_values("alloc_row").index
+        per_iter.append(classes.loc[blocks].tolist())
+    rep = per_iter[pat.rep]
+    assert all(c == rep for c in per_iter)  # every iteration of the toy is alike
+    reps = pat.blocks[~pat.blocks.persistent].sort_values("ordinal")["cls"].tolist()
+    assert rep == reps

@@ -66,23 +66,27 @@ def block_classes(trace: Trace, pattern: Any = None, why: str | None = None) -> 
         known = pb.index.intersection(bt.index)
         cls.loc[known] = pb.loc[known, "cls"].astype(str).to_numpy()
         local = pb[~pb["persistent"].astype(bool)]
-        if len(local):
+        its = np.asarray(pat.iterations, dtype=np.int64).reshape(-1, 2)
+        if len(local) and len(its):
             n_ord = int(local["ordinal"].max()) + 1
             rep_size = np.full(n_ord, -1, np.int64)
             rep_cls = np.full(n_ord, None, dtype=object)
             rep_size[local["ordinal"].to_numpy()] = local["size"].to_numpy()
             rep_cls[local["ordinal"].to_numpy()] = local["cls"].astype(str).to_numpy()
-            a_tick = bt["alloc_tick"].to_numpy()
+            # every block's iteration and its allocation ordinal within it, all at once
             order = np.argsort(bt["alloc_row"].to_numpy(), kind="stable")
-            for start, stop in pat.iterations:
-                sel = order[(a_tick[order] >= start) & (a_tick[order] < stop)]
-                ords = np.arange(len(sel))
-                ok = ords < n_ord
-                sel, ords = sel[ok], ords[ok]
-                ok = rep_size[ords] == bt["size"].to_numpy()[sel]
-                sel, ords = sel[ok], ords[ok]
-                todo = cls.iloc[sel].isna().to_numpy()
-                cls.iloc[sel[todo]] = rep_cls[ords[todo]]
+            a_tick = bt["alloc_tick"].to_numpy()[order]
+            it = np.searchsorted(its[:, 0], a_tick, side="right") - 1
+            inside = (it >= 0) & (a_tick < its[np.maximum(it, 0), 1])
+            sel, it = order[inside], it[inside]
+            first = np.searchsorted(it, it, side="left")  # it is sorted (alloc order)
+            ords = np.arange(len(sel)) - first
+            ok = ords < n_ord
+            sel, ords = sel[ok], ords[ok]
+            ok = rep_size[ords] == bt["size"].to_numpy()[sel]
+            sel, ords = sel[ok], ords[ok]
+            todo = cls.iloc[sel].isna().to_numpy()
+            cls.iloc[sel[todo]] = rep_cls[ords[todo]]
         note = "classes from pattern analysis"
     else:
         note = "classes from a lifetime rule" + (f" ({why})" if why else "")

@@ -110,8 +110,9 @@ def lifetimes(spec) -> go.Figure:
         if not len(sel):
             continue
         xs, ys = _segments(sel["start"].to_numpy(), sel["end"].to_numpy(), sel["y"].to_numpy())
+        # float32 halves what the page carries for big traces (hover needs ~7 digits)
         cd = np.stack([_per_point(sel["block"]), _per_point(sel["size"] / div),
-                       _per_point(sel["start"]), _per_point(sel["end"] - 1)], axis=1)
+                       _per_point(sel["start"]), _per_point(sel["end"] - 1)], axis=1).astype(np.float32)
         fig.add_trace(Scatter(
             x=xs, y=ys, mode="lines", name=f"{cls} (live)", legendgroup=cls,
             line=dict(color=CLASS_COLORS[cls], width=width), opacity=0.3, customdata=cd,
@@ -123,8 +124,8 @@ def lifetimes(spec) -> go.Figure:
                 xs, ys = _segments(sp["start"].to_numpy(), sp["end"].to_numpy(), sp["y"].to_numpy())
                 fig.add_trace(Scatter(
                     x=xs, y=ys, mode="lines", name=f"{cls} (accessed)", legendgroup=cls,
-                    line=dict(color=CLASS_COLORS[cls], width=width), customdata=_per_point(sp["block"]),
-                    hovertemplate="block %{customdata} accessed, tick %{x}<extra></extra>"))
+                    line=dict(color=CLASS_COLORS[cls], width=width),
+                    hovertemplate="accessed around tick %{x} (row %{y})<extra></extra>"))
     marks = spec["marks"]
     if marks is not None:
         MScatter = go.Scattergl if len(marks) > _GL_SEGMENTS else go.Scatter
