@@ -280,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
 
+    # provenance first: the commit and tree state the figures were computed from
+    prov = provenance(argv if argv is not None else sys.argv)
     t_start = time.perf_counter()
     frames, traces = [], {}
     for model in models:
@@ -314,7 +316,6 @@ def main(argv: list[str] | None = None) -> int:
     floors = {k: (f"{fmt_pct(t['min_feasible_bytes'] / t['peak_bytes'], digits=0)} of peak"
                   if t["min_feasible_bytes"] else f"< {min(budgets)}% of peak")
               for k, t in traces.items()}
-    prov = provenance(argv if argv is not None else sys.argv)
     prov["elapsed_s"] = round(time.perf_counter() - t_start, 1)
 
     md = [f"# Plan quality: zoo x budgets x policies x hardware (simulated)\n\n",

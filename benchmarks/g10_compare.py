@@ -149,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     from uvm_sched.trace import load
 
+    # provenance first: the commit and tree state the figures were computed from
+    prov = provenance(argv if argv is not None else sys.argv)
     t_start = time.perf_counter()
     sims: dict[str, dict] = {}
     for name in names:
@@ -191,7 +193,6 @@ def main(argv: list[str] | None = None) -> int:
                               **our_trace_stats(tr)}
             print(f"{name:>17}: recorded {model} {opts} in {recorded[name]['record_s']:.1f}s")
 
-    prov = provenance(argv if argv is not None else sys.argv)
     prov["elapsed_s"] = round(time.perf_counter() - t_start, 1)
     (out_dir / "g10.md").write_text(render_md(names, sims, recorded, prov))
     write_json(out_dir / "g10.json", {"provenance": prov, "hw": HW, "budget": BUDGET,

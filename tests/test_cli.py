@@ -355,7 +355,7 @@ def test_simulate_one_policy_against_ideal(zoo_trace):
     assert doc["result"]["slowdown"] >= 1 - 1e-9
     human = run_cli("simulate", zoo_trace, "--policy", "demand", "--budget", "50%")
     assert human.returncode == 0, human.stderr
-    assert "demand" in human.stdout and "ideal" in human.stdout and "slowdown" in human.stdout
+    assert "demand" in human.stdout and "ideal" in human.stdout and "vs ideal" in human.stdout
 
 
 @needs(ZOO, SIM, PLANNER)
@@ -442,7 +442,7 @@ def test_demo_small_end_to_end_writes_html(tmp_path):
 
     for pol in POLICIES:
         assert pol in p.stdout
-    assert "slowdown" in p.stdout and str(out.resolve()) in p.stdout.replace("\n", "")
+    assert "vs ideal" in p.stdout and str(out.resolve()) in p.stdout.replace("\n", "")
     html = out.read_text()
     assert "<html" in html[:1000].lower() and len(html) > 10_000
 

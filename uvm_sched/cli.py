@@ -176,9 +176,12 @@ def _table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[An
            *, right: Sequence[int] = ()):
     from rich.table import Table
 
-    t = Table(title=title, title_justify="left", show_edge=True, pad_edge=True)
+    t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
     for i, c in enumerate(columns):
-        t.add_column(c, justify="right" if i in right else "left", no_wrap=True)
+        # on a narrow terminal, headers and figures fold onto a second line rather than being
+        # cut off with an ellipsis
+        t.add_column(c, justify="right" if i in right else "left", no_wrap=(i == 0),
+                     overflow="fold")
     for r in rows:
         t.add_row(*[str(x) for x in r])
     return t
@@ -330,14 +333,15 @@ def _result_row(res, ideal) -> dict[str, Any]:
     return d
 
 
-_RESULT_COLS = ("policy", "iteration time", "slowdown vs ideal", "stall", "host→device",
-                "device→host", "faults", "peak resident")
+# short headers so the table fits an 80-column terminal; --help and the report spell them out
+# (peak resident bytes is in --json and the report)
+_RESULT_COLS = ("policy", "time", "vs ideal", "stall", "host→dev", "dev→host", "faults")
 
 
 def _result_cells(r: dict[str, Any]) -> list[str]:
     return [r["policy"], fmt_seconds(r["iteration_time_s"]), fmt_ratio(r["slowdown"]),
-            fmt_seconds(r["stall_time_s"]), fmt_bytes(r["bytes_h2d"]), fmt_bytes(r["bytes_d2h"]),
-            fmt_count(r["faults"]), fmt_bytes(r["peak_resident_bytes"])]
+            fmt_seconds(r["stall_time_s"]), fmt_bytes(r["bytes_h2d"], digits=1),
+            fmt_bytes(r["bytes_d2h"], digits=1), fmt_count(r["faults"])]
 
 
 def _policies(spec: str | None, known: Sequence[str]) -> list[str]:
@@ -541,7 +545,7 @@ def cmd_simulate(args, out: _Out) -> int:
         return EXIT_OK
     _print_budget_line(out, trace.peak_bytes, budget, hw.name)
     t = _table(None, _RESULT_COLS, [_result_cells(_result_row(ideal, ideal)), _result_cells(row)],
-               right=range(1, 8))
+               right=range(1, 7))
     out.stdout.print(t)
     br = getattr(res, "stall_breakdown", None) or {}
     if br:
@@ -616,8 +620,8 @@ def cmd_compare(args, out: _Out) -> int:
                 rows.append([r.policy, "infeasible", "-", "-", "-", "-", "-"])
                 continue
             rows.append([r.policy, fmt_seconds(r.iteration_time_s), fmt_ratio(r.slowdown),
-                         fmt_seconds(r.stall_time_s), fmt_bytes(r.bytes_h2d),
-                         fmt_bytes(r.bytes_d2h), fmt_count(r.faults)])
+                         fmt_seconds(r.stall_time_s), fmt_bytes(r.bytes_h2d, digits=1),
+                         fmt_bytes(r.bytes_d2h, digits=1), fmt_count(r.faults)])
         out.stdout.print(_table(f"budget {fmt_bytes(b)} ({share})", _RESULT_COLS[:7], rows,
                                 right=range(1, 7)))
         if errors is not None:
@@ -772,8 +776,10 @@ def cmd_demo(args, out: _Out) -> int:
     info = _trace_info(trace)
     out.stdout.print(_trace_line(info), markup=False)
     _print_budget_line(out, peak, budget, hw.name)
-    out.stdout.print(_table(f"every policy at {fmt_pct(budget / peak) if peak else '-'} of peak",
-                            _RESULT_COLS, [_result_cells(r) for r in rows], right=range(1, 8)))
+    out.stdout.print(_table(f"every policy at {fmt_pct(budget / peak) if peak else '-'} of peak "
+                            "(iteration time, slowdown vs ideal, stall, bytes moved each way, "
+                            "fault batches)",
+                            _RESULT_COLS, [_result_cells(r) for r in rows], right=range(1, 7)))
     best = min((r for r in rows if r["policy"] not in ("ideal", "bound")),
                key=lambda r: r["iteration_time_s"], default=None)
     if best is not None:
