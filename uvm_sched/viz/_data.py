@@ -167,7 +167,8 @@ def lifetime_table(trace: Trace, classes: pd.Series, max_blocks: int) -> tuple[p
     n = trace.n_ticks
     note = None
     if len(bt) > max_blocks:
-        keep = bt["size"].to_numpy().argsort(kind="stable")[::-1][:max_blocks]
+        # the largest first; among equal sizes the earliest allocated
+        keep = np.argsort(-bt["size"].to_numpy(), kind="stable")[:max_blocks]
         kept = bt.iloc[np.sort(keep)]
         share = kept["size"].sum() / max(1, bt["size"].sum())
         note = (f"{len(bt):,} blocks: showing the {max_blocks:,} largest "
