@@ -117,91 +117,101 @@ def build_schedule(p: Problem, budget: int, *, guards=(4,), rounds: int = 6) -> 
     h2d = size / p.h2d_Bps * 1e9
 
     # -- candidate gaps ------------------------------------------------------------------
-    gaps: list[_Gap] = []
     # A lifetime-ends block is used within `guard` ticks of each end. Every guard level
     # gives a candidate, widest first; the narrower ones (more saving, more risk of a use
-    # the model cannot see) are siblings: at most one of them is chosen.
-    lo_ends = [np.minimum(p.end_lo + g, p.end_hi) for g in guards]
-    hi_ends = [np.maximum(p.end_hi - g, p.end_lo) for g in guards]
-    for i in range(n):
-        ae, fe = int(p.alloc_event[i]), int(p.free_event[i])
-        if not p.persistent[i] and ae < 0:
-            continue  # allocated in an earlier iteration: the plan cannot name it
-        if p.end_lo[i] >= 0:
-            pairs = []
-            for lv in range(len(guards)):
-                a, b = int(lo_ends[lv][i]), int(hi_ends[lv][i])
-                if b - a >= 2 and (a, b) not in pairs:
-                    pairs.append((a, b))
-            last = int(p.end_hi[i])
-            u = None
-        else:
-            u = p.uses[i]
-            if u is None or len(u) == 0:
-                continue
-            pairs = [] if p.busy_span[i] else \
-                [(int(a), int(b)) for a, b in zip(u[:-1], u[1:]) if b - a >= 2]
-            last = int(u[-1])
-        if p.wrap[i] and u is not None:
+    # the model cannot see) are siblings: at most one of them is chosen. Built vectorised
+    # (the common case); blocks with explicit use ticks go through a short loop.
+    ae_all, fe_all = p.alloc_event.astype(np.int64), p.free_event.astype(np.int64)
+    nameable = p.persistent | (ae_all >= 0)
+    fam = np.flatnonzero(nameable & (p.end_lo >= 0))
+    cols: list[list] = [[], [], [], [], []]  # blk, u1, u2 (-1: dead tail), level, sibling group
+
+    def emit(blk, u1, u2, lv, grp):
+        cols[0].append(np.asarray(blk, np.int64))
+        cols[1].append(np.asarray(u1, np.int64))
+        cols[2].append(np.asarray(u2, np.int64))
+        cols[3].append(np.broadcast_to(np.asarray(lv, np.int64), np.shape(blk)))
+        cols[4].append(np.asarray(grp, np.int64))
+
+    prev_a = prev_b = None
+    for lv, g in enumerate(guards):
+        a = np.minimum(p.end_lo[fam] + g, p.end_hi[fam])
+        b = np.maximum(p.end_hi[fam] - g, p.end_lo[fam])
+        ok = b - a >= 2
+        if prev_a is not None:
+            ok &= (a != prev_a) | (b != prev_b)
+        emit(fam[ok], a[ok], b[ok], lv, fam[ok])
+        prev_a, prev_b = a, b
+    dt = fam[p.dead_tail[fam] & (p.end_hi[fam] < p.live_to[fam])]
+    emit(dt, p.end_hi[dt], np.full(len(dt), -1), 0, -1 - dt)
+    for i in np.flatnonzero(nameable & (p.end_lo < 0)).tolist():
+        u = p.uses[i]
+        if u is None or len(u) == 0:
+            continue
+        pairs = [] if p.busy_span[i] else \
+            [(int(x), int(y)) for x, y in zip(u[:-1], u[1:]) if y - x >= 2]
+        last = int(u[-1])
+        if p.wrap[i]:
             first = int(u[0]) + T
             if first - last >= 2:
                 pairs.append((last, first))
         elif p.dead_tail[i] and last < int(p.live_to[i]):
             pairs.append((last, -1))
-        sibs: list = []
         for u1, u2 in pairs:
-            ke = int(np.searchsorted(q, u1, side="left"))
-            if ae >= 0:
-                ke = max(ke, ae)
-            if ke >= (E if not p.wrap[i] else 2 * E):
-                continue
-            if fe >= 0 and ke >= fe:
-                continue  # no control point between the use and the free
-            if u2 >= 0 and q[ke] >= u2:
-                continue  # the next use is queued before the eviction could be issued
-            if u is None and u2 >= 0:
-                g = _Gap(i, u1, u2, ke, False, len(sibs), sibs)
-                sibs.append(g)
-            else:
-                g = _Gap(i, u1, u2, ke, u2 < 0)
-            gaps.append(g)
+            emit([i], [u1], [u2], 0, [-1 - i - n * (len(cols[0]) + 1)])
+    if cols[0]:
+        gb, gu1, gu2, glv, ggrp = (np.concatenate(c) for c in cols)
+    else:
+        gb = gu1 = gu2 = glv = ggrp = np.zeros(0, np.int64)
+    dead = gu2 < 0
+    ke = np.searchsorted(q, gu1, side="left")
+    gae, gfe = ae_all[gb], fe_all[gb]
+    ke = np.where(gae >= 0, np.maximum(ke, gae), ke)
+    lim = np.where(p.wrap[gb], 2 * E, E)
+    ok = (ke < lim) & ((gfe < 0) | (ke < gfe))  # a control point between use and free
+    kec = np.minimum(ke, len(q) - 1)
+    ok &= dead | (q[kec] < gu2)  # the next use is not queued before the eviction
+    # Windows if the link were idle. The budget counts an evicted block as gone from the
+    # tick its eviction is issued: the runtime (and the driver) waits for a release under
+    # way rather than evicting something else, so a late eviction costs a wait (predicted
+    # as stall), not a fault storm; its completion time is the timing pass's business.
+    e_done = tau[kec] + d2h[gb]
+    t_off = q[kec] + 1
+    u2c = np.where(dead, 0, gu2)
+    latest = C[u2c] - h2d[gb]
+    kp = np.searchsorted(tau, latest, side="right") - 1
+    # the last control point before the use is queued: a prefetch issued there is late
+    # (a stall) but may still beat overflowing the budget
+    kl = np.searchsorted(q, u2c, side="left") - 1
+    kp = np.where(gfe >= 0, np.minimum(kp, gfe - 1), kp)
+    kl = np.where(gfe >= 0, np.minimum(kl, gfe - 1), kl)
+    t_on_late = np.where(kl > ke, q[np.clip(kl, 0, len(q) - 1)] + 1, 0)
+    kp = np.where(kp <= ke, ke + 1, kp)  # right after the eviction: partly hidden at best
+    kpc = np.minimum(kp, len(q) - 1)
+    ok &= dead | ((kp < len(q)) & (q[kpc] < gu2) & ((gfe < 0) | (kp < gfe)))
+    t_on = np.where(dead, p.live_to[gb] + 1, q[kpc] + 1)
+    t_on_late = np.where(dead, t_on, t_on_late)
+    ok &= np.maximum(t_on, t_on_late) > t_off
+    gaps: list[_Gap] = []
+    groups: dict[int, list] = {}
+    for j in np.flatnonzero(ok).tolist():
+        grp = int(ggrp[j])
+        if grp >= 0 and not dead[j]:
+            sibs = groups.setdefault(grp, [])
+            g = _Gap(int(gb[j]), int(gu1[j]), int(gu2[j]), int(ke[j]), False, len(sibs), sibs)
+            sibs.append(g)
+        else:
+            g = _Gap(int(gb[j]), int(gu1[j]), int(gu2[j]), int(ke[j]), bool(dead[j]))
+        g.e_done, g.t_off = float(e_done[j]), int(t_off[j])
+        g.t_on, g.t_on_late = int(t_on[j]), int(t_on_late[j])
+        if not dead[j]:
+            g.kp = g.kp_sel = int(kp[j])
+        gaps.append(g)
 
     base = np.zeros(T + 1, np.int64)
     np.add.at(base, p.live_from.astype(np.int64), size)
     np.add.at(base, p.live_to.astype(np.int64) + 1, -size)
     base = np.cumsum(base)[:T]
-
-    def windows_unloaded(g: _Gap) -> None:
-        # The budget counts an evicted block as gone from the tick its eviction is issued:
-        # the runtime (and the driver) waits for a release already under way rather than
-        # evicting something else, so a late eviction costs a wait (predicted as stall),
-        # not a fault storm. Its completion time is what the timing pass computes.
-        g.e_done = tau[g.ke] + d2h[g.blk]
-        g.t_off = int(q[g.ke]) + 1
-        if g.dead:
-            g.t_on = g.t_on_late = int(p.live_to[g.blk]) + 1
-            return
-        latest = C[g.u2] - h2d[g.blk]
-        kp = int(np.searchsorted(tau, latest, side="right")) - 1
-        fe = int(p.free_event[g.blk])
-        # the last control point before the use is queued: a prefetch issued there is late
-        # (a stall) but may still beat overflowing the budget
-        kl = int(np.searchsorted(q, g.u2, side="left")) - 1
-        if fe >= 0:
-            kp = min(kp, fe - 1)
-            kl = min(kl, fe - 1)
-        g.t_on_late = int(q[kl]) + 1 if kl > g.ke else 0
-        if kp <= g.ke:
-            kp = g.ke + 1  # issue it right after the eviction: partly hidden at best
-            if kp >= len(q) or q[kp] >= g.u2 or (fe >= 0 and kp >= fe):
-                g.bad = True
-                return
-        g.kp = g.kp_sel = kp
-        g.t_on = int(q[kp]) + 1
-
-    for g in gaps:
-        windows_unloaded(g)
-    gaps = [g for g in gaps if not g.bad and max(g.t_on, g.t_on_late) > g.t_off]
 
     remote: list[int] = []
     chosen: list[_Gap] = []
@@ -429,26 +439,22 @@ def _timing(chosen, p, C, tau, q, d2h, h2d, size, T, base=None, budget=0) -> np.
 def _earliest_with_room(resident, budget, sz, q, lo, hi, T, cap=4096) -> int:
     """The earliest control point in [lo, hi] from which the block (``sz`` bytes) can be
     back on the device until ``hi``'s tick without exceeding the budget; claims the room
-    in ``resident``. Walks back from ``hi`` (at most ``cap`` ticks)."""
+    in ``resident``. Looks back at most ``cap`` ticks. O(ticks looked at), vectorised."""
     end = int(q[hi]) + 1
-    k = hi
-    t = end - 1
-    while k > lo:
-        start = int(q[k - 1]) + 1
-        if end - start > cap:
-            break
-        ok = True
-        while t >= start:
-            if resident[t % T] + sz > budget:
-                ok = False
-                break
-            t -= 1
-        if not ok:
-            break
-        k -= 1
-    start = int(q[k]) + 1
-    for tt in range(start, end):
-        resident[tt % T] += sz
+    start = max(int(q[lo]) + 1, end - cap)
+    if start >= end:
+        return hi
+    ticks = np.arange(start, end)
+    idx = ticks % T if end > T else ticks
+    bad = np.flatnonzero(resident[idx] + sz > budget)
+    first_ok = start if not len(bad) else int(ticks[bad[-1]]) + 1
+    # the earliest control point whose issue tick (q + 1) is at or after first_ok
+    k = int(np.searchsorted(q, first_ok - 1, side="left"))
+    k = min(max(k, lo), hi)
+    s0 = int(q[k]) + 1
+    if s0 < end:
+        sl = np.arange(s0, end)
+        np.add.at(resident, sl % T, sz)
     return k
 
 
