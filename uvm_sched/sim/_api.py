@@ -10,7 +10,7 @@ from .._budget import resolve_budget
 from ..hw import load_profile
 from ..planner import Plan
 from ._bound import lower_bound
-from ._engine import Engine
+from ._engine import DISCARD, Engine
 from ._policies import PlanSchedule, PrefetchOnAlloc, Schedule, SwapActivations
 from ._prep import prepare
 from ._result import BudgetError, SimResult
@@ -148,6 +148,21 @@ def _bound_result(prep, hw, B, compute, T, tick, excess) -> SimResult:
                       "must_cross_bytes": int(excess)})
 
 
+# The native executor skips a discard of a block of at most 1 MiB: such blocks share 2 MiB
+# slab pages with others in the pool, so discarding the page would destroy live data.
+DISCARD_MIN_BYTES = (1 << 20) + 1
+
+
+def _executes(code: int, b: int, alive: int, sched, prep) -> bool:
+    """Whether the executor acts on planned action ``code`` for block ``b`` now: the block
+    is live, or (discard only) it was freed by the very allocator event the action follows."""
+    if code == DISCARD:
+        if prep.bsize[b] < DISCARD_MIN_BYTES:
+            return False
+        return alive == 1 or b in getattr(sched, "discard_at_free", ())
+    return alive == 1
+
+
 def _run(prep, hw, B, sched: Schedule, name: str, pool: bool, zero_fill: bool) -> SimResult:
     eng = Engine(prep, hw, B, pool=pool, zero_fill_faults=zero_fill)
     ws, we = prep.window
@@ -171,14 +186,14 @@ def _run(prep, hw, B, sched: Schedule, name: str, pool: bool, zero_fill: bool) -
             k = ev_kind[s:e]
             eng.alloc(ev_block[s:e][k == 0])
         for code, b, lo, hi in sched.at(t, "pre"):
-            if eng.alive[bchunk0[b]] == 1:
+            if _executes(code, b, eng.alive[bchunk0[b]], sched, prep):
                 eng.act(code, b, lo, hi, eng.now, eng.pinned)
         f, v, l = eng.kernel(t)
         eng.now += dur[t]
         if e > s:
             eng.free(ev_block[s:e][k == 1])
         for code, b, lo, hi in sched.at(t, "post"):
-            if eng.alive[bchunk0[b]] == 1:
+            if _executes(code, b, eng.alive[bchunk0[b]], sched, prep):
                 eng.act(code, b, lo, hi, eng.now, eng.pinned)
         eng._retire(eng.now)
         if eng.recording:

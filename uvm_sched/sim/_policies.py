@@ -152,6 +152,7 @@ class PlanSchedule(Schedule):
         self.divergences = 0
         self.global_event = 0
         self._post: list = []
+        self.discard_at_free: set[int] = set()  # blocks a discard may name though freed
 
     def _new_iteration(self):
         self.local = -1
@@ -162,6 +163,7 @@ class PlanSchedule(Schedule):
         if stage == "post":
             out, self._post = self._post, []
             return out
+        self.discard_at_free = set()
         p = self.p
         s, e = int(p.ev_ptr[t]), int(p.ev_ptr[t + 1])
         if self.sync != "period" and t in self.marks:
@@ -195,8 +197,13 @@ class PlanSchedule(Schedule):
                     b = ordinal if ordinal < len(p.bsize) and p.balloc_tick[ordinal] <= t else -1
                 else:
                     b = self.allocs[ordinal] if ordinal < len(self.allocs) else -1
-                if b >= 0:
-                    dest.append((code, b, lo, hi))
+                if b < 0:
+                    continue
+                if code == _CODES["discard"] and kinds[i] == EventKind.FREE and b == blocks[i]:
+                    # Discard at free (as the native executor): the block this very FREE
+                    # released may be named; its range is dead but still resident in the pool.
+                    self.discard_at_free.add(b)
+                dest.append((code, b, lo, hi))
         self._post = post
         return pre
 
