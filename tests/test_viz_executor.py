@@ -29,6 +29,9 @@ def test_plan_marks_match_the_native_executor_log():
     issued = log[log.status == "issued"].groupby(["iteration", "action"]).size()
     drawn = marks.groupby(["iteration", "action"]).size()
     assert issued.to_dict() == drawn.to_dict()
-    # bytes too: the executor moves what the marks say
-    assert (log[log.status == "issued"].groupby("iteration")["bytes"].sum().to_dict()
-            == marks.groupby("iteration")["bytes"].sum().to_dict())
+    # bytes too: the executor moves what the marks say (discards are left out: the executor
+    # rounds them up to the end of the block's last 2 MiB page)
+    moved = log[(log.status == "issued") & (log.action != "discard")]
+    drawn_moves = marks[marks.action != "discard"]
+    assert (moved.groupby(["iteration", "action"])["bytes"].sum().to_dict()
+            == drawn_moves.groupby(["iteration", "action"])["bytes"].sum().to_dict())

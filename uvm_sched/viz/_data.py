@@ -21,6 +21,10 @@ from ._units import CLASS_ORDER
 
 ALLOC, FREE, ACCESS = int(EventKind.ALLOC), int(EventKind.FREE), int(EventKind.ACCESS)
 
+# The native pool gives blocks above 1 MiB whole 2 MiB pages; smaller ones share slab pages,
+# which the executor never discards.
+_DISCARD_MIN_BYTES = 2**20
+
 # Plan action -> the family drawn on the lifetime chart.
 ACTION_FAMILY = {
     "prefetch_to_device": "prefetch",
@@ -240,7 +244,9 @@ def plan_marks(trace: Trace, plan: Any, pattern: Any = None, why: str | None = N
     ``period_events`` allocator events); the action with tick ``k`` fires right after
     allocator event ``k``; block ordinals name the j-th ALLOC of the iteration (or of the
     trace, persistent); an allocation of another size than ``alloc_sizes`` disarms the plan
-    for the rest of that iteration; actions on blocks not live are skipped. ``pattern``/``why``
+    for the rest of that iteration; actions on blocks not live are skipped, except a discard
+    at its block's own FREE (the native executor's rules, exec.c). ``bytes``: what the
+    action covers (``bytes`` 0 = to the block's end). ``pattern``/``why``
     as for ``block_classes``."""
     k, t, b, s = trace.kind, trace.tick, trace.block, trace.size
     ev = np.flatnonzero((k == ALLOC) | (k == FREE))
@@ -277,6 +283,7 @@ def plan_marks(trace: Trace, plan: Any, pattern: Any = None, why: str | None = N
     a_pers = acts["persistent"].to_numpy(bool)
     a_name = acts["action"].to_numpy(object)
     a_bytes = acts["bytes"].to_numpy(np.int64)
+    a_off = acts["offset"].to_numpy(np.int64)
     out = []
     diverged = 0
     for it, (e0, e1) in enumerate(bounds):
@@ -313,14 +320,23 @@ def plan_marks(trace: Trace, plan: Any, pattern: Any = None, why: str | None = N
         blocks = b[blk_row]
         fr = free_row.reindex(blocks).to_numpy()
         live = (alloc_row.reindex(blocks).to_numpy() <= row_k) & ((fr < 0) | (fr > row_k))
-        ai, row_k, blocks = ai[live], row_k[live], blocks[live]
+        # as the native executor (exec.c): a discard at the very FREE of its block fires
+        # (dead data, not yet reusable); discards of blocks that own no whole 2 MiB page
+        # (<= 1 MiB, slab-allocated) are skipped; an offset past the block's end is skipped
+        is_discard = a_name[ai] == "discard"
+        live |= is_discard & (fr == row_k)
+        bsize = s[blk_row]
+        live &= ~is_discard | (bsize > _DISCARD_MIN_BYTES)
+        live &= a_off[ai] < bsize
+        ai, row_k, blocks, bsize = ai[live], row_k[live], blocks[live], bsize[live]
         out.append(pd.DataFrame({
             "x": t[row_k] + (k[row_k] == FREE),
             "tick": t[row_k],
             "block": blocks,
             "action": a_name[ai],
             "family": [ACTION_FAMILY.get(a, "advise") for a in a_name[ai]],
-            "bytes": a_bytes[ai],
+            "bytes": np.where(a_bytes[ai] > 0, np.minimum(a_bytes[ai], bsize - a_off[ai]),
+                              bsize - a_off[ai]),
             "iteration": it,
         }))
     if diverged:
