@@ -458,3 +458,14 @@ def test_pattern_classes_carry_over_to_every_iteration_by_allocation_ordinal():
     assert all(c == rep for c in per_iter)  # every iteration of the toy is alike
     reps = pat.blocks[~pat.blocks.persistent].sort_values("ordinal")["cls"].tolist()
     assert rep == reps
+
+
+def test_a_discard_fires_at_its_blocks_own_free_but_not_later():
+    t = training_trace(iters=2, layers=2)
+    # events: a0 ws0 -ws0 | a1 ws1 -ws1 | g1 -g1 -a1 | g0 -g0 -a0  (0..11)
+    plan = toy_plan(t, [(11, "discard", 0, False, 0, 16 * MiB),   # a0 freed by event 11: fires
+                        (2, "discard", 1, False, 0, 4 * MiB),     # ws0 freed by event 2: fires
+                        (11, "discard", 1, False, 0, 4 * MiB)])   # ws0 long gone: skipped
+    marks, _ = _data.plan_marks(t, plan)
+    assert sorted(marks.groupby("iteration").size().tolist()) == [2, 2]
+    assert sorted(marks["bytes"].unique().tolist()) == [4 * MiB, 16 * MiB]
