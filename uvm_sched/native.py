@@ -19,9 +19,14 @@ Event kinds in :func:`drain_events` (``EVENT_KINDS`` maps code -> name): ``alloc
 queued on); errors: ``oom`` (32), ``bad_free`` (33), ``double_free`` (34),
 ``size_mismatch`` (35, ``arg`` = the allocated size), ``driver_error`` (36),
 ``divergence`` (37, ``arg`` = the allocation ordinal in the iteration), ``skipped`` (38),
-``action_failed`` (39), ``unsupported`` (40).  ``tick`` is the ordinal of the allocator
-event (malloc or free) since the library started; other events carry the ordinal of the
-allocator event they follow (a mark: of the next one).
+``action_failed`` (39), ``unsupported`` (40).  Direct calls (:func:`prefetch`,
+:func:`advise`, :func:`discard`, :func:`synchronize`, :func:`release_cached`) are recorded
+too: a prefetch, advice or discard as the action it equals (``16 + a``) with ``arg = -1``
+(no plan row), a refusal by the driver as ``action_failed``/``unsupported`` with
+``arg = -1 - a``; ``unadvise`` (41, ``arg`` = the advice's action index), ``release`` (42,
+``size`` = bytes released), ``sync`` (43, ``stream``).  ``tick`` is the ordinal of the
+allocator event (malloc or free) since the library started; other events carry the
+ordinal of the allocator event they follow (a mark: of the next one).
 """
 from __future__ import annotations
 
@@ -35,12 +40,13 @@ import numpy as np
 __all__ = [
     "malloc", "free", "stats", "step", "drain_events", "backend", "backend_reason",
     "library_path", "release_cached", "set_tracing", "block_info",
+    "prefetch", "advise", "discard", "synchronize", "stream_handle",
     "arm", "arm_plan", "disarm", "action_log", "replay",
     "EVENT_DTYPE", "PLAN_ROW_DTYPE", "EVENT_KINDS", "ABI_VERSION",
-    "UvmSchedError", "OutOfMemoryError", "FreeError",
+    "UvmSchedError", "OutOfMemoryError", "FreeError", "UnsupportedError",
 ]
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 # status codes of the C core (uvm_sched.h)
 _OK, _EINVAL, _ENOMEM, _EDRIVER, _EUNSUPPORTED = 0, -1, -2, -3, -4
@@ -68,6 +74,7 @@ EVENT_KINDS: dict[int, str] = {
     **{16 + i: a for i, a in enumerate(_ACTION_NAMES)},
     32: "oom", 33: "bad_free", 34: "double_free", 35: "size_mismatch", 36: "driver_error",
     37: "divergence", 38: "skipped", 39: "action_failed", 40: "unsupported",
+    41: "unadvise", 42: "release", 43: "sync",
 }
 _ACTION_BASE = 16
 
@@ -88,6 +95,10 @@ class OutOfMemoryError(MemoryError):
                + ". Free or release cached memory (uvm_sched.native.release_cached()), or "
                  "raise the limit.")
         super().__init__(msg)
+
+
+class UnsupportedError(UvmSchedError):
+    """The driver lacks the call (``discard`` needs a CUDA 13 driver)."""
 
 
 class FreeError(ValueError):
@@ -158,6 +169,11 @@ def _load() -> ctypes.CDLL:
             "uvm_sched_exec_arm": (c.c_int, [c.c_void_p, c.c_size_t, c.c_void_p, c.c_size_t,
                                              c.c_uint64, c.c_int, c.c_int, c.c_int]),
             "uvm_sched_exec_disarm": (c.c_int, []),
+            "uvm_sched_prefetch": (c.c_int, [c.c_void_p, c.c_size_t, c.c_int, c.c_int,
+                                             c.c_void_p]),
+            "uvm_sched_advise": (c.c_int, [c.c_void_p, c.c_size_t, c.c_int, c.c_int, c.c_int]),
+            "uvm_sched_discard": (c.c_int, [c.c_void_p, c.c_size_t, c.c_int, c.c_void_p]),
+            "uvm_sched_synchronize": (c.c_int, [c.c_void_p, c.c_int]),
         }
         for name, (res, args) in sig.items():
             f = getattr(lib, name)
@@ -194,7 +210,8 @@ def malloc(nbytes: int, stream: int = 0, device: int = 0) -> int:
     if nbytes >= 1 << 64:
         raise OutOfMemoryError(nbytes, stats()["reserved_bytes"], None, "size beyond 64 bits")
     out = ctypes.c_void_p()
-    s = lib.uvm_sched_malloc_status(nbytes, int(device), int(stream) or None, ctypes.byref(out))
+    s = lib.uvm_sched_malloc_status(nbytes, int(device), stream_handle(stream) or None,
+                                    ctypes.byref(out))
     if s == _ENOMEM:
         st = stats()
         lim = st["limit_bytes"]
@@ -215,7 +232,7 @@ def free(ptr: int, size: int | None = None, stream: int | None = None) -> None:
     if ptr == 0:
         return
     s = lib.uvm_sched_free_status(ptr, _SIZE_ANY if size is None else int(size), 0,
-                                  int(stream or 0) or None, 1 if stream is None else 0)
+                                  stream_handle(stream) or None, 1 if stream is None else 0)
     if s == _OK:
         return
     reason = {_EUNKNOWN: "unknown", _EDOUBLEFREE: "double_free", _ESIZE: "size"}.get(s)
@@ -243,11 +260,121 @@ def step() -> None:
 
 
 def release_cached() -> int:
-    """Return the memory of empty arenas to the driver; returns the bytes released."""
+    """Return the memory of empty arenas to the driver; returns the bytes released.
+    Counted (``direct_releases``) and recorded as ``release`` (``size`` = bytes)."""
     n = _load().uvm_sched_release_cached()
     if n < 0:
         _raise(int(n), "uvm_sched.release_cached()")
     return int(n)
+
+
+# ---- direct calls (calibration, tools) -----------------------------------------------
+def stream_handle(stream: Any) -> int:
+    """A CUDA stream as the integer handle the driver takes: an int (0 = the legacy default
+    stream), ``None``, a ``ctypes.c_void_p``, a ``torch.cuda.Stream`` (``cuda_stream``), a
+    Numba stream (``handle``), a CuPy stream (``ptr``), an object with
+    ``__cuda_stream__``, or anything ``int()`` accepts (a ``cuda.bindings`` CUstream)."""
+    if stream is None:
+        return 0
+    if isinstance(stream, (int, np.integer)):
+        return int(stream)
+    if isinstance(stream, ctypes.c_void_p):
+        return int(stream.value or 0)
+    proto = getattr(stream, "__cuda_stream__", None)
+    if callable(proto):
+        return int(proto()[1])
+    for attr in ("cuda_stream", "handle", "ptr"):
+        if hasattr(stream, attr):
+            return stream_handle(getattr(stream, attr))
+    try:
+        return int(stream)
+    except (TypeError, ValueError):
+        raise TypeError(f"cannot make a CUDA stream handle of {stream!r} "
+                        f"({type(stream).__name__})") from None
+
+
+def _direct(status: int, call: str) -> None:
+    """Raise for a direct call's status: ValueError for a range or argument the library
+    refused before calling the driver, UnsupportedError, UvmSchedError (driver status)."""
+    if status == _OK:
+        return
+    detail = _last_error()
+    if status in (_EUNKNOWN, _EINVAL):
+        raise ValueError(f"{call}: {detail}")
+    if status == _EUNSUPPORTED:
+        raise UnsupportedError(f"{call}: {detail}")
+    _raise(status, call)
+
+
+def _range(ptr: int, nbytes: int) -> tuple[int, int]:
+    ptr, nbytes = int(ptr), int(nbytes)
+    if ptr <= 0 or ptr >= 1 << 64:
+        raise ValueError(f"pointer 0x{ptr:x} is not an address")
+    if nbytes <= 0 or nbytes >= 1 << 64:
+        raise ValueError(f"range at 0x{ptr:x} must be 1 byte or more, got {nbytes:,} bytes")
+    return ptr, nbytes
+
+
+def prefetch(ptr: int, nbytes: int, *, to: str = "device", stream: Any = 0,
+             device: int = 0) -> None:
+    """Migrate ``nbytes`` bytes at ``ptr`` (memory of this allocator) to ``device``
+    (``to="device"``) or to the host (``to="host"``), asynchronously on ``stream`` (see
+    :func:`stream_handle`): ``cuMemPrefetchAsync`` through the executor's driver table.
+    Counted in ``stats()`` (``direct_prefetches``, ``direct_bytes_h2d``/``_d2h``) and
+    recorded in the ring as ``prefetch_to_device``/``prefetch_to_host`` with ``arg = -1``;
+    the host backend records it and does nothing. Raises ``ValueError`` for a range
+    outside this allocator's memory, ``UvmSchedError`` (with the driver's status) when the
+    driver refuses."""
+    if to not in ("device", "host"):
+        raise ValueError(f"prefetch: to must be 'device' or 'host', got {to!r}")
+    ptr, nbytes = _range(ptr, nbytes)
+    h = stream_handle(stream)
+    s = _load().uvm_sched_prefetch(ptr, nbytes, 1 if to == "host" else 0, int(device), h or None)
+    _direct(s, f"uvm_sched.native.prefetch(0x{ptr:x}, {nbytes:,} bytes, to={to!r}, "
+               f"stream=0x{h:x}, device={int(device)})")
+
+
+def advise(ptr: int, nbytes: int, advice: str, *, device: int = 0,
+           unset: bool = False) -> None:
+    """Give the driver advice about ``nbytes`` bytes at ``ptr`` (memory of this
+    allocator): ``advice`` is one of the planner's actions ``advise_preferred_host``
+    (preferred location: host), ``advise_accessed_by`` (``device`` maps it, no migration on
+    access) or ``advise_read_mostly``; ``unset=True`` removes that advice instead
+    (``CU_MEM_ADVISE_UNSET_*``; for ``advise_preferred_host`` it clears whatever preferred
+    location is set). Advice outlives a free: a range handed out again keeps it, so unset
+    what you set before freeing. Counted (``direct_advises``) and recorded (the action, or
+    ``unadvise``); errors as :func:`prefetch`."""
+    if advice not in _ACTION_NAMES[2:5]:
+        raise ValueError(f"advise: unknown advice {advice!r}; one of "
+                         f"{', '.join(_ACTION_NAMES[2:5])}")
+    ptr, nbytes = _range(ptr, nbytes)
+    s = _load().uvm_sched_advise(ptr, nbytes, _ACTION_NAMES.index(advice), 1 if unset else 0,
+                                 int(device))
+    _direct(s, f"uvm_sched.native.advise(0x{ptr:x}, {nbytes:,} bytes, {advice!r}"
+               f"{', unset=True' if unset else ''}, device={int(device)})")
+
+
+def discard(ptr: int, nbytes: int, *, stream: Any = 0, device: int = 0) -> None:
+    """Tell the driver the contents of ``nbytes`` bytes at ``ptr`` are dead, so it never
+    migrates them (``cuMemDiscardBatchAsync``, stream-ordered on ``stream``; the next
+    access reads indeterminate values). The range must lie inside one live block of more
+    than 1 MiB (smaller blocks share their 2 MiB pages with others). Counted
+    (``direct_discards``, ``direct_bytes_discarded``) and recorded as ``discard``. Raises
+    ``UnsupportedError`` on a driver without it (before CUDA 13), else as
+    :func:`prefetch`."""
+    ptr, nbytes = _range(ptr, nbytes)
+    h = stream_handle(stream)
+    s = _load().uvm_sched_discard(ptr, nbytes, int(device), h or None)
+    _direct(s, f"uvm_sched.native.discard(0x{ptr:x}, {nbytes:,} bytes, stream=0x{h:x}, "
+               f"device={int(device)})")
+
+
+def synchronize(stream: Any = 0, *, device: int = 0) -> None:
+    """Wait until the work queued on ``stream`` so far (e.g. prefetches) is done (0 = the
+    legacy default stream). Counted (``direct_syncs``) and recorded as ``sync``."""
+    h = stream_handle(stream)
+    s = _load().uvm_sched_synchronize(h or None, int(device))
+    _direct(s, f"uvm_sched.native.synchronize(stream=0x{h:x}, device={int(device)})")
 
 
 def set_tracing(on: bool) -> bool:
@@ -398,9 +525,9 @@ def disarm() -> None:
 
 
 def action_log(events: np.ndarray):
-    """The executor's part of a drain as a pandas DataFrame, one row per plan row the
-    executor handled: ``iteration``, ``tick`` (allocator event ordinal within the
-    iteration), ``row`` (index in the armed table), ``action`` (name), ``status``
+    """The executor's part of a drain as a pandas DataFrame (direct calls left out), one
+    row per plan row the executor handled: ``iteration``, ``tick`` (allocator event
+    ordinal within the iteration), ``row`` (index in the armed table), ``action`` (name), ``status``
     (``issued``/``skipped``/``failed``/``unsupported``), ``addr``, ``bytes``, ``stream``.
     The drain must include the ``iter`` event that started each iteration."""
     import pandas as pd
@@ -413,7 +540,8 @@ def action_log(events: np.ndarray):
         k = int(k)
         if k == 4:
             it, start = int(e["arg"]), int(e["tick"])
-        elif _ACTION_BASE <= k < _ACTION_BASE + len(_ACTION_NAMES) or k in (38, 39, 40):
+        elif ((_ACTION_BASE <= k < _ACTION_BASE + len(_ACTION_NAMES) or k in (38, 39, 40))
+              and int(e["arg"]) >= 0):  # arg < 0: a direct call, not a plan row
             status = ("issued" if k < 32 else
                       {38: "skipped", 39: "failed", 40: "unsupported"}[k])
             rows.append((it, int(e["tick"]) - start, int(e["arg"]),

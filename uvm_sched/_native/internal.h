@@ -18,7 +18,11 @@
  * Pre-conditions are documented per entry; each returns UVM_OK or a UVM_E* status and,
  * on a driver failure, leaves the driver's code in uvm_prim_last_status() and a message
  * in the thread's last error. */
-enum uvm_advice { UVM_ADV_PREFERRED_HOST, UVM_ADV_ACCESSED_BY, UVM_ADV_READ_MOSTLY };
+enum uvm_advice {
+    UVM_ADV_PREFERRED_HOST, UVM_ADV_ACCESSED_BY, UVM_ADV_READ_MOSTLY,
+    /* the unset forms (direct calls only: a plan never unsets) */
+    UVM_ADV_UNSET_PREFERRED, UVM_ADV_UNSET_ACCESSED_BY, UVM_ADV_UNSET_READ_MOSTLY
+};
 
 typedef struct uvm_prim {
     const char *name;
@@ -200,6 +204,12 @@ UVM_HIDDEN int uvm_pool_free(uvm_pool *p, void *ptr, size_t size, int device, vo
                              int own_stream, uvm_block *b);
 /* The live block starting at ptr (UVM_EUNKNOWN / UVM_EDOUBLEFREE otherwise). */
 UVM_HIDDEN int uvm_pool_lookup(uvm_pool *p, void *ptr, uvm_block *b);
+/* UVM_OK when [ptr, ptr+bytes) lies inside one reservation (arena) of the pool, else
+ * UVM_EUNKNOWN (and the thread's last error says why). */
+UVM_HIDDEN int uvm_pool_check_range(uvm_pool *p, const void *ptr, uint64_t bytes);
+/* The live block whose memory holds ptr (ptr may point inside it): UVM_OK and *b, else
+ * UVM_EUNKNOWN (not our memory) or UVM_EDOUBLEFREE (our memory, no live block there). */
+UVM_HIDDEN int uvm_pool_owner(uvm_pool *p, const void *ptr, uvm_block *b);
 UVM_HIDDEN uint64_t uvm_pool_release_cached(uvm_pool *p);
 UVM_HIDDEN void *uvm_pool_stream_handle(uvm_pool *p, int slot);
 UVM_HIDDEN int uvm_size_class(uint64_t size);      /* -1 if > UVM_SMALL_MAX */
@@ -234,6 +244,12 @@ typedef struct uvm_exec {
     uvm_exec_stats st;
 } uvm_exec;
 
+/* ---- direct calls (uvm_sched_prefetch/advise/discard/synchronize/release_cached) ---- */
+typedef struct uvm_direct_stats {
+    uint64_t prefetches, advises, discards, syncs, releases, failed, unsupported, bytes_h2d,
+        bytes_d2h, bytes_discarded, bytes_advised;
+} uvm_direct_stats;
+
 /* ---- global state ---------------------------------------------------------------------- */
 typedef struct uvm_state {
     pthread_mutex_t lock; /* guards pool, exec, ring production, tick */
@@ -243,6 +259,7 @@ typedef struct uvm_state {
     uvm_pool pool;
     uvm_ring ring;
     uvm_exec exec;
+    uvm_direct_stats direct;
     bool tracing;
     uint64_t tick;  /* allocator events served */
     uint64_t marks;

@@ -617,6 +617,54 @@ int uvm_pool_lookup(uvm_pool *p, void *ptr, uvm_block *b) {
     return UVM_OK;
 }
 
+int uvm_pool_check_range(uvm_pool *p, const void *ptr, uint64_t bytes) {
+    uintptr_t x = (uintptr_t)ptr;
+    uvm_arena *a = find_arena(p, x);
+    if (!a) {
+        uvm_set_error("%p is not in memory reserved by uvm_sched (%zu reservations)", ptr,
+                      p->n_arenas);
+        return UVM_EUNKNOWN;
+    }
+    uintptr_t end = (uintptr_t)a->base + a->npages * UVM_PAGE;
+    if (bytes > end - x) {
+        uvm_set_error("[%p, +%llu bytes) runs %llu bytes past the end of its reservation "
+                      "(%p, %llu bytes)", ptr, (unsigned long long)bytes,
+                      (unsigned long long)(bytes - (end - x)), (void *)a->base,
+                      (unsigned long long)(a->npages * UVM_PAGE));
+        return UVM_EUNKNOWN;
+    }
+    return UVM_OK;
+}
+
+int uvm_pool_owner(uvm_pool *p, const void *ptr, uvm_block *b) {
+    uvm_arena *a = find_arena(p, (uintptr_t)ptr);
+    if (!a) return UVM_EUNKNOWN;
+    uint64_t i = (uint64_t)((const char *)ptr - a->base) >> UVM_PAGE_SHIFT;
+    while (i > 0 && !a->head[i]) i--; /* the run holding page i starts at or before it */
+    uvm_run *r = a->head[i];
+    if (!r) return UVM_EUNKNOWN;
+    if (r->state == RUN_FREE) return UVM_EDOUBLEFREE;
+    if (r->state == RUN_SLAB) {
+        uvm_slab *sl = r->slab;
+        uint64_t in = (uint64_t)((const char *)ptr - (a->base + r->first * UVM_PAGE));
+        uint32_t idx = (uint32_t)(in / sl->csize);
+        if (idx >= sl->nslots || !((sl->used[idx >> 6] >> (idx & 63)) & 1)) return UVM_EDOUBLEFREE;
+        b->addr = a->base + r->first * UVM_PAGE + (uint64_t)idx * sl->csize;
+        b->req = sl->req[idx];
+        b->ordinal = sl->ordinal[idx];
+        b->stream = sl->stream;
+        b->capacity = sl->csize;
+    } else {
+        b->addr = a->base + r->first * UVM_PAGE;
+        b->req = r->req;
+        b->ordinal = r->ordinal;
+        b->stream = r->stream;
+        b->capacity = r->npages * UVM_PAGE;
+    }
+    b->device = p->streams[b->stream].device;
+    return UVM_OK;
+}
+
 int uvm_pool_free(uvm_pool *p, void *ptr, size_t size, int device, void *stream, int own_stream,
                   uvm_block *b) {
     uvm_run *r = NULL;

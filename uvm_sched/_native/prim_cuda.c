@@ -34,8 +34,11 @@ typedef struct {
 #define CU_MEM_LOCATION_TYPE_DEVICE 1
 #define CU_MEM_LOCATION_TYPE_HOST 2
 #define CU_MEM_ADVISE_SET_READ_MOSTLY 1
+#define CU_MEM_ADVISE_UNSET_READ_MOSTLY 2
 #define CU_MEM_ADVISE_SET_PREFERRED_LOCATION 3
+#define CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION 4
 #define CU_MEM_ADVISE_SET_ACCESSED_BY 5
+#define CU_MEM_ADVISE_UNSET_ACCESSED_BY 6
 #define CU_DEVICE_CPU (-1)
 #define CU_STREAM_NON_BLOCKING 1
 #define CU_EVENT_DISABLE_TIMING 2
@@ -161,6 +164,15 @@ static int cu_advise(int device, void *p, size_t bytes, int advice) {
         break;
     case UVM_ADV_READ_MOSTLY:
         code = CU_MEM_ADVISE_SET_READ_MOSTLY; /* the location is ignored by the driver */
+        break;
+    case UVM_ADV_UNSET_PREFERRED: /* the location is ignored: whatever was preferred */
+        code = CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION;
+        break;
+    case UVM_ADV_UNSET_ACCESSED_BY: /* removes this device from the accessed-by set */
+        code = CU_MEM_ADVISE_UNSET_ACCESSED_BY;
+        break;
+    case UVM_ADV_UNSET_READ_MOSTLY:
+        code = CU_MEM_ADVISE_UNSET_READ_MOSTLY;
         break;
     default:
         uvm_set_error("unknown advice %d", advice);

@@ -20,7 +20,7 @@ extern "C" {
 
 /* Bumped whenever a struct below or a function signature changes; native.py refuses a
  * library whose uvm_sched_abi_version() differs from the one it was written for. */
-#define UVM_SCHED_ABI_VERSION 1
+#define UVM_SCHED_ABI_VERSION 2
 
 /* status codes */
 #define UVM_OK 0
@@ -57,7 +57,10 @@ enum uvm_event_kind {
                                 plan; size = actual bytes, arg = j */
     UVM_EV_SKIPPED = 38,     /* executor: action's block not live; arg = plan row */
     UVM_EV_ACTION_FAILED = 39, /* executor: driver refused an action; arg = plan row */
-    UVM_EV_UNSUPPORTED = 40  /* executor: driver lacks the call (discard); arg = plan row */
+    UVM_EV_UNSUPPORTED = 40, /* executor: driver lacks the call (discard); arg = plan row */
+    UVM_EV_UNADVISE = 41,    /* direct call: advice unset; addr/size, arg = the advise action */
+    UVM_EV_RELEASE = 42,     /* direct call: cached memory released; size = bytes */
+    UVM_EV_SYNC = 43         /* direct call: waited for stream */
 };
 
 /* Plan actions: the order is planner.ACTIONS (the ABI with the Python planner). */
@@ -146,6 +149,26 @@ UVM_API size_t uvm_sched_stats(uint64_t *out, size_t n);
 UVM_API int uvm_sched_set_tracing(int on); /* returns the previous setting */
 UVM_API size_t uvm_sched_ring_pending(void);
 UVM_API size_t uvm_sched_drain(uvm_event *out, size_t max);
+
+/* ---- direct calls: the executor's driver table, called now on the caller's stream ------
+ * For calibration and tools.  [ptr, ptr+bytes) must lie inside memory this allocator has
+ * reserved (else UVM_EUNKNOWN and the driver is not called); device = the CUDA device
+ * ordinal (where a prefetch to the device goes, whom advice is about).  Every call is
+ * counted in stats (direct_*) and recorded in the ring: a prefetch, advice or discard as
+ * the plan action it equals (kind UVM_EV_ACTION + action) with arg = -1 (no plan row),
+ * unset advice as UVM_EV_UNADVISE, a refusal as UVM_EV_ACTION_FAILED / UVM_EV_UNSUPPORTED
+ * with arg = -1 - action.  The host backend records and counts them and does nothing. */
+UVM_API int uvm_sched_prefetch(void *ptr, size_t bytes, int to_host, int device, void *stream);
+/* action: UVM_ACT_ADVISE_PREFERRED_HOST, _ACCESSED_BY or _READ_MOSTLY; unset != 0 removes
+ * that advice (CU_MEM_ADVISE_UNSET_*) instead of setting it. */
+UVM_API int uvm_sched_advise(void *ptr, size_t bytes, int action, int unset, int device);
+/* The range must lie inside one live block that owns whole 2 MiB pages (a block > 1 MiB):
+ * the pages of a small block are shared with other blocks. UVM_EUNSUPPORTED when the
+ * driver has no discard (before CUDA 13). */
+UVM_API int uvm_sched_discard(void *ptr, size_t bytes, int device, void *stream);
+/* Wait until the work queued on stream so far is done (an event recorded on it; the
+ * allocator lock is not held while waiting).  stream NULL = the legacy default stream. */
+UVM_API int uvm_sched_synchronize(void *stream, int device);
 
 /* Executor.  rows sorted or not (the executor sorts a copy by tick); alloc_sizes[j] = bytes
  * of allocation j of the iteration; period_events = allocator events per iteration.
