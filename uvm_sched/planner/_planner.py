@@ -96,6 +96,9 @@ __all__ = ["plan", "MODES"]
 
 MODES = ("oblivious", "sampled")
 AUTO_GUARDS = (16, 8, 4, 2)  # ticks; see plan()
+# The pool gives requests above 1 MiB whole 2 MiB pages of their own; smaller ones share
+# slab pages with other blocks, so the executor cannot discard them (it skips such rows).
+DISCARD_MIN_BYTES = (1 << 20) + 1
 
 
 def plan(trace, budget, hw="h200-pcie5", mode: str = "oblivious", **opts: Any) -> Plan:
@@ -107,7 +110,8 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "oblivious", **opts: Any) -
     ``guard`` (ticks, or ``"auto"``: 16, 8, 4 and 2 ticks, the widest preferred per gap),
     ``samples`` (a sample frame, sampled mode),
     ``sample_rate`` (default 1.0), ``noise`` (ticks, default 0), ``seed``, ``discard``
-    (default True), ``discard_min_bytes`` (default the VA block size), ``populate`` (default True: prefetch
+    (default True), ``discard_min_bytes`` (default just above 1 MiB: smaller blocks share
+    pages), ``populate`` (default True: prefetch
     each allocation of the iteration as it is made), ``remote_fallback`` (default False:
     when the budget cannot be met otherwise, map persistent blocks with unknown uses
     host-resident), ``rounds`` (6).
@@ -155,7 +159,7 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "oblivious", **opts: Any) -
     _check_feasible(prob, info, budget_bytes)
     sched = build_schedule(prob, budget_bytes, guards=guards, rounds=int(opts.get("rounds", 6)))
     actions = _actions(prob, info, sched, prof, bool(opts.get("discard", True)),
-                       int(opts.get("discard_min_bytes", prof.va_block_bytes)),
+                       int(opts.get("discard_min_bytes", DISCARD_MIN_BYTES)),
                        bool(opts.get("populate", True)))
     E = prob.E
     pred = dict(sched.predicted)
