@@ -291,6 +291,47 @@ static void test_executor(const char *backend) {
     CHECK(uvm_sched_exec_arm(&bad, 1, sizes, 2, 4, 0, 0, 1) == UVM_EINVAL, "bad block");
 }
 
+/* direct calls: counted, recorded (arg -1), ranges checked before the driver sees them */
+static void test_direct(const char *backend) {
+    CHECK(uvm_sched_reset(backend, 1) == UVM_OK, "reset %s", backend);
+    void *big = uvm_sched_malloc(3 << 20, 0, NULL);
+    void *small = uvm_sched_malloc(4096, 0, NULL);
+    CHECK(big && small, "malloc");
+    uvm_event ev[64];
+    uvm_sched_drain(ev, 64);
+    CHECK(uvm_sched_prefetch(big, 3 << 20, 0, 0, NULL) == UVM_OK, "prefetch to device");
+    CHECK(uvm_sched_prefetch(big, 1 << 20, 1, 0, NULL) == UVM_OK, "prefetch to host");
+    CHECK(uvm_sched_advise(big, 3 << 20, UVM_ACT_ADVISE_ACCESSED_BY, 0, 0) == UVM_OK, "advise");
+    CHECK(uvm_sched_advise(big, 3 << 20, UVM_ACT_ADVISE_ACCESSED_BY, 1, 0) == UVM_OK, "unset");
+    CHECK(uvm_sched_advise(big, 3 << 20, UVM_ACT_DISCARD, 0, 0) == UVM_EINVAL, "not an advice");
+    CHECK(uvm_sched_discard(big, 4 << 20, 0, NULL) == UVM_OK, "discard to the page end");
+    CHECK(uvm_sched_discard(big, (4 << 20) + 1, 0, NULL) == UVM_EINVAL, "past the block");
+    CHECK(uvm_sched_discard(small, 4096, 0, NULL) == UVM_EINVAL, "slab block");
+    CHECK(uvm_sched_synchronize(NULL, 0) == UVM_OK, "synchronize");
+    int local = 0;
+    CHECK(uvm_sched_prefetch(&local, 4, 0, 0, NULL) == UVM_EUNKNOWN, "foreign pointer");
+    CHECK(uvm_sched_prefetch(big, 0, 0, 0, NULL) == UVM_EINVAL, "empty range");
+    CHECK(uvm_sched_prefetch(big, (size_t)1 << 40, 0, 0, NULL) == UVM_EUNKNOWN, "past arena");
+    CHECK(uvm_sched_prefetch(big, 1, 0, -1, NULL) == UVM_EINVAL, "negative device");
+    size_t n = uvm_sched_drain(ev, 64);
+    int want[] = {UVM_EV_ACTION + UVM_ACT_PREFETCH_TO_DEVICE, UVM_EV_ACTION + UVM_ACT_PREFETCH_TO_HOST,
+                  UVM_EV_ACTION + UVM_ACT_ADVISE_ACCESSED_BY, UVM_EV_UNADVISE,
+                  UVM_EV_ACTION + UVM_ACT_DISCARD, UVM_EV_SYNC};
+    CHECK(n == 6, "direct events recorded: %zu", n);
+    for (size_t i = 0; i < n && i < 6; i++)
+        CHECK(ev[i].kind == want[i] && ev[i].addr == (i < 5 ? (uint64_t)(uintptr_t)big : 0),
+              "event %zu: kind %d", i, ev[i].kind);
+    CHECK(ev[0].arg == -1 && ev[3].arg == UVM_ACT_ADVISE_ACCESSED_BY, "args");
+    CHECK(stat_of("direct_prefetches") == 2 && stat_of("direct_advises") == 2 &&
+              stat_of("direct_discards") == 1 && stat_of("direct_syncs") == 1,
+          "direct counters");
+    CHECK(stat_of("direct_bytes_discarded") == 4 << 20 && stat_of("direct_failed") == 0,
+          "direct bytes");
+    uvm_sched_free(big, 3 << 20, 0, NULL);
+    uvm_sched_free(small, 4096, 0, NULL);
+    CHECK(uvm_sched_release_cached() > 0 && stat_of("direct_releases") == 1, "release");
+}
+
 static void test_fake_faults(const char *fake) {
     if (!fake) {
         printf("fake driver cases skipped (UVM_SCHED_LIBCUDA not set)\n");
@@ -313,6 +354,15 @@ static void test_fake_faults(const char *fake) {
     unsetenv("FAKE_CUDA_FAIL");
     unsetenv("UVM_SCHED_ARENA_BYTES");
     test_executor("cuda");
+    test_direct("cuda");
+    /* a driver without discard: refused as unsupported, counted */
+    setenv("FAKE_CUDA_NO_DISCARD", "1", 1);
+    CHECK(uvm_sched_reset("cuda", 1) == UVM_OK, "reset without discard");
+    void *d = uvm_sched_malloc(4 << 20, 0, NULL);
+    CHECK(uvm_sched_discard(d, 4 << 20, 0, NULL) == UVM_EUNSUPPORTED, "no discard");
+    CHECK(stat_of("direct_unsupported") == 1, "unsupported counted");
+    uvm_sched_free(d, 4 << 20, 0, NULL);
+    unsetenv("FAKE_CUDA_NO_DISCARD");
 }
 
 int main(int argc, char **argv) {
@@ -325,6 +375,7 @@ int main(int argc, char **argv) {
     test_random_model(200000);
     test_ring_overflow();
     test_executor("host");
+    test_direct("host");
     test_fake_faults(getenv("UVM_SCHED_LIBCUDA"));
     test_threads(seconds);
     uvm_sched_reset("host", 1);

@@ -319,8 +319,8 @@ static int direct_check(const char *what, void *p, size_t bytes, int device) {
     }
     int s = uvm_pool_check_range(&uvm_g.pool, p, bytes);
     if (s != UVM_OK) {
-        char why[256];
-        snprintf(why, sizeof why, "%s", uvm_sched_last_error());
+        char why[sizeof last_error];
+        memcpy(why, last_error, sizeof why);
         uvm_set_error("%s: %s", what, why);
     }
     return s;
