@@ -40,7 +40,9 @@ def _sim_actions(trace, p):
         for stage in ("pre", "post"):
             for code, b, _lo, _hi in sched.at(t, stage):
                 alive = at[b] <= t and (ft[b] < 0 or ft[b] > t or (stage == "pre" and ft[b] == t))
-                if alive:
+                # a discard may name the block freed by the event it follows
+                freed_here = ACTIONS[code] == "discard" and stage == "post" and ft[b] == t
+                if alive or freed_here:
                     out.append((t, stage, ACTIONS[code], int(prep.block_id[b])))
     return out
 
@@ -96,8 +98,5 @@ def test_executor_discards_a_freed_block_at_its_free_event(host):
     assert len(issued) >= n_discard  # at least one armed iteration's worth
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the simulator's plan executor skips a discard naming the block its own FREE event "
-    "released (the block is no longer live); the native executor issues it"))
 def test_simulator_discards_at_free_events_like_the_executor(host):
     _compare(training_trace(iters=4), "50%", lambda a: a == "discard")
