@@ -206,6 +206,29 @@ def headline_md(head: list[dict], floors: dict | None = None, limits=HEADLINE_LI
     return "\n".join(lines) + "\n"
 
 
+def wins_md(rows, budgets_pct) -> str:
+    """Per budget below 100%: in how many (model, hardware) cases each planner mode is faster
+    than every runnable baseline (cases where some policy ran)."""
+    lines = ["| budget | uvm-sched oblivious faster than every baseline | uvm-sched sampled faster "
+             "than every baseline |", "|---|---|---|"]
+    for b in budgets_pct:
+        if b == 100:
+            continue
+        sub = rows[rows["budget_pct"] == b]
+        counts = {OBLIVIOUS: [0, 0], SAMPLED: [0, 0]}
+        for _, g in sub.groupby(["model", "hw"], sort=False):
+            by = dict(zip(g["policy"], g["slowdown"]))
+            base = [v for p, v in by.items()
+                    if p not in (OBLIVIOUS, SAMPLED, *NOT_RUNNABLE) and math.isfinite(v)]
+            for mode in counts:
+                ours = by.get(mode)
+                if base and ours is not None and math.isfinite(ours):
+                    counts[mode][1] += 1
+                    counts[mode][0] += ours < min(base)
+        lines.append(f"| {b}% | " + " | ".join(f"{w} of {n}" for w, n in counts.values()) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def at_budget_md(rows, pct: int) -> str:
     """Slowdown at one budget per model and hardware: ours (both modes), the best baseline,
     and the simulator's lower bound on any schedule."""
@@ -330,7 +353,8 @@ def main(argv: list[str] | None = None) -> int:
           "`-`: no budget tried stays within the limit. Best baseline: the best of the "
           "runnable non-planner policies (the simulator's `bound` is a lower bound, not a "
           "policy, and is left out).\n\n",
-          headline_md(head, floors)]
+          headline_md(head, floors),
+          "\n## Planner against the baselines\n\n", wins_md(rows, budgets)]
     for b in budgets:
         if b != 100:
             md += [f"\n## Slowdown at {b}% of peak\n\n", at_budget_md(rows, b)]
