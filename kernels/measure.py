@@ -1,17 +1,24 @@
 """Calibration microbenchmarks: measure what the simulator's hardware profile assumes.
 
-    python -m kernels.measure calibration.json [--gib 1] [--oversubscribe]
+    python -m kernels.measure calibration.json [--gib 1] [--repeats 5] [--oversubscribe]
 
-Memory comes from uvm_sched's own managed pool (cuda backend), prefetch/advise go through
-its driver table (``uvm_sched.native``), kernels are numba.cuda (``kernels.calib``), timing
-is by CUDA events around each operation. Every figure is the median of ``--repeats`` runs.
+Memory comes from uvm_sched's own managed pool (cuda backend); prefetch, advice, discard
+and release go through its driver table (``uvm_sched.native.prefetch/advise/discard/
+release_cached``, on the benchmark's stream); kernels are numba.cuda (``kernels.calib``);
+timing is by CUDA events recorded on that same stream around each operation. Every figure
+is the median of ``--repeats`` runs, each after an untimed setup.
 
 Writes ``{"fields": {profile field: value}, "source": ..., "date": ..., "extra": {...}}``,
 which ``HardwareProfile.recalibrated`` reads. Fields measured: h2d_prefetch_Bps,
-d2h_prefetch_Bps, h2d_fault_Bps, remote_access_Bps, fault_batch_latency_s (an upper bound:
-isolated faults, one per 2 MiB VA block) and, with ``--oversubscribe`` only,
-d2h_evict_Bps (it needs more managed memory than the device has free, which some shared
-machines forbid). ``extra`` holds first-touch cost and the effect of discard.
+d2h_prefetch_Bps, h2d_fault_Bps, remote_access_Bps, fault_batch_latency_s (isolated
+faults: one thread reads one word per 2 MiB VA block, each load waiting for the one
+before, so every fault is a batch of its own; the time includes migrating one small page)
+and, with ``--oversubscribe`` only, d2h_evict_Bps (it needs more managed memory than the
+device has free, which some shared machines forbid). ``extra`` holds first-touch cost,
+the parallel sparse-fault time per VA block (faults batched together) and the effect of
+discard.
+
+Importing this module needs no GPU; running it needs the cuda backend and a device.
 """
 from __future__ import annotations
 
@@ -31,34 +38,52 @@ VA_BLOCK_ELEMS = (2 << 20) // 4
 
 
 class Bench:
+    """The benchmark's stream, buffers from uvm_sched's pool, and event timing."""
+
     def __init__(self, repeats: int) -> None:
         import uvm_sched
-        from numba import cuda
+        from uvm_sched import native
 
         if uvm_sched.backend() != "cuda":
-            raise SystemExit(f"uvm_sched backend is {uvm_sched.backend()!r}: calibration needs "
-                             "the cuda backend and a GPU")
+            raise SystemExit(f"uvm_sched backend is {uvm_sched.backend()!r} "
+                             f"({native.backend_reason()}): calibration needs the cuda "
+                             "backend and a GPU")
+        from numba import cuda
+
         self.u = uvm_sched
-        self.native = uvm_sched.native
+        self.native = native
         self.cuda = cuda
+        # numba makes the primary context current on this thread: the one uvm_sched's
+        # driver calls and PyTorch use, so pointers and streams are valid in all three
         self.stream = cuda.stream()
-        self.handle = int(self.stream.handle.value if hasattr(self.stream.handle, "value")
-                          else self.stream.handle)
+        # numba's handle is a ctypes c_void_p or a cuda.bindings CUstream, depending on
+        # its binding: stream_handle turns either into the integer our library takes
+        self.handle = native.stream_handle(self.stream)
+        if not self.handle:
+            raise RuntimeError("numba gave the legacy default stream; the benchmark needs "
+                               "a stream of its own")
         self.repeats = repeats
 
     # -- buffers ---------------------------------------------------------------------------
     def buffer(self, nbytes: int):
-        """A managed buffer from uvm_sched: (pointer, numba device array, numpy host view)."""
+        """A managed buffer from uvm_sched: (pointer, numba device array, numpy host view).
+        Free it with ``self.u.free(pointer)``; the arrays do not own the memory."""
         ptr = self.u.malloc(nbytes, stream=self.handle)
         n = nbytes // 4
+        # "stream": None = no stream to synchronise with on import (version 3 protocol)
         iface = {"shape": (n,), "typestr": "<f4", "data": (ptr, False), "version": 3,
                  "strides": None, "stream": None}
         dev = self.cuda.from_cuda_array_interface(iface, owner=None, sync=False)
         host = np.ctypeslib.as_array((ctypes.c_float * n).from_address(ptr))
         return ptr, dev, host
 
-    def timed(self, fn) -> float:
-        """Seconds fn() takes on the stream (CUDA events), median of the repeats."""
+    def elapsed(self, a, b) -> float:
+        """Seconds between two recorded events (CUDA reports ms)."""
+        return self.cuda.event_elapsed_time(a, b) / 1e3
+
+    def timed(self, fn, what: str) -> float:
+        """Seconds fn(setup=False) takes on the stream (CUDA events), median of the
+        repeats; fn(setup=True) runs untimed before each, then the stream is drained."""
         times = []
         for _ in range(self.repeats):
             fn(setup=True)
@@ -68,8 +93,12 @@ class Bench:
             fn(setup=False)
             b.record(self.stream)
             b.synchronize()
-            times.append(self.cuda.event_elapsed_time(a, b) / 1e3)
-        return statistics.median(times)
+            times.append(self.elapsed(a, b))
+        t = statistics.median(times)
+        if not t > 0:
+            raise RuntimeError(f"{what}: measured {t} s (times {times}); events are not timing "
+                               "the work")
+        return t
 
     def to_host(self, ptr, nbytes):
         self.native.prefetch(ptr, nbytes, to="host", stream=self.handle)
@@ -77,50 +106,73 @@ class Bench:
     def to_device(self, ptr, nbytes):
         self.native.prefetch(ptr, nbytes, to="device", stream=self.handle)
 
+    def host_resident(self, ptr, nbytes, host):
+        """Every page of the buffer populated and resident on the host: migrated there in
+        bulk first (a CPU write to a device-resident page is a CPU fault, ~10 us each),
+        then written by the CPU, one word per 4 KiB page."""
+        self.to_host(ptr, nbytes)
+        self.stream.synchronize()
+        host[::PAGE_ELEMS] = 1.0
+
+    def device_name(self) -> str:
+        name = self.cuda.get_current_device().name
+        return name.decode() if isinstance(name, bytes) else str(name)
+
 
 def measure(gib: float, repeats: int, oversubscribe: bool) -> dict:
-    from kernels.calib import read_pages, touch_pages
+    from kernels.calib import chase_pages, read_pages, touch_pages
 
     b = Bench(repeats)
-    nbytes = int(gib * GIB)
+    nbytes = int(gib * GIB) // (2 << 20) * (2 << 20)  # whole VA blocks
+    if nbytes < (2 << 20):
+        raise ValueError(f"--gib {gib} is below one 2 MiB VA block")
     ptr, dev, host = b.buffer(nbytes)
     out = b.cuda.to_device(np.zeros(1, np.float32), stream=b.stream)
     fields, extra = {}, {}
 
-    def host_resident(setup):
-        if setup:
-            host[::PAGE_ELEMS] = 1.0  # dirty every page on the host
-            b.to_host(ptr, nbytes)
-
     # Prefetch host -> device, and back.
     def pf_h2d(setup):
-        host_resident(setup)
-        if not setup:
+        if setup:
+            b.host_resident(ptr, nbytes, host)
+        else:
             b.to_device(ptr, nbytes)
-    fields["h2d_prefetch_Bps"] = nbytes / b.timed(pf_h2d)
+    fields["h2d_prefetch_Bps"] = nbytes / b.timed(pf_h2d, "prefetch to device")
 
     def pf_d2h(setup):
         if setup:
+            b.to_device(ptr, nbytes)
             touch_pages(dev, PAGE_ELEMS, 1.0, b.stream)  # dirty on the device
         else:
             b.to_host(ptr, nbytes)
-    fields["d2h_prefetch_Bps"] = nbytes / b.timed(pf_d2h)
+    fields["d2h_prefetch_Bps"] = nbytes / b.timed(pf_d2h, "prefetch to host")
 
-    # Demand faults: a kernel reading one word per page of host-resident data.
+    # Demand faults: a kernel reading one word per page of host-resident data (the
+    # driver migrates the pages, growing 4 KiB faults to bigger chunks).
     def fault_read(setup):
-        host_resident(setup)
-        if not setup:
+        if setup:
+            b.host_resident(ptr, nbytes, host)
+        else:
             read_pages(dev, PAGE_ELEMS, out, b.stream)
-    fields["h2d_fault_Bps"] = nbytes / b.timed(fault_read)
+    fields["h2d_fault_Bps"] = nbytes / b.timed(fault_read, "demand-fault read")
 
-    # Isolated faults: one word per 2 MiB VA block, so each fault migrates little.
+    # Fault latency: one word per 2 MiB VA block. Serialised (one thread, each load
+    # waiting for the last) each fault is its own batch; in parallel they are batched.
     n_blocks = nbytes // (2 << 20)
 
+    def isolated_faults(setup):
+        if setup:
+            b.host_resident(ptr, nbytes, host)
+        else:
+            chase_pages(dev, VA_BLOCK_ELEMS, out, b.stream)
+    fields["fault_batch_latency_s"] = b.timed(isolated_faults, "isolated faults") / n_blocks
+
     def sparse_faults(setup):
-        host_resident(setup)
-        if not setup:
+        if setup:
+            b.host_resident(ptr, nbytes, host)
+        else:
             read_pages(dev, VA_BLOCK_ELEMS, out, b.stream)
-    fields["fault_batch_latency_s"] = b.timed(sparse_faults) / max(1, n_blocks)
+    extra["parallel_sparse_fault_s_per_va_block"] = (
+        b.timed(sparse_faults, "parallel sparse faults") / n_blocks)
 
     # Remote access: preferred location host + accessed by the device, every word read.
     b.native.advise(ptr, nbytes, "advise_preferred_host")
@@ -131,8 +183,14 @@ def measure(gib: float, repeats: int, oversubscribe: bool) -> dict:
             b.to_host(ptr, nbytes)
         else:
             read_pages(dev, 1, out, b.stream)
-    fields["remote_access_Bps"] = nbytes / b.timed(remote)
+    try:
+        fields["remote_access_Bps"] = nbytes / b.timed(remote, "remote read")
+    finally:
+        # advice outlives a free: the pool would hand the range out again still advised
+        b.native.advise(ptr, nbytes, "advise_accessed_by", unset=True)
+        b.native.advise(ptr, nbytes, "advise_preferred_host", unset=True)
     b.u.free(ptr)
+    b.native.release_cached()  # the next buffers are fresh reservations
 
     # First touch of fresh managed memory on the device (no migration: pages are created).
     def first_touch_once() -> float:
@@ -144,9 +202,9 @@ def measure(gib: float, repeats: int, oversubscribe: bool) -> dict:
         e.synchronize()
         b.u.free(p)
         b.native.release_cached()
-        return b.cuda.event_elapsed_time(a, e) / 1e3
+        return b.elapsed(a, e)
     extra["first_touch_s_per_GiB"] = statistics.median(
-        first_touch_once() for _ in range(repeats)) / gib
+        first_touch_once() for _ in range(repeats)) / (nbytes / GIB)
 
     # Discard: device-dirty data prefetched to host with and without a discard first.
     p2, d2, _ = b.buffer(nbytes)
@@ -154,6 +212,7 @@ def measure(gib: float, repeats: int, oversubscribe: bool) -> dict:
     def dirty_then(discard):
         def fn(setup):
             if setup:
+                b.to_device(p2, nbytes)
                 touch_pages(d2, PAGE_ELEMS, 1.0, b.stream)
                 if discard:
                     b.native.discard(p2, nbytes, stream=b.handle)
@@ -161,32 +220,40 @@ def measure(gib: float, repeats: int, oversubscribe: bool) -> dict:
                 b.to_host(p2, nbytes)
         return fn
     try:
-        with_d, without_d = b.timed(dirty_then(True)), b.timed(dirty_then(False))
+        with_d = b.timed(dirty_then(True), "prefetch to host after discard")
+        without_d = b.timed(dirty_then(False), "prefetch to host of dirty data")
         extra["discard"] = {"to_host_s_after_discard": with_d, "to_host_s_dirty": without_d}
-    except Exception as e:  # the driver may lack the discard call (CUDA < 12.8)
+    except b.native.UnsupportedError as e:  # the driver lacks the call (before CUDA 13)
         extra["discard"] = {"error": str(e)}
     b.u.free(p2)
+    b.native.release_cached()
 
     if oversubscribe:
         fields["d2h_evict_Bps"] = _evict_bandwidth(b, nbytes)
-    import torch  # only for the device name
-
+    extra["buffer_bytes"] = nbytes
+    extra["repeats"] = repeats
+    extra["direct_calls"] = {k: v for k, v in b.u.stats().items() if k.startswith("direct_")}
     return {"fields": fields, "extra": extra,
-            "source": f"kernels.measure on {torch.cuda.get_device_name(0)}",
+            "source": f"kernels.measure on {b.device_name()}",
             "date": _dt.date.today().isoformat()}
 
 
 def _evict_bandwidth(b: Bench, nbytes: int) -> float:
     """Touch 2x ``nbytes`` on the device with only ``nbytes`` free: the second half evicts
-    the first. Eviction bandwidth = bytes evicted / (time beyond two eviction-free halves)."""
+    the first. Eviction bandwidth = bytes evicted / (time beyond two eviction-free halves).
+    The rest of the device is held by a plain cuMemAlloc block (never evicted)."""
     from kernels.calib import touch_pages
 
     free, _total = b.cuda.current_context().get_memory_info()
     cu = ctypes.CDLL("libcuda.so.1")
+    cu.cuMemAlloc_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]
+    cu.cuMemFree_v2.argtypes = [ctypes.c_uint64]
     hold = ctypes.c_uint64()
     reserve = int(free - nbytes - (256 << 20))
-    if reserve > 0 and cu.cuMemAlloc_v2(ctypes.byref(hold), ctypes.c_size_t(reserve)) != 0:
-        raise RuntimeError(f"could not occupy {reserve:,} bytes of device memory")
+    # numba made the primary context current on this thread: the block lands there
+    if reserve > 0 and (rc := cu.cuMemAlloc_v2(ctypes.byref(hold), reserve)) != 0:
+        raise RuntimeError(f"could not occupy {reserve:,} bytes of device memory "
+                           f"(cuMemAlloc_v2: CUDA error {rc})")
     try:
         p, d, _ = b.buffer(2 * nbytes)
         a, e = b.cuda.event(), b.cuda.event()
@@ -194,7 +261,7 @@ def _evict_bandwidth(b: Bench, nbytes: int) -> float:
         touch_pages(d, PAGE_ELEMS, 1.0, b.stream)
         e.record(b.stream)
         e.synchronize()
-        both = b.cuda.event_elapsed_time(a, e) / 1e3
+        both = b.elapsed(a, e)
         b.u.free(p)
         b.native.release_cached()
         p, d, _ = b.buffer(nbytes)
@@ -202,11 +269,12 @@ def _evict_bandwidth(b: Bench, nbytes: int) -> float:
         touch_pages(d, PAGE_ELEMS, 1.0, b.stream)
         e.record(b.stream)
         e.synchronize()
-        half = b.cuda.event_elapsed_time(a, e) / 1e3
+        half = b.elapsed(a, e)
         b.u.free(p)
+        b.native.release_cached()
     finally:
         if reserve > 0:
-            cu.cuMemFree_v2(hold)
+            cu.cuMemFree_v2(hold.value)
     extra_time = both - 2 * half
     if extra_time <= 0:
         raise RuntimeError(f"no eviction cost measured (both halves {both:.4f} s, one {half:.4f} s)")
