@@ -296,6 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     hws = args.hw.split(",")
     if args.quick:
         models, hws = [m for m in ("gpt2_small", "resnet50") if m in zoo.names()], hws[:1]
+        if args.name == "quality":  # a smoke run must not overwrite the full table
+            args.name = "quality_quick"
     budgets = [int(b) for b in args.budgets.split(",")]
     unknown = [m for m in models if m not in zoo.names()]
     if unknown:
