@@ -5,15 +5,30 @@ the same runs (``--predict``, runs anywhere). Called by ``scripts/gpu_check.py``
     python scripts/gpu_e2e.py --predict --results DIR [--calibration cal.json] --out pred.json
 
 Modes: ``default`` (PyTorch's caching allocator: the ideal), ``uvm`` (uvm_sched's managed
-allocator, tracing on, no plan: demand paging), ``uvm-oblivious`` / ``uvm-sampled`` (the
-Scheduler). ``--budget 50%`` emulates a device with that share of the default run's peak by
-occupying the rest of the device with a plain cudaMalloc block (never evicted).
+allocator, tracing on, no plan: demand paging; with no budget it measures the tracing
+overhead), ``uvm-oblivious`` / ``uvm-sampled`` (the Scheduler, which marks iterations with
+``Scheduler.step()`` after each optimizer step). ``--budget 50%`` emulates a device with
+that share of the default run's peak by occupying the rest of the device with a plain
+cuMemAlloc block (never evicted).
+
+Numerics: every run seeds the same RNGs and asks PyTorch for deterministic algorithms
+(``CUBLAS_WORKSPACE_CONFIG=:4096:8``), so the losses of a managed-memory run can be
+compared with the default run's exactly (``gpu_check.py`` does).
+
+Output JSON: ``losses``, ``iter_ms`` (every step), ``iter_ms_median`` (after warm-up),
+``peak_device_bytes`` (what the allocator reserved at its peak: PyTorch's
+``max_memory_reserved()``, or uvm_sched's ``peak_reserved_bytes``), ``device_used_bytes_max``
+(device memory in use as the driver reports it, sampled after every step, less what was in
+use before the model was built: managed pages resident on the device count), ``stats``
+(``uvm_sched.stats()``), ``scheduler`` (``Scheduler.stats()``).
 """
 from __future__ import annotations
 
 import argparse
 import ctypes
 import json
+import math
+import os
 import statistics
 import sys
 import time
@@ -22,14 +37,17 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-# model -> (zoo name, keyword sizes). Sized so one step is tens of ms on an H200.
+# model -> (zoo name, keyword sizes for zoo.build / zoo.record). Sized so one step is
+# tens of ms on an H200.
 MODELS = {
     "gpt": ("gpt2_small", {"batch": 8, "seq": 512}),
-    "resnet": ("resnet50", {"batch": 64}),
+    "resnet": ("resnet50", {"batch": 64, "image": 224}),
 }
+MODES = ("default", "uvm", "uvm-oblivious", "uvm-sampled")
+WARMUP_STEPS = 5  # steps left out of the median (allocator warm-up, the Scheduler learning)
 
 
-def _occupy_device(nbytes: int):
+def _occupy_device(nbytes: int) -> int:
     """Hold ``nbytes`` of device memory with cuMemAlloc in the primary context (the one
     PyTorch uses), so managed memory sees only what is left. Returns the pointer."""
     cu = ctypes.CDLL("libcuda.so.1")
@@ -55,61 +73,117 @@ def _budget_bytes(spec: str, results: Path, model: str) -> int:
     return resolve_budget(spec, peak)
 
 
+def deterministic(seed: int = 0) -> None:
+    """Same seeds and deterministic kernels in every run, so losses compare exactly.
+    Must run before cuBLAS is first used (the workspace setting is read then)."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    import torch
+
+    torch.manual_seed(seed)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+
+
+def build(model: str, device: str, sizes: dict | None = None):
+    """(module, inputs tuple, loss_fn(out, batch), AdamW optimizer) for ``model`` on
+    ``device``, from the zoo (``sizes`` overrides ``MODELS``' keyword sizes)."""
+    import torch
+
+    from uvm_sched.trace import zoo
+
+    name, default_sizes = MODELS[model]
+    model_fn, batch_fn, loss_fn = zoo.build(name, **(sizes or default_sizes))
+    with torch.device(device):
+        module = model_fn()
+        batch = batch_fn()
+    module.train()
+    opt = torch.optim.AdamW(module.parameters(), lr=1e-4)
+    return module, batch, loss_fn, opt
+
+
+def train(module, batch, loss_fn, opt, steps: int, *, marker=None, sync=None):
+    """``steps`` training steps; returns (losses, seconds per step). ``marker()`` runs at
+    the end of each step (the iteration marker); ``sync()`` waits for the device before
+    each clock reading."""
+    losses, times = [], []
+    inputs = batch if isinstance(batch, tuple) else (batch,)
+    for _ in range(steps):
+        if sync is not None:
+            sync()
+        t0 = time.perf_counter()
+        out = module(*inputs)
+        loss = loss_fn(out, batch)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if marker is not None:
+            marker()
+        if sync is not None:
+            sync()
+        times.append(time.perf_counter() - t0)
+        losses.append(float(loss.detach()))
+    return losses, times
+
+
+def make_scheduler(mode: str, budget):
+    """The Scheduler of a ``uvm-<planning mode>`` run; its iterations are marked by
+    calling its ``step()`` (the optimizer hook is off: one marker per iteration)."""
+    import uvm_sched
+
+    return uvm_sched.Scheduler(budget=budget if budget else "100%", hw="h200-pcie5",
+                               warmup_iters=3, mode=mode.split("-", 1)[1], hook=False)
+
+
 def run(args) -> dict:
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     import torch
 
     if not torch.cuda.is_available():
         raise SystemExit("no CUDA device: this run needs a GPU")
     import uvm_sched
-    from uvm_sched.trace import zoo
+    from uvm_sched.integrations import torch as uvm_torch
 
-    name, sizes = MODELS[args.model]
     if args.mode != "default":
-        # Must happen before the first CUDA allocation of the process.
-        torch.cuda.memory.change_current_allocator(uvm_sched.allocator())
-    torch.manual_seed(0)
-    torch.backends.cudnn.deterministic = True
-    torch.backends.cudnn.benchmark = False
-    model_fn, batch_fn, loss_fn = zoo.build(name, **sizes)
+        uvm_torch.install()  # before the first CUDA allocation of the process
+    deterministic()
     budget = None
     if args.budget:
         budget = _budget_bytes(args.budget, Path(args.out).parent, args.model)
         free, _total = torch.cuda.mem_get_info()
         if free > budget:
             _occupy_device(free - budget)
-    with torch.device("cuda"):
-        model = model_fn()
-        batch = batch_fn()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    sched = None
-    if args.mode.startswith("uvm-"):
-        mode = args.mode.split("-", 1)[1]
-        sched = uvm_sched.Scheduler(budget=budget if budget else "100%", hw="h200-pcie5",
-                                    warmup_iters=3, mode=mode)
-        sched.__enter__()
-    losses, times = [], []
-    inputs = batch if isinstance(batch, tuple) else (batch,)
-    for _ in range(args.steps):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        out = model(*inputs)
-        loss = loss_fn(out) if loss_fn is not None else out.float().mean()
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        if args.mode != "default":
-            uvm_sched.step()
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-        losses.append(float(loss.detach()))
+    free0, total = torch.cuda.mem_get_info()
+    used0 = total - free0
+    module, batch, loss_fn, opt = build(args.model, "cuda")
+    sched = make_scheduler(args.mode, budget) if args.mode.startswith("uvm-") else None
     if sched is not None:
-        sched.__exit__(None, None, None)
-    measured = times[min(5, len(times) - 1):]  # after warm-up (and the Scheduler's learning)
+        sched.start()
+        marker = sched.step
+    elif args.mode == "uvm":
+        marker = uvm_sched.step
+    else:
+        marker = None
+    used_max = [0]
+
+    def sync():
+        torch.cuda.synchronize()
+        free, _ = torch.cuda.mem_get_info()
+        used_max[0] = max(used_max[0], total - free - used0)
+
+    try:
+        losses, times = train(module, batch, loss_fn, opt, args.steps, marker=marker, sync=sync)
+    finally:
+        if sched is not None:
+            sched.close()
+    measured = times[min(WARMUP_STEPS, len(times) - 1):]
+    name, sizes = MODELS[args.model]
     res = {
         "model": name, "sizes": sizes, "mode": args.mode, "steps": args.steps,
         "budget_bytes": budget, "losses": losses,
         "iter_ms": [t * 1e3 for t in times],
         "iter_ms_median": statistics.median(measured) * 1e3,
+        "device_used_bytes_max": int(used_max[0]),
         "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
     }
     if args.mode == "default":
@@ -117,9 +191,11 @@ def run(args) -> dict:
     else:
         st = uvm_sched.stats()
         res["stats"] = st
-        res["peak_device_bytes"] = int(st.get("peak_allocated", st.get("peak", 0)))
+        res["peak_device_bytes"] = int(st["peak_reserved_bytes"])
         if sched is not None:
             res["scheduler"] = sched.stats()
+    if not all(math.isfinite(x) for x in losses):
+        raise SystemExit(f"non-finite loss in {losses}")
     return res
 
 
@@ -137,26 +213,34 @@ def predict(args) -> dict:
     for key, (name, sizes) in MODELS.items():
         trace = zoo.record(name, iters=3, hw="h200-pcie5", **sizes)
         ideal = sim.simulate(trace, "ideal", hw)
-        runs = [("default", "ideal", None), ("uvm", "demand", None),
-                ("uvm-oblivious", "uvm-sched", None),
-                ("uvm:budget50", "demand", "50%"), ("uvm-oblivious:budget50", "uvm-sched", "50%")]
-        for mode, policy, budget in runs:
-            r = ideal if policy == "ideal" else sim.simulate(trace, policy, hw, budget)
+        # (measured run, policy, budget, planning mode)
+        runs = [("default", "ideal", None, None), ("uvm", "demand", None, None),
+                ("uvm-oblivious", "uvm-sched", None, "oblivious"),
+                ("uvm-sampled", "uvm-sched", None, "sampled"),
+                ("uvm:budget50", "demand", "50%", None),
+                ("uvm-oblivious:budget50", "uvm-sched", "50%", "oblivious")]
+        for mode, policy, budget, plan_mode in runs:
+            opts = {"mode": plan_mode} if plan_mode else {}
+            r = ideal if policy == "ideal" else sim.simulate(trace, policy, hw, budget, **opts)
             measured = None
             if results is not None:
                 f = results / f"e2e_{key}_{mode.replace(':', '_')}.json"
                 if f.exists():
-                    measured = json.loads(f.read_text()).get("iter_ms_median")
-            rows.append({"run": f"{key}:{mode}", "policy": policy, "budget": budget,
+                    doc = json.loads(f.read_text())
+                    if doc.get("sizes") == sizes:  # only a run of the same workload
+                        measured = doc.get("iter_ms_median")
+            rows.append({"run": f"{key}:{mode}", "model": name, "sizes": sizes,
+                         "policy": policy, "budget": budget, "plan_mode": plan_mode,
                          "predicted_ms": r.iteration_time_s * 1e3, "measured_ms": measured,
                          "predicted_slowdown": r.slowdown(ideal)})
-    return {"hw": hw.name, "calibrated": bool(args.calibration), "rows": rows}
+    return {"hw": hw.name, "calibrated": bool(args.calibration and Path(args.calibration).exists()),
+            "rows": rows}
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", choices=sorted(MODELS))
-    ap.add_argument("--mode", choices=("default", "uvm", "uvm-oblivious", "uvm-sampled"))
+    ap.add_argument("--mode", choices=MODES)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--budget", help="share of the default run's peak, e.g. 50%%")
     ap.add_argument("--predict", action="store_true", help="simulate instead of running")
@@ -169,6 +253,8 @@ def main(argv=None) -> int:
     else:
         if not (args.model and args.mode):
             ap.error("--model and --mode are required unless --predict")
+        if args.steps < 1:
+            ap.error(f"--steps must be >= 1, got {args.steps}")
         res = run(args)
     Path(args.out).write_text(json.dumps(res, indent=1, default=str))
     return 0

@@ -60,3 +60,65 @@ def test_summary_lists_failed_steps_with_reasons():
                       "reason": "exit 1: boom", "data": None}]}
     md = gpu_check.summary_markdown(doc)
     assert "| calibrate | failed | 3.0 | exit 1: boom |" in md
+
+
+def _steps(out):
+    return {s["name"]: s for s in json.loads((out / "results.json").read_text())["steps"]}
+
+
+def test_dry_run_library_step_makes_each_direct_call_on_the_fake_driver(dry_run):
+    _, out = dry_run
+    lib = _steps(out)["library"]
+    assert lib["data"]["backend"] == "cuda", lib  # the cuda backend, over the fake driver
+    assert lib["reason"].startswith("backend cuda: CUDA driver") and "fake driver" in lib["reason"]
+    st = lib["data"]["stats"]
+    assert (st["direct_prefetches"], st["direct_advises"], st["direct_discards"],
+            st["direct_syncs"], st["direct_releases"]) == (2, 2, 1, 1, 1)
+    assert st["direct_failed"] == 0 and lib["data"]["discard"] == "ok"
+    assert st["allocated_blocks"] == 0
+
+
+def _kit(out, *args):
+    return subprocess.run(["bash", "scripts/gpu_check.sh", str(out), "--dry-run", *args],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+
+
+def test_without_a_fake_driver_the_library_step_runs_on_the_host_backend_and_says_so(tmp_path):
+    r = _kit(tmp_path, "--only", "library", "--fake-libcuda", str(tmp_path / "none.so"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    steps = _steps(tmp_path)
+    assert list(steps) == ["library"]
+    lib = steps["library"]
+    assert lib["status"] == "ok" and lib["data"]["backend"] == "host"
+    assert lib["reason"].startswith("backend host: host emulation requested")
+    assert "none.so does not exist" in lib["reason"]
+    assert lib["data"]["stats"]["direct_prefetches"] == 2  # recorded, not executed
+
+
+def test_a_fresh_clone_compiles_the_fake_driver_into_the_output(tmp_path, monkeypatch):
+    sys.path.insert(0, str(REPO / "scripts"))
+    import shutil
+
+    import gpu_check
+
+    clone = tmp_path / "clone"
+    (clone / "tests" / "native").mkdir(parents=True)
+    shutil.copy(REPO / "tests" / "native" / "fake_cuda.c", clone / "tests" / "native")
+    monkeypatch.setattr(gpu_check, "REPO", clone)
+    fake, how = gpu_check.fake_driver(tmp_path / "out", None)
+    assert fake == tmp_path / "out" / "fake_cuda" / "libcuda.so.1" and fake.exists()
+    assert "compiled now" in how
+    monkeypatch.setenv("CC", "/nonexistent/cc")
+    shutil.rmtree(tmp_path / "out")
+    fake, how = gpu_check.fake_driver(tmp_path / "out", None)
+    assert fake is None and "could not build it" in how
+
+
+def test_only_and_deadline(tmp_path):
+    r = _kit(tmp_path, "--only", "library,predict", "--deadline", "5")
+    assert r.returncode == 0, r.stderr[-3000:]
+    steps = _steps(tmp_path)
+    assert list(steps) == ["library", "predict"]
+    assert all(s["status"] == "skipped" and "kit deadline" in s["reason"] for s in steps.values())
+    r = _kit(tmp_path, "--only", "librar")
+    assert r.returncode == 2 and "unknown step(s) librar" in r.stderr
