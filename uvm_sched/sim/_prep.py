@@ -90,11 +90,14 @@ def _window(trace: Trace, n_ticks: int, ev_tick: np.ndarray) -> tuple[np.ndarray
         return marks, (0, n_ticks)
     if len(marks) == 1:
         return marks, (int(marks[0]), n_ticks)
-    # the part after the last mark is complete when it has as many allocator events as the
-    # iteration before it (a trace that ends exactly at an iteration's end has no final mark)
+    # the part after the last mark is complete when it has as many allocator events or as
+    # many ticks as the iteration before it (a trace that ends exactly at an iteration's end
+    # has no final mark; a first iteration may allocate weights or optimizer state once, so
+    # it can have more events than the steady-state iterations after it)
     last = int(np.sum(ev_tick >= marks[-1]))
     prev = int(np.sum((ev_tick >= marks[-2]) & (ev_tick < marks[-1])))
-    if last == prev and last > 0:
+    last_ticks, prev_ticks = n_ticks - int(marks[-1]), int(marks[-1] - marks[-2])
+    if last > 0 and (last >= prev or last_ticks >= prev_ticks):
         return marks, (int(marks[-1]), n_ticks)
     return marks, (int(marks[-2]), int(marks[-1]))
 
