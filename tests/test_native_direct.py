@@ -114,12 +114,13 @@ def test_discard_only_inside_a_live_block_that_owns_its_pages():
         with pytest.raises(ValueError, match=r"\(65536 bytes\) shares its 2 MiB page"):
             native.discard(small, 64 * 1024)
         native.discard(big + MiB, 3 * MiB)  # up to the end of its last page: its own
+        native.discard(big + 2 * MiB + 512, MiB)  # inside its second page
         with pytest.raises(ValueError, match="runs past the end of its block"):
             native.discard(big + MiB, 3 * MiB + 1)
         uvm_sched.free(big)
         with pytest.raises(ValueError, match="in no live block"):
             native.discard(big, MiB)
-        assert uvm_sched.stats()["direct_discards"] == 1
+        assert uvm_sched.stats()["direct_discards"] == 2
         uvm_sched.free(small)
 
 
