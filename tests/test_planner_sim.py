@@ -39,7 +39,7 @@ def test_uvm_sched_policy_plans_and_simulates_in_one_call(trace):
 
 
 def test_sampled_mode_finds_the_optimizer_state_windows_oblivious_cannot_see(trace):
-    obl = plan(trace, "75%")
+    obl = plan(trace, "75%", remote_fallback=False)  # evictions only: nothing to see
     smp = plan(trace, "75%", mode="sampled")
     moved = lambda p: p.actions[p.actions["persistent"] & (p.actions["action"] == "prefetch_to_host")]  # noqa: E731
     assert len(moved(obl)) == 0
@@ -95,3 +95,21 @@ def test_every_action_names_a_block_of_the_learned_iteration(trace):
     assert p.meta["alloc_sizes"] == pat.events.loc[pat.events["kind"] == "alloc", "size"].tolist()
     assert p.meta["period_events"] == pat.period_events
     assert p.meta["sync"] == "marker"
+
+
+def test_remote_fallback_maps_persistent_blocks_only_for_a_large_excess(trace):
+    # 75%: eviction of activations nearly meets the budget -> nothing remote;
+    # 40%: the persistent blocks must go: mapped host-resident (advice + push out)
+    small = plan(trace, "75%")
+    assert small.meta["predicted"]["remote_blocks"] == 0
+    big = plan(trace, "40%")
+    assert big.meta["predicted"]["remote_blocks"] > 0
+    adv = big.actions[big.actions["action"] == "advise_preferred_host"]
+    assert adv["persistent"].all()
+    assert set(adv["block"]) == set(big.actions.loc[big.actions["action"] == "advise_accessed_by", "block"])
+    off = plan(trace, "40%", remote_fallback=False)
+    assert off.meta["predicted"]["remote_blocks"] == 0
+    ideal = simulate(trace, "ideal").iteration_time_s
+    t_big = simulate(trace, big, budget="40%").iteration_time_s / ideal
+    t_off = simulate(trace, off, budget="40%").iteration_time_s / ideal
+    assert t_big < t_off

@@ -49,6 +49,7 @@ class Problem:
     h2d_Bps: float
     d2h_Bps: float
     overflow_ns_per_byte: float = 0.0  # what the driver pays per byte left over budget
+    remote_min_excess: int = 0  # remote fallback only when the excess left is this large
 
     @property
     def T(self) -> int:
@@ -234,7 +235,7 @@ def build_schedule(p: Problem, budget: int, *, guards=(4,), rounds: int = 6) -> 
     # leaving the excess to the driver (write-back at d2h_evict, fault back at h2d_fault
     # per byte over budget at the worst tick).
     resident = base - saved
-    if (resident > budget).any():
+    if int((resident - budget).max(initial=0)) > p.remote_min_excess:
         cand = [i for i in range(n) if p.remote_ok[i]]
         cand.sort(key=lambda i: (-int(size[i]), i))
         for i in cand:

@@ -19,10 +19,11 @@ Use ticks (the only difference between the modes):
   each gap is a candidate at guards of 16, 8, 4 and 2 ticks: the widest (safest) is
   preferred, a narrower one replaces it only at ticks the budget cannot meet otherwise.
   Persistent blocks (weights, optimizer state) have unknown uses: they stay resident
-  (``remote_fallback=True``: when the budget cannot be met otherwise, the largest are mapped
+  (``remote_fallback``: when the budget cannot be met otherwise, the largest are mapped
   host-resident with ``advise_preferred_host`` + ``advise_accessed_by``, where that is
-  cheaper than the excess -- off by default: weights are read several times per iteration
-  and remote reads share the link with the prefetches). A block crossing the iteration
+  cheaper than the excess; ``"auto"``, the default, does so only when eviction leaves more
+  than 15% of the budget over it -- weights are read several times per iteration and remote
+  reads share the link with the prefetches, so a small excess is better left alone). A block crossing the iteration
   boundary counts as used at the iteration's last tick (the plan cannot name the previous
   iteration's blocks).
 * ``sampled``: first/last touch samples per block (drawn from ground truth with
@@ -99,6 +100,7 @@ AUTO_GUARDS = (16, 8, 4, 2)  # ticks; see plan()
 # The pool gives requests above 1 MiB whole 2 MiB pages of their own; smaller ones share
 # slab pages with other blocks, so the executor cannot discard them (it skips such rows).
 DISCARD_MIN_BYTES = (1 << 20) + 1
+REMOTE_AUTO_EXCESS = 0.15  # share of the budget left over after eviction (remote_fallback="auto")
 
 
 def plan(trace, budget, hw="h200-pcie5", mode: str = "oblivious", **opts: Any) -> Plan:
@@ -112,9 +114,10 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "oblivious", **opts: Any) -
     ``sample_rate`` (default 1.0), ``noise`` (ticks, default 0), ``seed``, ``discard``
     (default True), ``discard_min_bytes`` (default just above 1 MiB: smaller blocks share
     pages), ``populate`` (default True: prefetch
-    each allocation of the iteration as it is made), ``remote_fallback`` (default False:
-    when the budget cannot be met otherwise, map persistent blocks with unknown uses
-    host-resident), ``rounds`` (6).
+    each allocation of the iteration as it is made), ``remote_fallback`` (True/False/``"auto"``,
+    default ``"auto"``: when eviction leaves more than 15% of the budget over it, map
+    persistent blocks with unknown uses host-resident where that is cheaper than the
+    excess), ``rounds`` (6).
     Returns a ``Plan`` whose ``meta["predicted"]`` holds the planner's own estimate
     (seconds, bytes).
     """
@@ -155,7 +158,13 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "oblivious", **opts: Any) -
     elif opts.get("samples") is not None:
         raise PlanError("samples= is for mode='sampled'; oblivious mode uses allocations only")
 
-    prob, info = _problem(pat, prof, samples, bool(opts.get("remote_fallback", False)))
+    rf = opts.get("remote_fallback", "auto")
+    if rf not in (True, False, "auto"):
+        raise ValueError(f"remote_fallback must be True, False or 'auto', got {rf!r}")
+    prob, info = _problem(pat, prof, samples, rf is not False)
+    # auto: only when eviction leaves a large excess (the persistent state dominates, as in
+    # fine-tuning with Adam): there remote reads beat the driver's eviction and fault-back
+    prob.remote_min_excess = int(REMOTE_AUTO_EXCESS * budget_bytes) if rf == "auto" else 0
     _check_feasible(prob, info, budget_bytes)
     sched = build_schedule(prob, budget_bytes, guards=guards, rounds=int(opts.get("rounds", 6)))
     actions = _actions(prob, info, sched, prof, bool(opts.get("discard", True)),
