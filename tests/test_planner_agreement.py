@@ -11,8 +11,7 @@ import pytest
 native = pytest.importorskip("uvm_sched.native")
 
 from uvm_sched.planner import ACTIONS, plan  # noqa: E402
-from uvm_sched.sim._policies import PlanSchedule  # noqa: E402
-from uvm_sched.sim._prep import prepare  # noqa: E402
+from uvm_sched.sim import simulate  # noqa: E402
 from uvm_sched.trace import EventKind  # noqa: E402
 
 from _planner_helpers import training_trace  # noqa: E402
@@ -29,22 +28,11 @@ def host():
 
 
 def _sim_actions(trace, p):
-    """(tick, stage, action, trace block id) the simulator issues for plan ``p``: its Plan
-    executor's output, keeping what the engine acts on (blocks alive at that point)."""
-    prep = prepare(trace, 2 << 20, 64 << 10)
-    sched = PlanSchedule(p, prep)
-    bt = trace.block_table().loc[prep.block_id]
-    at, ft = bt["alloc_tick"].to_numpy(), bt["free_tick"].to_numpy()
-    out = []
-    for t in range(prep.n_ticks):
-        for stage in ("pre", "post"):
-            for code, b, _lo, _hi in sched.at(t, stage):
-                alive = at[b] <= t and (ft[b] < 0 or ft[b] > t or (stage == "pre" and ft[b] == t))
-                # a discard may name the block freed by the event it follows
-                freed_here = ACTIONS[code] == "discard" and stage == "post" and ft[b] == t
-                if alive or freed_here:
-                    out.append((t, stage, ACTIONS[code], int(prep.block_id[b])))
-    return out
+    """(tick, stage, action, trace block id) the simulator carried out for plan ``p`` over
+    the whole trace (``SimResult.actions``, the record of what reached its engine)."""
+    acts = simulate(trace, p, "h200-pcie5", p.meta["budget_bytes"], actions_to_end=True).actions
+    return [(int(t), str(s), str(a), int(b)) for t, s, a, b in
+            acts[["tick", "stage", "action", "block"]].itertuples(index=False, name=None)]
 
 
 def _executor_actions(trace, p):

@@ -142,6 +142,71 @@ def test_a_plan_is_disarmed_for_an_iteration_whose_sizes_diverge():
     assert not (r.transfers["cause"] == "plan").any()
 
 
+def test_actions_lists_what_the_plan_executor_carried_out_over_the_whole_trace():
+    # _hide_plan plus a discard of U at its FREE (event 3): U is 1 MiB, it shares 2 MiB
+    # pages with other blocks, so the executor skips it and so must the record
+    base = _hide_plan()
+    extra = {"tick": 3, "action": "discard", "block": 1, "persistent": False, "offset": 0,
+             "bytes": MiB}
+    acts = base.actions.to_dict("records") + [extra]
+    plan = Plan({c: [a[c] for a in acts] for c in extra}, base.meta)
+    r = simulate(_hide_trace(iters=3), plan, _hw(), 6 * MiB)
+    assert list(r.actions.columns) == ["tick", "stage", "action", "block", "event"]
+    # iterations start at ticks 1, 4, 7: event 1 (ALLOC U) is at tick a+1, before its
+    # kernel; event 3 (FREE U) at tick a+2, after it; P is trace block 0
+    want = []
+    for a in (1, 4, 7):
+        want += [(a + 1, "pre", "prefetch_to_device", 0, 1),
+                 (a + 2, "post", "prefetch_to_host", 0, 3)]
+    assert list(r.actions.itertuples(index=False, name=None)) == want
+    assert r.counters["window_start"] == 7  # the warm-up iterations are in it too
+    json.dumps(r.to_dict())  # the frame stays out of the JSON form
+    assert "actions" not in r.to_dict()
+    # a diverging iteration carries nothing out; baselines have an empty record
+    div = simulate(_hide_trace(iters=3), _hide_plan(alloc_sizes=[MiB, 2 * MiB]), _hw(), 6 * MiB)
+    assert len(div.actions) == 0 and list(div.actions.columns) == list(r.actions.columns)
+    for pol in ("demand", "swap-activations", "ideal", "bound"):
+        assert len(simulate(_hide_trace(), pol, _hw(), 6 * MiB).actions) == 0
+
+
+def test_actions_to_end_runs_through_an_incomplete_last_iteration():
+    b = TraceBuilder(name="hide+partial")
+    p = b.alloc(4 * MiB)
+    b.access(p, AccessMode.WRITE)
+    b.next_tick(1e6)
+    for _ in range(3):
+        b.mark()
+        s = b.alloc(MiB)
+        b.access(s, AccessMode.WRITE)
+        b.next_tick(1e6)
+        u = b.alloc(MiB)
+        b.access(u, AccessMode.WRITE)
+        b.next_tick(1e6)
+        for x in (p, s, u):
+            b.access(x)
+        b.free(s)
+        b.free(u)
+        b.next_tick(1e6)
+    b.mark()  # a last iteration cut short after its first two allocations
+    s = b.alloc(MiB)
+    b.access(s, AccessMode.WRITE)
+    b.next_tick(1e6)
+    u = b.alloc(MiB)
+    b.access(u, AccessMode.WRITE)
+    b.next_tick(1e6)
+    t = b.build()
+    short = simulate(t, _hide_plan(), _hw(), 6 * MiB)
+    full = simulate(t, _hide_plan(), _hw(), 6 * MiB, actions_to_end=True)
+    assert short.counters["window_stop"] == 10 and t.n_ticks == 12
+    assert int(short.actions["tick"].max()) == 9
+    extra = full.actions[full.actions["tick"] >= 10]
+    assert list(extra.itertuples(index=False, name=None)) == [
+        (11, "pre", "prefetch_to_device", 0, 1)]
+    # the window's figures do not change
+    a, b2 = short.to_dict(), full.to_dict()
+    assert a == b2
+
+
 def test_period_sync_matches_marker_sync_on_a_regular_trace():
     t = _hide_trace()
     a = simulate(t, _hide_plan(), _hw(), 6 * MiB)

@@ -23,12 +23,33 @@ _TIMELINE_COLS = ("tick", "start_s", "compute_s", "stall_s", "stall_fault_s", "s
                   "stall_link_s", "resident_bytes", "h2d_bytes", "d2h_bytes")
 
 
+_ACTION_COLS = ("tick", "stage", "action", "block", "event")
+
+
 def _frames(rows, transfers):
     import pandas as pd
 
     tl = pd.DataFrame(rows, columns=list(_TIMELINE_COLS))
     tr = pd.DataFrame(transfers, columns=["start_s", "end_s", "direction", "bytes", "block", "cause"])
     return tl, tr
+
+
+def _actions_frame(log, prep=None):
+    """SimResult.actions from (tick, stage, engine code, dense block, event) tuples."""
+    import pandas as pd
+
+    from ..planner import ACTIONS
+
+    if not log:
+        return pd.DataFrame({"tick": pd.Series(dtype=np.int64), "stage": pd.Series(dtype=object),
+                             "action": pd.Series(dtype=object),
+                             "block": pd.Series(dtype=np.int64),
+                             "event": pd.Series(dtype=np.int64)})
+    t, st, code, b, k = (np.asarray(c) for c in zip(*log))
+    return pd.DataFrame({"tick": t.astype(np.int64), "stage": st.astype(object),
+                         "action": np.asarray(ACTIONS, dtype=object)[code.astype(np.int64)],
+                         "block": prep.block_id[b.astype(np.int64)].astype(np.int64),
+                         "event": k.astype(np.int64)})
 
 
 def _check_budget(prep, budget: int) -> None:
@@ -66,7 +87,13 @@ def simulate(trace, policy: "str | Plan", hw: Any = "h200-pcie5", budget: Any = 
     reuse, see ``_engine``), ``zero_fill_faults`` (bool, default True: the first touch of
     fresh managed memory is a fault (latency, no bytes) as on real drivers; False treats it
     as free, as the G10 artifact's model does), ``mode`` (for ``uvm-sched``), ``plan_opts`` (dict, extra
-    keyword arguments for the planner).
+    keyword arguments for the planner), ``actions_to_end`` (bool, default False: the run
+    stops at the end of the measured window; True goes on through an incomplete last
+    iteration after it, so that ``SimResult.actions`` covers every tick of the trace; the
+    figures stay those of the window).
+
+    ``SimResult.actions`` lists the plan actions carried out (a Plan or ``uvm-sched``; empty
+    for the other policies) from the trace's first tick, warm-up iterations included.
 
     Raises ``BudgetError`` when the budget is below one tick's working set. Times in s,
     sizes in bytes; the measured window is the last complete iteration.
@@ -97,6 +124,7 @@ def simulate(trace, policy: "str | Plan", hw: Any = "h200-pcie5", budget: Any = 
                                "installation lacks; pass a Plan instead")
         plan_opts = dict(opts.pop("plan_opts", {}) or {})
         policy = planner.plan(trace, B, hw, mode=opts.pop("mode", "oblivious"), **plan_opts)
+    to_end = bool(opts.pop("actions_to_end", False))
     opts.pop("mode", None)
     opts.pop("plan_opts", None)
     if opts:
@@ -111,7 +139,7 @@ def simulate(trace, policy: "str | Plan", hw: Any = "h200-pcie5", budget: Any = 
         sched = SwapActivations(prep)
     else:  # pragma: no cover - guarded above
         raise ValueError(policy)
-    return _run(prep, hw, B, sched, name, pool, zero_fill)
+    return _run(prep, hw, B, sched, name, pool, zero_fill, to_end)
 
 
 def _ideal(prep, hw, B, compute) -> SimResult:
@@ -127,7 +155,7 @@ def _ideal(prep, hw, B, compute) -> SimResult:
     return SimResult("ideal", hw.name, B, compute, compute, 0.0,
                      {"fault": 0.0, "eviction": 0.0, "link": 0.0}, 0, 0, 0,
                      int(live.max()) if len(live) else 0, 0, tl, tr,
-                     {"window_start": ws, "window_stop": we})
+                     {"window_start": ws, "window_stop": we}, _actions_frame([]))
 
 
 def _bound_result(prep, hw, B, compute, T, tick, excess) -> SimResult:
@@ -145,7 +173,7 @@ def _bound_result(prep, hw, B, compute, T, tick, excess) -> SimResult:
                      {"fault": 0.0, "eviction": 0.0, "link": T - compute}, int(excess), 0, 0,
                      min(B, int(prep.ws_bytes.max()) if len(prep.ws_bytes) else 0), 0, tl, tr,
                      {"window_start": ws, "window_stop": we, "binding_tick": tick,
-                      "must_cross_bytes": int(excess)})
+                      "must_cross_bytes": int(excess)}, _actions_frame([]))
 
 
 # The native executor skips a discard of a block of at most 1 MiB: such blocks share 2 MiB
@@ -163,7 +191,8 @@ def _executes(code: int, b: int, alive: int, sched, prep) -> bool:
     return alive == 1
 
 
-def _run(prep, hw, B, sched: Schedule, name: str, pool: bool, zero_fill: bool) -> SimResult:
+def _run(prep, hw, B, sched: Schedule, name: str, pool: bool, zero_fill: bool,
+         to_end: bool = False) -> SimResult:
     eng = Engine(prep, hw, B, pool=pool, zero_fill_faults=zero_fill)
     ws, we = prep.window
     rows = []
@@ -172,7 +201,16 @@ def _run(prep, hw, B, sched: Schedule, name: str, pool: bool, zero_fill: bool) -
     ev_ptr, ev_kind, ev_block, dur = prep.ev_ptr, prep.ev_kind, prep.ev_block, prep.dur_s
     bchunk0 = prep.bchunk0
     sf = se = sl = 0.0
-    for t in range(we):
+    # the plan actions carried out (what reached eng.act), over the whole run
+    log: list | None = [] if sched.plan_events else None
+    result = None
+    for t in range(prep.n_ticks if to_end else we):
+        if t == we:
+            # the window is over: its figures are final; the ticks after it (an incomplete
+            # last iteration) run only so that ``actions`` covers the whole trace
+            result = _window_result(eng, prep, hw, B, sched, name, pool, rows, t_start, div0,
+                                    sf, se, sl)
+            eng.recording = False
         if t == ws:
             eng.recording = True
             t_start = eng.now
@@ -185,16 +223,22 @@ def _run(prep, hw, B, sched: Schedule, name: str, pool: bool, zero_fill: bool) -
         if e > s:
             k = ev_kind[s:e]
             eng.alloc(ev_block[s:e][k == 0])
-        for code, b, lo, hi in sched.at(t, "pre"):
+        for a in sched.at(t, "pre"):
+            code, b, lo, hi = a[:4]
             if _executes(code, b, eng.alive[bchunk0[b]], sched, prep):
                 eng.act(code, b, lo, hi, eng.now, eng.pinned)
+                if log is not None:
+                    log.append((t, "pre", code, b, a[4]))
         f, v, l = eng.kernel(t)
         eng.now += dur[t]
         if e > s:
             eng.free(ev_block[s:e][k == 1])
-        for code, b, lo, hi in sched.at(t, "post"):
+        for a in sched.at(t, "post"):
+            code, b, lo, hi = a[:4]
             if _executes(code, b, eng.alive[bchunk0[b]], sched, prep):
                 eng.act(code, b, lo, hi, eng.now, eng.pinned)
+                if log is not None:
+                    log.append((t, "post", code, b, a[4]))
         eng._retire(eng.now)
         if eng.recording:
             sf += f
@@ -202,6 +246,18 @@ def _run(prep, hw, B, sched: Schedule, name: str, pool: bool, zero_fill: bool) -
             sl += l
             rows.append((t, tick_start - t_start, float(dur[t]), f + v + l, f, v, l,
                          eng.claimed, eng.tick_h2d, eng.tick_d2h))
+    if result is None:
+        result = _window_result(eng, prep, hw, B, sched, name, pool, rows, t_start, div0,
+                                sf, se, sl)
+    result.actions = _actions_frame(log or [], prep)
+    return result
+
+
+def _window_result(eng, prep, hw, B, sched, name, pool, rows, t_start, div0, sf, se,
+                   sl) -> SimResult:
+    """The SimResult of the measured window, from the engine's state at its end."""
+    ws, we = prep.window
+    dur = prep.dur_s
     T = eng.now - t_start
     compute = float(dur[ws:we].sum())
     transfers = [(s0 - t_start, e0 - t_start, d, b, blk, c) for s0, e0, d, b, blk, c in eng.transfers]

@@ -21,9 +21,12 @@ _CODES = {
 
 
 class Schedule:
-    """No actions (plain demand paging)."""
+    """No actions (plain demand paging). ``at`` gives ``(action, block, lo, hi)`` tuples;
+    a Plan's schedule adds a fifth element, the allocator-event ordinal in the iteration
+    the action follows (``plan_events`` says so)."""
 
     divergences = 0
+    plan_events = False
 
     def at(self, t: int, stage: str) -> list[tuple[int, int, int, int]]:
         return []
@@ -129,6 +132,8 @@ class PlanSchedule(Schedule):
     within a tick's allocs an action falls, so all of a tick's ALLOCs precede its actions).
     """
 
+    plan_events = True  # at() tuples carry the event ordinal k as a fifth element
+
     def __init__(self, plan, prep: Prepared):
         self.p = prep
         meta = plan.meta
@@ -203,7 +208,7 @@ class PlanSchedule(Schedule):
                     # Discard at free (as the native executor): the block this very FREE
                     # released may be named; its range is dead but still resident in the pool.
                     self.discard_at_free.add(b)
-                dest.append((code, b, lo, hi))
+                dest.append((code, b, lo, hi, k))
         self._post = post
         return pre
 

@@ -20,6 +20,13 @@ class SimResult:
     window where a plan was disarmed. ``timeline`` has one row per tick of the window;
     ``transfers`` one row per copy (fault-path copies of one tick aggregated, ``block`` -1).
     ``counters`` holds extra figures (the byte ledger of the whole run, window ticks).
+    ``actions`` (a Plan's runs only, else empty) has one row per plan action the executor
+    carried out, over the WHOLE trace (warm-up iterations included, not only the window:
+    filter on ``tick`` against ``counters["window_start"/"window_stop"]`` for the window):
+    ``tick`` (trace tick), ``stage`` (``"pre"``: issued after the tick's allocations, before
+    its kernel; ``"post"``: after its kernel and frees), ``action`` (a name from
+    ``uvm_sched.planner.ACTIONS``), ``block`` (trace block id), ``event`` (the allocator-event
+    ordinal within the iteration the action follows, i.e. the plan row's tick).
     """
 
     policy: str
@@ -37,6 +44,7 @@ class SimResult:
     timeline: Any = dataclasses.field(repr=False, default=None)
     transfers: Any = dataclasses.field(repr=False, default=None)
     counters: dict = dataclasses.field(default_factory=dict, repr=False)
+    actions: Any = dataclasses.field(repr=False, default=None)
 
     def slowdown(self, ideal: "SimResult") -> float:
         """``iteration_time_s`` over ``ideal``'s (1.0 = no slowdown)."""
@@ -47,7 +55,7 @@ class SimResult:
     def to_dict(self) -> dict[str, Any]:
         """JSON-able fields (no DataFrames)."""
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-             if f.name not in ("timeline", "transfers")}
+             if f.name not in ("timeline", "transfers", "actions")}
         d["stall_breakdown"] = {k: float(v) for k, v in self.stall_breakdown.items()}
         d["counters"] = {k: (v if isinstance(v, (str, bool)) else float(v) if isinstance(v, float) else int(v))
                          for k, v in self.counters.items()}
