@@ -568,7 +568,15 @@ def replay(trace, plan=None, *, arm_at: int | None = None, device: int = 0) -> n
     order: list[int] = []  # address of each ALLOC row, in order (persistent ordinals)
     marks = trace.iteration_starts
     if plan is not None and arm_at is None:
-        arm_at = int(marks[0]) if len(marks) else 0
+        # The first MARK after the allocation of every persistent block the plan names (a
+        # first iteration may allocate optimizer state: before that MARK those blocks have
+        # no address yet), as the Scheduler arms only after its warm-up.
+        pers = plan.actions.loc[plan.actions["persistent"].to_numpy(bool), "block"]
+        alloc_rows = np.flatnonzero(kinds == EventKind.ALLOC)
+        ready_row = int(alloc_rows[min(int(pers.max()), len(alloc_rows) - 1)]) if len(pers) else -1
+        mark_rows = np.flatnonzero(kinds == EventKind.MARK)
+        later = mark_rows[mark_rows > ready_row]
+        arm_at = int(ticks[later[0]]) if len(later) else (int(marks[0]) if len(marks) else 0)
     armed = False
 
     def maybe_arm(at_mark: bool, tick: int) -> None:
