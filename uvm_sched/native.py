@@ -554,7 +554,8 @@ def action_log(events: np.ndarray):
 def replay(trace, plan=None, *, arm_at: int | None = None, device: int = 0) -> np.ndarray:
     """Run a trace's allocator events through this allocator (ALLOC -> malloc, FREE ->
     free, MARK -> step) and return the drained events. With ``plan``, the executor is
-    armed at the MARK at tick ``arm_at`` (default: the first MARK; tick 0 without marks),
+    armed at the MARK at tick ``arm_at`` (default: the first MARK after every persistent
+    block the plan names is allocated; tick 0 without marks),
     persistent blocks resolved from the replayed allocations (ordinal among the trace's
     ALLOC rows). Blocks still live at the end are freed (their frees follow the trace's
     events). Meant for the host backend: memory is reserved, never touched. The ring is
