@@ -375,3 +375,121 @@ def test_a_persistent_block_freed_before_arming_is_skipped_not_an_error():
         native.disarm()
         st = uvm_sched.stats()
         assert st["actions_skipped"] == 1 and st["actions_issued"] == 0
+
+
+def test_arming_mid_iteration_at_a_phase_counts_on_from_it():
+    rows = [(2, "prefetch_to_host", 0, False, 0, 0),   # A: allocated before arming
+            (2, "advise_read_mostly", 1, False, 0, 0)]  # B: freed by event 2 itself: skipped
+    with fakecuda.backend("host"):
+        a = uvm_sched.malloc(4 * MiB)
+        b = uvm_sched.malloc(1024)
+        native.arm_plan(_plan(rows, sync="period"), phase=2, phase_allocs=[a, b])
+        uvm_sched.free(b)
+        uvm_sched.free(a)  # event 3: the iteration ends here, 2 events after arming
+        a2, _ = _iteration()
+        native.disarm()
+        st = uvm_sched.stats()
+        log = native.action_log(uvm_sched.drain_events())
+    assert st["iterations"] == 3 and st["divergences"] == 0
+    assert list(log["iteration"]) == [0, 0, 1, 1]
+    assert list(log["tick"]) == [2, 2, 2, 2]
+    assert list(log["status"]) == ["issued", "skipped", "issued", "skipped"]
+    assert list(log.loc[log["status"] == "issued", "addr"]) == [a, a2]
+
+
+def test_a_phase_allocation_freed_before_arming_is_skipped_and_a_wrong_size_diverges():
+    rows = [(2, "prefetch_to_host", 0, False, 0, 0)]
+    with fakecuda.backend("host"):
+        a = uvm_sched.malloc(4 * MiB)
+        native.arm_plan(_plan(rows, sync="period"), phase=1, phase_allocs=[0])
+        b = uvm_sched.malloc(1024)
+        uvm_sched.free(b)  # event 2: A's row, but A is unknown (0): skipped
+        uvm_sched.free(a)
+        native.disarm()
+        assert uvm_sched.stats()["divergences"] == 0
+        c = uvm_sched.malloc(2 * MiB)  # allocation 0 of the plan is 4 MiB: a divergence
+        native.arm_plan(_plan(rows, sync="period"), phase=1, phase_allocs=[c])
+        b = uvm_sched.malloc(1024)
+        uvm_sched.free(b)
+        uvm_sched.free(c)
+        native.disarm()
+        st = uvm_sched.stats()
+    assert st["divergences"] == 1
+    assert st["actions_skipped"] == 1 and st["actions_issued"] == 0
+
+
+def test_a_phase_out_of_range_is_refused_with_the_range():
+    with fakecuda.backend("host"):
+        plan = _plan([(1, "prefetch_to_host", 0, False, 0, 0)], sync="period")
+        for bad in (4, -1):
+            with pytest.raises(ValueError, match=r"phase must be in 0\.\.3"):
+                native.arm_plan(plan, phase=bad, phase_allocs=[])
+        with pytest.raises(ValueError, match="phase_allocs"):
+            native.arm_plan(plan, phase=2)
+        with pytest.raises(ValueError, match="only 1 allocator events"):
+            native.arm_plan(plan, phase=1, phase_allocs=[0, 0])
+        with pytest.raises(ValueError, match="start_now"):
+            native.arm_plan(_plan([(1, "prefetch_to_host", 0, False, 0, 0)]), phase=1,
+                            phase_allocs=[], start_now=False)
+        # the C core checks on its own (a caller of the ABI without this module)
+        t = np.zeros(0, native.PLAN_ROW_DTYPE)
+        sizes = np.asarray(SIZES, np.uint64)
+        s = native._load().uvm_sched_exec_arm_at(None, 0, sizes.ctypes.data, 2, 4, 1, 0, 1, 4,
+                                                 None, 0)
+        assert s == -1 and "below period_events 4" in native._last_error()
+        assert uvm_sched.stats()["plan_armed"] == 0 and len(t) == 0
+
+
+def _replay_arming_at(trace, plan, arm_ev, first_ev):
+    """Replay ``trace`` through the allocator, arming ``plan`` (sync=period, its iterations
+    counted from allocator event ``first_ev``) just before allocator event ``arm_ev`` at
+    the phase that event has. Returns {(event, plan row): status} of the plan rows handled."""
+    period = int(plan.meta["period_events"])
+    addr_of, order, iter_allocs = {}, [], []
+    n_ev = 0
+    native.drain_events()
+    base = None
+    for k, blk, size in zip(trace.kind, trace.block, trace.size):
+        if k not in (EventKind.ALLOC, EventKind.FREE):
+            continue
+        if n_ev >= first_ev and (n_ev - first_ev) % period == 0:
+            iter_allocs = []  # allocations of the iteration so far: (block id, address)
+        if n_ev == arm_ev:
+            phase = (n_ev - first_ev) % period
+            native.arm_plan(plan, order, phase=phase,
+                            phase_allocs=[a if b in addr_of else 0 for b, a in iter_allocs])
+        if k == EventKind.ALLOC:
+            a = uvm_sched.malloc(int(size))
+            addr_of[int(blk)] = a
+            order.append(a)
+            iter_allocs.append((int(blk), a))
+        else:
+            uvm_sched.free(addr_of.pop(int(blk)))
+        n_ev += 1
+    native.disarm()
+    ev = uvm_sched.drain_events()
+    base = int(ev["tick"][ev["kind"] <= 1].min())
+    out = {}
+    for e in ev:
+        k = int(e["kind"])
+        if (16 <= k < 16 + len(ACTIONS) or k == 38) and int(e["arg"]) >= 0:
+            out[(int(e["tick"]) - base, int(e["arg"]))] = "skipped" if k == 38 else "issued"
+    return out
+
+
+def test_arming_at_any_phase_issues_what_arming_at_the_boundary_does_from_then_on():
+    trace, _ = _training_trace(iters=4)
+    sizes = [(5 - i) * 2 * MiB + 512 * i for i in range(5)] + [700]
+    rows = [(i, "prefetch_to_host", 0, False, 0, 0) for i in (1, 3)]
+    rows += [(7, "prefetch_to_device", 0, False, 0, 0), (8, "discard", 0, False, 0, 0),
+             (5, "advise_accessed_by", 2, False, 0, 0), (11, "prefetch_to_host", 4, False, 0, 0),
+             (0, "advise_preferred_host", 4, True, 0, 0), (6, "advise_read_mostly", 1, False, 0, 0)]
+    plan = _plan(rows, sync="period", sizes=sizes, period=12)
+    first = 5  # the weights' allocations come before the first iteration
+    with fakecuda.backend("host"):
+        ref = _replay_arming_at(trace, plan, first, first)
+        assert sum(s == "issued" for s in ref.values()) >= 4 * 6
+        for arm_ev in range(first + 1, first + 12 * 2):
+            got = _replay_arming_at(trace, plan, arm_ev, first)
+            want = {key: s for key, s in ref.items() if key[0] >= arm_ev}
+            assert got == want, f"armed at event {arm_ev} (phase {(arm_ev - first) % 12})"

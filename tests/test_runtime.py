@@ -31,12 +31,14 @@ class Loop:
         self.weights = [native.malloc(weight) for _ in range(layers)]
         self.layers = layers
 
-    def iteration(self, batch: int) -> None:
+    def iteration(self, batch: int, mid=None) -> None:
         acts = []
         for i in range(self.layers):
             acts.append(native.malloc(batch * MiB))
             tmp = native.malloc(MiB // 2)
             native.free(tmp)
+            if mid is not None and i == self.layers // 2:
+                mid()  # e.g. a poll in the middle of the forward pass
         grads = []
         for a in reversed(acts):
             g = native.malloc(batch * MiB)
@@ -130,6 +132,29 @@ def test_without_markers_the_learned_period_arms_the_plan(host):
         st = s.stats()
         assert st["native"]["actions_issued"] > 0
         assert st["native"]["divergences"] == 0
+    loop.close()
+
+
+def test_without_markers_a_poll_mid_iteration_arms_at_the_phase_it_is_at(host):
+    loop = Loop()
+    with Scheduler(budget="60%", warmup_iters=3, hook=False, min_period_events=16) as s:
+        for _ in range(8):
+            loop.iteration(8, mid=s.poll)  # polled only ever in the middle of forward
+            if s.state == "armed":
+                break
+        assert s.state == "armed", s.last_error
+        assert s.plan.meta["sync"] == "period"
+        period = int(s.plan.meta["period_events"])
+        native.drain_events()  # (the scheduler's own drains see the rest)
+        for _ in range(3):
+            loop.iteration(8)
+        ev = native.drain_events()
+        st = s.stats()
+        assert st["native"]["divergences"] == 0  # allocation ordinals lined up from arming
+        assert st["native"]["actions_issued"] > 0
+        # the executor's iterations are whole periods apart, in step with the loop's
+        starts = ev["addr"][ev["kind"] == 4]
+        assert len(starts) >= 3 and set(int(x) for x in (starts[1:] - starts[:-1])) == {period}
     loop.close()
 
 

@@ -13,7 +13,8 @@ capacity, default 2**20 records), ``UVM_SCHED_TRACE=0`` (no event recording),
 
 Event kinds in :func:`drain_events` (``EVENT_KINDS`` maps code -> name): ``alloc`` (0) and
 ``free`` (1) with the block's requested bytes and its global alloc ordinal in ``arg``;
-``mark`` (3, :func:`step`); ``iter`` (4, the executor starts iteration ``arg``); ``arm``
+``mark`` (3, :func:`step`); ``iter`` (4, the executor starts iteration ``arg``, ``addr`` =
+the tick of the iteration's allocator event 0); ``arm``
 (5) and ``disarm`` (6); ``16 + a`` for an issued plan action ``a`` (an index into
 ``uvm_sched.planner.ACTIONS``; ``arg`` = the plan row, ``stream`` = the stream it was
 queued on); errors: ``oom`` (32), ``bad_free`` (33), ``double_free`` (34),
@@ -46,7 +47,7 @@ __all__ = [
     "UvmSchedError", "OutOfMemoryError", "FreeError", "UnsupportedError",
 ]
 
-ABI_VERSION = 2
+ABI_VERSION = 3
 
 # status codes of the C core (uvm_sched.h)
 _OK, _EINVAL, _ENOMEM, _EDRIVER, _EUNSUPPORTED = 0, -1, -2, -3, -4
@@ -168,6 +169,9 @@ def _load() -> ctypes.CDLL:
             "uvm_sched_drain": (c.c_size_t, [c.c_void_p, c.c_size_t]),
             "uvm_sched_exec_arm": (c.c_int, [c.c_void_p, c.c_size_t, c.c_void_p, c.c_size_t,
                                              c.c_uint64, c.c_int, c.c_int, c.c_int]),
+            "uvm_sched_exec_arm_at": (c.c_int, [c.c_void_p, c.c_size_t, c.c_void_p, c.c_size_t,
+                                                c.c_uint64, c.c_int, c.c_int, c.c_int,
+                                                c.c_uint64, c.c_void_p, c.c_size_t]),
             "uvm_sched_exec_disarm": (c.c_int, []),
             "uvm_sched_prefetch": (c.c_int, [c.c_void_p, c.c_size_t, c.c_int, c.c_int,
                                              c.c_void_p]),
@@ -449,7 +453,8 @@ _SYNC = {"marker": 0, "period": 1}
 
 
 def arm(table: np.ndarray, alloc_sizes: Iterable[int], period_events: int, *,
-        sync: str = "marker", device: int = 0, start_now: bool = True) -> None:
+        sync: str = "marker", device: int = 0, start_now: bool = True, phase: int = 0,
+        phase_allocs: Iterable[int] | None = None) -> None:
     """Arm the executor with a raw plan table (``PLAN_ROW_DTYPE`` rows: tick = allocator
     event ordinal in the iteration, action = index in ``planner.ACTIONS``, persistent,
     block = allocation ordinal in the iteration, or for persistent rows the block's global
@@ -459,28 +464,52 @@ def arm(table: np.ndarray, alloc_sizes: Iterable[int], period_events: int, *,
     ``period_events``: allocator events per iteration; ``sync``: ``"marker"`` (iterations
     start at :func:`step`) or ``"period"`` (every ``period_events`` events);
     ``start_now``: the first iteration starts with the next allocator event (else at the
-    next marker). Replaces any armed plan."""
+    next marker). Replaces any armed plan.
+
+    ``phase`` (allocator events, ``0 <= phase < period_events``): arm mid-iteration, the
+    current iteration having already had ``phase`` events; the next one is its event
+    ``phase`` (with ``sync="period"`` the next iteration starts ``period_events - phase``
+    events from now). Then ``phase_allocs`` is required: the addresses of the allocations
+    the iteration made in those events, in order (empty if none; 0 for one already freed,
+    whose rows are then skipped); a live one whose size is not ``alloc_sizes[j]`` counts as
+    a divergence. Raises ``ValueError`` for a phase out of range."""
     lib = _load()
     t = np.ascontiguousarray(table, dtype=PLAN_ROW_DTYPE)
     sizes = np.ascontiguousarray(np.asarray(list(alloc_sizes), dtype=np.uint64))
     if sync not in _SYNC:
         raise ValueError(f"sync must be 'marker' or 'period', got {sync!r}")
-    s = lib.uvm_sched_exec_arm(t.ctypes.data if len(t) else None, len(t),
-                               sizes.ctypes.data if len(sizes) else None, len(sizes),
-                               int(period_events), _SYNC[sync], int(device),
-                               1 if start_now else 0)
+    phase = int(phase)
+    if not 0 <= phase < max(int(period_events), 1):
+        raise ValueError(f"phase must be in 0..{int(period_events) - 1} (allocator events of "
+                         f"the iteration already past, below period_events={int(period_events)}), "
+                         f"got {phase}")
+    if phase and phase_allocs is None:
+        raise ValueError(f"phase={phase}: pass phase_allocs, the addresses of the allocations "
+                         "the iteration made in those events (an empty list if none), so that "
+                         "allocation ordinals line up with the plan's")
+    pa = np.ascontiguousarray(np.asarray(list(phase_allocs or ()), dtype=np.uint64))
+    if len(pa) > phase:
+        raise ValueError(f"{len(pa)} phase_allocs, but only {phase} allocator events have "
+                         "passed (phase)")
+    s = lib.uvm_sched_exec_arm_at(t.ctypes.data if len(t) else None, len(t),
+                                  sizes.ctypes.data if len(sizes) else None, len(sizes),
+                                  int(period_events), _SYNC[sync], int(device),
+                                  1 if start_now else 0, phase,
+                                  pa.ctypes.data if len(pa) else None, len(pa))
     _raise(s, "arming the plan")
 
 
 def arm_plan(plan, persistent_addrs: Mapping[int, int] | Iterable[int] | None = None, *,
-             device: int = 0, start_now: bool = True) -> None:
+             device: int = 0, start_now: bool = True, phase: int = 0,
+             phase_allocs: Iterable[int] | None = None) -> None:
     """Arm the executor with a ``uvm_sched.planner.Plan``. ``persistent_addrs`` maps the
     plan's persistent block ordinals (ordinal among all allocations since recording
     started) to live addresses: a mapping, or a sequence indexed by ordinal (e.g. the
     addresses of the recorded ALLOC events in order). An action on a persistent block
     that is not live (now, or when the action is due, even if its address was reused)
     is skipped and counted. Raises ``ValueError`` naming the first persistent row whose
-    block has no address at all."""
+    block has no address at all. ``phase``/``phase_allocs``: arm mid-iteration, see
+    :func:`arm`."""
     acts = plan.actions
     n = len(acts)
     table = np.zeros(n, PLAN_ROW_DTYPE)
@@ -512,7 +541,7 @@ def arm_plan(plan, persistent_addrs: Mapping[int, int] | Iterable[int] | None = 
                     table["addr"][i] = 0  # freed already: the executor skips (counts) it
     meta = plan.meta
     arm(table, meta["alloc_sizes"], int(meta["period_events"]), sync=meta.get("sync", "marker"),
-        device=device, start_now=start_now)
+        device=device, start_now=start_now, phase=phase, phase_allocs=phase_allocs)
 
 
 def _seq_get(seq: list):
@@ -538,8 +567,8 @@ def action_log(events: np.ndarray):
     it, start = -1, 0
     for e, k in zip(ev, kind):
         k = int(k)
-        if k == 4:
-            it, start = int(e["arg"]), int(e["tick"])
+        if k == 4:  # addr: the tick of the iteration's event 0 (see EVENT_KINDS)
+            it, start = int(e["arg"]), int(e["addr"])
         elif ((_ACTION_BASE <= k < _ACTION_BASE + len(_ACTION_NAMES) or k in (38, 39, 40))
               and int(e["arg"]) >= 0):  # arg < 0: a direct call, not a plan row
             status = ("issued" if k < 32 else

@@ -208,17 +208,26 @@ class Scheduler:
         k = events["kind"]
         alloc_blocks = trace.block[trace.kind == EventKind.ALLOC]
         addrs = [int(addresses[b]) for b in alloc_blocks]
+        phase, phase_allocs = 0, None
         if p.meta.get("sync") == "period":
-            # arm at an iteration boundary: events since the representative iteration
-            # started must be a whole number of periods
-            n_ev = int(np.count_nonzero((k == _ALLOC) | (k == _FREE)))
+            # arm now, mid-iteration if need be: the phase is how far the current iteration
+            # (counted in whole periods from the representative one's start) has got
+            ev_rows = np.flatnonzero((k == _ALLOC) | (k == _FREE))
             start_ev = int(np.searchsorted(trace.tick[(trace.kind <= 1)], pat.start_tick))
-            if (n_ev - start_ev) % int(p.meta["period_events"]) != 0:
-                return  # not at a boundary now; the next poll tries again
+            phase = (len(ev_rows) - start_ev) % int(p.meta["period_events"])
+            # its allocations so far, in order; 0 for one already freed (its rows are skipped)
+            tail = events[ev_rows[len(ev_rows) - phase:]] if phase else events[:0]
+            phase_allocs = []
+            for e in tail[tail["kind"] == _ALLOC]:
+                live = self._live.get(int(e["addr"]))
+                same = live is not None and int(live["arg"]) == int(e["arg"])
+                phase_allocs.append(int(e["addr"]) if same else 0)
+            # more than the plan knows: diverged already (the next allocation says so)
+            phase_allocs = phase_allocs[:len(p.meta["alloc_sizes"])]
             start_now = True
         else:
             start_now = at_marker
-        native.arm_plan(p, addrs, start_now=start_now)
+        native.arm_plan(p, addrs, start_now=start_now, phase=phase, phase_allocs=phase_allocs)
         self.plan, self.pattern = p, pat
         self.state = "armed"
         self._counters["plans"] += 1

@@ -289,6 +289,38 @@ static void test_executor(const char *backend) {
     bad.action = 0;
     bad.block = 5;
     CHECK(uvm_sched_exec_arm(&bad, 1, sizes, 2, 4, 0, 0, 1) == UVM_EINVAL, "bad block");
+    CHECK(uvm_sched_exec_arm(rows, 4, sizes, 2, 4, UVM_SYNC_PERIOD, 0, 1) == UVM_OK, "rearm");
+
+    /* armed mid-iteration at phase 2: A and B made before; B's free is event 2 */
+    CHECK(uvm_sched_reset(backend, 1) == UVM_OK, "reset %s", backend);
+    void *a = uvm_sched_malloc(4 << 20, 0, NULL);
+    void *b = uvm_sched_malloc(1024, 0, NULL);
+    uint64_t before[2] = {(uint64_t)(uintptr_t)a, (uint64_t)(uintptr_t)b};
+    CHECK(uvm_sched_exec_arm_at(rows, 4, sizes, 2, 4, UVM_SYNC_PERIOD, 0, 1, 4, before, 2) ==
+              UVM_EINVAL, "phase = period refused");
+    CHECK(uvm_sched_exec_arm_at(rows, 4, sizes, 2, 4, UVM_SYNC_PERIOD, 0, 1, 1, before, 2) ==
+              UVM_EINVAL, "more allocations than phase events refused");
+    CHECK(uvm_sched_exec_arm_at(rows, 4, sizes, 2, 4, UVM_SYNC_MARKER, 0, 0, 2, before, 2) ==
+              UVM_EINVAL, "phase while waiting for a marker refused");
+    CHECK(stat_of("plan_armed") == 0, "nothing armed by a refusal");
+    CHECK(uvm_sched_exec_arm_at(rows, 4, sizes, 2, 4, UVM_SYNC_PERIOD, 0, 1, 2, before, 2) ==
+              UVM_OK, "arm at phase 2");
+    uvm_sched_free(b, 1024, 0, NULL); /* event 2: A prefetched (1 MiB) */
+    uvm_sched_free(a, 4 << 20, 0, NULL); /* event 3: A discarded at its free; B skipped */
+    CHECK(stat_of("iterations") == 2, "the next iteration starts after event 3");
+    CHECK(stat_of("actions_issued") == 2 && stat_of("actions_skipped") == 1,
+          "issued %llu skipped %llu", (unsigned long long)stat_of("actions_issued"),
+          (unsigned long long)stat_of("actions_skipped"));
+    CHECK(stat_of("bytes_prefetched_h2d") == 1 << 20, "h2d bytes after phase arm");
+    uvm_event ev[32];
+    size_t n = uvm_sched_drain(ev, 32);
+    int iters = 0;
+    for (size_t i = 0; i < n; i++)
+        if (ev[i].kind == UVM_EV_ITER)
+            CHECK(ev[i].addr == (iters++ ? 4u : 0u), "iteration %d starts at event %llu", iters,
+                  (unsigned long long)ev[i].addr);
+    CHECK(iters == 2, "two iterations begun (%d)", iters);
+    uvm_sched_exec_disarm();
 }
 
 /* direct calls: counted, recorded (arg -1), ranges checked before the driver sees them */

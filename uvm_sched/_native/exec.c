@@ -22,6 +22,8 @@
  * compute stream then waits for it, so a later reuse of the address cannot race it.  Only
  * blocks that own whole 2 MiB pages (> 1 MiB) are discarded, up to the end of their last
  * page; the pages of a slab are shared by other blocks, so those discards are skipped.
+ * Arming mid-iteration (uvm_exec_arm_at, phase k > 0): the executor counts on from event
+ * k of the iteration, told the addresses of its allocations already made.
  * Every issued, skipped, failed or unsupported action is also written to the event ring
  * (arg = the row's index in the table given to arm), so a host-backend replay can be
  * compared action by action with the simulator.
@@ -51,6 +53,11 @@ static void free_table(uvm_exec *x) {
 }
 
 static void drop_streams(uvm_exec *x);
+/* declared in api.c too (its declaration belongs with uvm_exec_arm's in internal.h) */
+UVM_HIDDEN int uvm_exec_arm_at(uvm_exec *x, const uvm_plan_row *rows, size_t n_rows,
+                               const uint64_t *alloc_sizes, size_t n_allocs, uint64_t period,
+                               int sync, int device, int start_now, uint64_t phase,
+                               const uint64_t *addrs, size_t n_addrs);
 
 void uvm_exec_fini(uvm_exec *x) {
     free_table(x);
@@ -59,14 +66,16 @@ void uvm_exec_fini(uvm_exec *x) {
     uvm_exec_init(x, prim);
 }
 
-static void new_iteration(uvm_exec *x) {
+/* first: the global ordinal of the iteration's allocator event 0 (in the ITER record's
+ * addr, so that a drain can tell action ticks within the iteration) */
+static void new_iteration(uvm_exec *x, uint64_t first) {
     x->ev_in_iter = 0;
     x->allocs_in_iter = 0;
     x->diverged = false;
     x->waiting = false;
     x->iteration++;
     x->st.iterations++;
-    uvm_trace(UVM_EV_ITER, 0, 0, 0, x->device, (int64_t)x->iteration);
+    uvm_trace(UVM_EV_ITER, first, 0, 0, x->device, (int64_t)x->iteration);
 }
 
 static void drop_streams(uvm_exec *x) {
@@ -97,8 +106,39 @@ static int ensure_streams(uvm_exec *x, int device) {
 int uvm_exec_arm(uvm_exec *x, const uvm_plan_row *rows, size_t n_rows,
                  const uint64_t *alloc_sizes, size_t n_allocs, uint64_t period, int sync,
                  int device, int start_now) {
+    return uvm_exec_arm_at(x, rows, n_rows, alloc_sizes, n_allocs, period, sync, device,
+                           start_now, 0, NULL, 0);
+}
+
+/* Arming mid-iteration: the current iteration has had `phase` allocator events already; it
+ * counts on from event `phase`, and addrs[j] (j < n_addrs) is its allocation j, made before
+ * arming (0, or an address no longer live: freed already; rows naming it are skipped).  A
+ * live one of the wrong size is a divergence, as if it had happened armed.  Everything is
+ * validated before the armed plan is replaced. */
+int uvm_exec_arm_at(uvm_exec *x, const uvm_plan_row *rows, size_t n_rows,
+                    const uint64_t *alloc_sizes, size_t n_allocs, uint64_t period, int sync,
+                    int device, int start_now, uint64_t phase, const uint64_t *addrs,
+                    size_t n_addrs) {
     if (period == 0 || period > ((uint64_t)1 << 32)) {
         uvm_set_error("period_events must be in 1..2^32, got %llu", (unsigned long long)period);
+        return UVM_EINVAL;
+    }
+    if (phase >= period) {
+        uvm_set_error("phase %llu must be below period_events %llu (it counts the allocator "
+                      "events of the iteration already past)",
+                      (unsigned long long)phase, (unsigned long long)period);
+        return UVM_EINVAL;
+    }
+    if (phase && !start_now && sync == UVM_SYNC_MARKER) {
+        uvm_set_error("phase %llu says the iteration is under way: it needs start_now "
+                      "(or sync=period), not waiting for the next marker",
+                      (unsigned long long)phase);
+        return UVM_EINVAL;
+    }
+    if (n_addrs > phase || n_addrs > n_allocs || (n_addrs && !addrs)) {
+        uvm_set_error("%zu allocations made before arming, but phase is %llu events and the "
+                      "plan's iteration has %zu allocations",
+                      n_addrs, (unsigned long long)phase, n_allocs);
         return UVM_EINVAL;
     }
     if (sync != UVM_SYNC_MARKER && sync != UVM_SYNC_PERIOD) {
@@ -166,10 +206,26 @@ int uvm_exec_arm(uvm_exec *x, const uvm_plan_row *rows, size_t n_rows,
     x->st.armed = 1;
     x->st.arms++;
     uvm_trace(UVM_EV_ARM, 0, n_rows, 0, device, (int64_t)period);
-    if (start_now || sync == UVM_SYNC_PERIOD) {
-        new_iteration(x);
+    if (start_now || phase || sync == UVM_SYNC_PERIOD) {
+        new_iteration(x, uvm_g.tick >= phase ? uvm_g.tick - phase : 0);
     } else {
         x->waiting = true;
+    }
+    x->ev_in_iter = phase;
+    x->allocs_in_iter = n_addrs;
+    for (size_t j = 0; j < n_addrs; j++) {
+        uvm_block blk;
+        x->iter_addr[j] = x->iter_ord[j] = 0;
+        if (!addrs[j] ||
+            uvm_pool_lookup(&uvm_g.pool, (void *)(uintptr_t)addrs[j], &blk) != UVM_OK)
+            continue;
+        if (!x->diverged && blk.req != x->alloc_sizes[j]) {
+            x->diverged = true;
+            x->st.divergences++;
+            uvm_trace(UVM_EV_DIVERGENCE, addrs[j], blk.req, 0, x->device, (int64_t)j);
+        }
+        x->iter_addr[j] = addrs[j];
+        x->iter_ord[j] = blk.ordinal;
     }
     return UVM_OK;
 }
@@ -303,9 +359,10 @@ void uvm_exec_on_event(uvm_exec *x, int kind, const uvm_block *b, void *stream) 
     if (!x->diverged && k < x->period && x->row_start[k + 1] > x->row_start[k])
         fire(x, k, stream, b, kind);
     x->ev_in_iter = k + 1;
-    if (x->sync == UVM_SYNC_PERIOD && x->ev_in_iter >= x->period) new_iteration(x);
+    if (x->sync == UVM_SYNC_PERIOD && x->ev_in_iter >= x->period)
+        new_iteration(x, uvm_g.tick + 1); /* starts with the next event */
 }
 
 void uvm_exec_on_mark(uvm_exec *x) {
-    if (x->armed && x->sync == UVM_SYNC_MARKER) new_iteration(x);
+    if (x->armed && x->sync == UVM_SYNC_MARKER) new_iteration(x, uvm_g.tick);
 }

@@ -20,7 +20,7 @@ extern "C" {
 
 /* Bumped whenever a struct below or a function signature changes; native.py refuses a
  * library whose uvm_sched_abi_version() differs from the one it was written for. */
-#define UVM_SCHED_ABI_VERSION 2
+#define UVM_SCHED_ABI_VERSION 3
 
 /* status codes */
 #define UVM_OK 0
@@ -42,7 +42,9 @@ enum uvm_event_kind {
     UVM_EV_ALLOC = 0,        /* addr, size (requested bytes), stream; arg = global alloc ordinal */
     UVM_EV_FREE = 1,         /* addr, size, stream; arg = the block's alloc ordinal */
     UVM_EV_MARK = 3,         /* iteration marker (uvm_sched_step); arg = marker count */
-    UVM_EV_ITER = 4,         /* executor starts an iteration; arg = iteration number */
+    UVM_EV_ITER = 4,         /* executor starts an iteration; arg = iteration number, addr =
+                                the tick of its allocator event 0 (earlier than this record's
+                                when armed at a phase; the next event's at a period's end) */
     UVM_EV_ARM = 5,          /* plan armed; size = rows, arg = period_events */
     UVM_EV_DISARM = 6,       /* plan disarmed; arg = iterations run */
     UVM_EV_ACTION = 16,      /* 16 + action code: an issued plan action; addr/size = range,
@@ -177,6 +179,17 @@ UVM_API int uvm_sched_synchronize(void *stream, int device);
 UVM_API int uvm_sched_exec_arm(const uvm_plan_row *rows, size_t n_rows,
                                const uint64_t *alloc_sizes, size_t n_allocs,
                                uint64_t period_events, int sync, int device, int start_now);
+/* The same, armed mid-iteration: phase = allocator events of the current iteration already
+ * past (0 <= phase < period_events; phase > 0 starts now, so with sync=marker it needs
+ * start_now); phase_addrs[j] (n_phase_addrs <= phase, <= n_allocs) = the address of the
+ * iteration's allocation j made before arming, 0 when it is freed already (rows naming it
+ * are skipped).  A live one whose size is not alloc_sizes[j] is a divergence.  phase 0
+ * with no addresses is uvm_sched_exec_arm.  UVM_EINVAL (nothing replaced) otherwise. */
+UVM_API int uvm_sched_exec_arm_at(const uvm_plan_row *rows, size_t n_rows,
+                                  const uint64_t *alloc_sizes, size_t n_allocs,
+                                  uint64_t period_events, int sync, int device, int start_now,
+                                  uint64_t phase, const uint64_t *phase_addrs,
+                                  size_t n_phase_addrs);
 UVM_API int uvm_sched_exec_disarm(void);
 
 #ifdef __cplusplus
