@@ -16,8 +16,12 @@ Use ticks (the only difference between the modes):
   block of the iteration is used at its ALLOC tick and at its FREE tick, each widened by a
   *guard* of ticks inwards (the ops after an allocation read it -- a residual connection a
   dozen ops later --, the ops before a free are its last readers). With ``guard="auto"``
-  each gap is a candidate at guards of 16, 8, 4 and 2 ticks: the widest (safest) is
+  each gap is a candidate at guards of 32, 16, 8, 4 and 2 ticks: the widest (safest) is
   preferred, a narrower one replaces it only at ticks the budget cannot meet otherwise.
+  (32: in CNNs with long skip/concat chains -- Inception, SENet -- an activation is read
+  20-30 ops after its allocation; a 16-tick guard evicts it before that read and the
+  driver faults it back. Transformers lose a little at 75% on PCIe with it, CNNs gain
+  up to 2x; see benchmarks/results/bench_planner.md.)
   Persistent blocks (weights, optimizer state) have unknown uses: they stay resident
   (``remote_fallback``: when the budget cannot be met otherwise, the largest are mapped
   host-resident with ``advise_preferred_host`` + ``advise_accessed_by``, where that is
@@ -96,7 +100,7 @@ from ._plan import PLAN_VERSION, Plan, PlanError
 __all__ = ["plan", "MODES"]
 
 MODES = ("oblivious", "sampled")
-AUTO_GUARDS = (16, 8, 4, 2)  # ticks; see plan()
+AUTO_GUARDS = (32, 16, 8, 4, 2)  # ticks; see plan() and the module docstring
 # The pool gives requests above 1 MiB whole 2 MiB pages of their own; smaller ones share
 # slab pages with other blocks, so the executor cannot discard them (it skips such rows).
 DISCARD_MIN_BYTES = (1 << 20) + 1
@@ -109,7 +113,7 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "oblivious", **opts: Any) -
     ``budget``: bytes, ``"50%"`` of the trace's peak, ``"40GiB"``... (``resolve_budget``).
     ``hw``: a profile name, path or ``HardwareProfile``. ``mode``: ``"oblivious"`` or
     ``"sampled"``. Options: ``pattern`` (a precomputed ``pattern.analyze(trace)``),
-    ``guard`` (ticks, or ``"auto"``: 16, 8, 4 and 2 ticks, the widest preferred per gap),
+    ``guard`` (ticks, or ``"auto"``: 32, 16, 8, 4 and 2 ticks, the widest preferred per gap),
     ``samples`` (a sample frame, sampled mode),
     ``sample_rate`` (default 1.0), ``noise`` (ticks, default 0), ``seed``, ``discard``
     (default True), ``discard_min_bytes`` (default just above 1 MiB: smaller blocks share
