@@ -10,7 +10,7 @@ import pytest
 
 native = pytest.importorskip("uvm_sched.native")
 
-from uvm_sched.planner import ACTIONS, plan  # noqa: E402
+from uvm_sched.planner import ACTIONS, Plan, plan  # noqa: E402
 from uvm_sched.sim import simulate  # noqa: E402
 from uvm_sched.trace import EventKind  # noqa: E402
 
@@ -59,8 +59,10 @@ def _executor_actions(trace, p):
     return out
 
 
-def _compare(tr, budget, keep):
+def _compare(tr, budget, keep, **meta):
     p = plan(tr, budget, "h200-pcie5")
+    if meta:  # the same actions under other synchronisation
+        p = Plan(p.actions, {**p.meta, **meta})
     assert len(p) > 0
     sim = [a for a in _sim_actions(tr, p) if keep(a[2])]
     exe = [a for a in _executor_actions(tr, p) if keep(a[2])]
@@ -88,3 +90,12 @@ def test_executor_discards_a_freed_block_at_its_free_event(host):
 
 def test_simulator_discards_at_free_events_like_the_executor(host):
     _compare(training_trace(iters=4), "50%", lambda a: a == "discard")
+
+
+@pytest.mark.parametrize("start", [None, 12, 30])
+def test_a_period_plan_is_armed_on_the_simulators_grid_wherever_replay_arms_it(host, start):
+    # 12: the first iteration's first allocator event (the weights come before it); None:
+    # the grid from event 0; 30: mid-iteration. replay arms at a MARK, at whatever phase
+    # of the period grid that is
+    meta = {"sync": "period"} if start is None else {"sync": "period", "period_start_event": start}
+    _compare(training_trace(iters=4), "50%", lambda a: True, **meta)

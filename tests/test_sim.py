@@ -216,6 +216,24 @@ def test_period_sync_matches_marker_sync_on_a_regular_trace():
     assert b.iteration_time_s >= a.compute_time_s
 
 
+def test_period_sync_from_the_iterations_first_event_is_marker_sync():
+    t = _hide_trace()
+    a = simulate(t, _hide_plan(), _hw(), 6 * MiB)
+    # P's ALLOC (event 0) precedes the first iteration: the grid starts at event 1
+    b = simulate(t, _hide_plan(sync="period", period_start_event=1), _hw(), 6 * MiB)
+    assert b.divergences == 0 and a.divergences == 0
+    assert b.iteration_time_s == pytest.approx(a.iteration_time_s)
+    assert b.actions.equals(a.actions) and len(a.actions) == 6
+    # counted from event 0 instead, the grid is one event early: the first "iteration"
+    # (P's ALLOC, then S, U, free S) diverges, the later ones start at the FREE of U, so
+    # event 1 is the next ALLOC S (tick a) and event 3 the FREE of S (tick a+2)
+    c = simulate(t, _hide_plan(sync="period"), _hw(), 6 * MiB, actions_to_end=True)
+    shifted = []
+    for a in (4, 7):
+        shifted += [(a, "pre", "prefetch_to_device", 0, 1), (a + 2, "post", "prefetch_to_host", 0, 3)]
+    assert list(c.actions.itertuples(index=False, name=None)) == shifted
+
+
 def test_budget_below_one_ticks_working_set_is_rejected_naming_the_tick():
     t = _thrash_trace()
     with pytest.raises(BudgetError, match=r"tick \d+.*4,194,304 bytes"):

@@ -586,7 +586,10 @@ def replay(trace, plan=None, *, arm_at: int | None = None, device: int = 0) -> n
     armed at the MARK at tick ``arm_at`` (default: the first MARK after every persistent
     block the plan names is allocated; tick 0 without marks),
     persistent blocks resolved from the replayed allocations (ordinal among the trace's
-    ALLOC rows). Blocks still live at the end are freed (their frees follow the trace's
+    ALLOC rows). A ``sync="period"`` plan is armed at the phase the simulator's period grid
+    has there (iterations start at allocator events ``e`` with ``(e - a) % period_events ==
+    0``, ``a = plan.meta.get("period_start_event", 0)``), so the two agree wherever it is
+    armed. Blocks still live at the end are freed (their frees follow the trace's
     events). Meant for the host backend: memory is reserved, never touched. The ring is
     drained first; pending events of the caller are discarded."""
     from .trace._model import EventKind
@@ -608,6 +611,8 @@ def replay(trace, plan=None, *, arm_at: int | None = None, device: int = 0) -> n
         later = mark_rows[mark_rows > ready_row]
         arm_at = int(ticks[later[0]]) if len(later) else (int(marks[0]) if len(marks) else 0)
     armed = False
+    n_ev = 0  # allocator events replayed so far
+    recent: list[tuple[int, int]] = []  # (event ordinal, block) of the ALLOCs replayed
 
     def maybe_arm(at_mark: bool, tick: int) -> None:
         nonlocal armed
@@ -615,7 +620,19 @@ def replay(trace, plan=None, *, arm_at: int | None = None, device: int = 0) -> n
             return
         if plan.meta.get("sync", "marker") == "marker" and len(marks) and not at_mark:
             return
-        arm_plan(plan, order, device=device, start_now=True)
+        phase, phase_allocs = 0, None
+        if plan.meta.get("sync", "marker") == "period":
+            # the period grid of the simulator: iterations start at the allocator events
+            # e >= anchor with (e - anchor) % period == 0; armed wherever we are on it
+            period = int(plan.meta["period_events"])
+            anchor = int(plan.meta.get("period_start_event", 0)) % period
+            if n_ev < anchor:
+                return  # before the first iteration: arm when it starts
+            phase = (n_ev - anchor) % period
+            phase_allocs = [addr_of.get(b, 0) for e, b in recent if e >= n_ev - phase]
+            phase_allocs = phase_allocs[:len(plan.meta["alloc_sizes"])]
+        arm_plan(plan, order, device=device, start_now=True, phase=phase,
+                 phase_allocs=phase_allocs)
         armed = True
 
     try:
@@ -629,9 +646,12 @@ def replay(trace, plan=None, *, arm_at: int | None = None, device: int = 0) -> n
                 a = malloc(int(sizes[i]), device=device)
                 addr_of[int(blocks[i])] = a
                 order.append(a)
+                recent.append((n_ev, int(blocks[i])))
+                n_ev += 1
             elif k == EventKind.FREE:
                 maybe_arm(False, int(ticks[i]))
                 free(addr_of.pop(int(blocks[i])))
+                n_ev += 1
     finally:
         if armed:
             disarm()

@@ -140,6 +140,10 @@ class PlanSchedule(Schedule):
         self.period = int(meta["period_events"])
         self.sizes = np.asarray(meta["alloc_sizes"], np.int64)
         self.sync = meta.get("sync", "marker")
+        # period sync: iterations start at the allocator events e >= anchor with
+        # (e - anchor) % period == 0 (the planned trace's first event of an iteration, when
+        # the plan says; events before the first one are outside any iteration)
+        self.anchor = int(meta.get("period_start_event", 0)) % self.period
         if self.sync != "period" and len(prep.iter_starts) == 0:
             self.sync = "period"  # a trace without MARKs: the period is all there is
         df = plan.actions
@@ -178,9 +182,12 @@ class PlanSchedule(Schedule):
         blocks = p.ev_block[s:e]
         for i in range(e - s):
             if self.sync == "period":
-                if self.global_event % self.period == 0:
-                    self._new_iteration()
+                g = self.global_event
                 self.global_event += 1
+                if g < self.anchor:
+                    continue  # before the first iteration
+                if (g - self.anchor) % self.period == 0:
+                    self._new_iteration()
             if self.sync != "period" and not self.marks_seen(t):
                 continue  # before the first iteration: nothing to count from
             self.local += 1
