@@ -552,11 +552,6 @@ int uvm_sched_exec_arm(const uvm_plan_row *rows, size_t n_rows, const uint64_t *
     return s;
 }
 
-/* exec.c (its declaration belongs with uvm_exec_arm's in internal.h) */
-UVM_HIDDEN int uvm_exec_arm_at(uvm_exec *x, const uvm_plan_row *rows, size_t n_rows,
-                               const uint64_t *alloc_sizes, size_t n_allocs, uint64_t period,
-                               int sync, int device, int start_now, uint64_t phase,
-                               const uint64_t *addrs, size_t n_addrs);
 
 int uvm_sched_exec_arm_at(const uvm_plan_row *rows, size_t n_rows, const uint64_t *alloc_sizes,
                           size_t n_allocs, uint64_t period_events, int sync, int device,

@@ -53,11 +53,6 @@ static void free_table(uvm_exec *x) {
 }
 
 static void drop_streams(uvm_exec *x);
-/* declared in api.c too (its declaration belongs with uvm_exec_arm's in internal.h) */
-UVM_HIDDEN int uvm_exec_arm_at(uvm_exec *x, const uvm_plan_row *rows, size_t n_rows,
-                               const uint64_t *alloc_sizes, size_t n_allocs, uint64_t period,
-                               int sync, int device, int start_now, uint64_t phase,
-                               const uint64_t *addrs, size_t n_addrs);
 
 void uvm_exec_fini(uvm_exec *x) {
     free_table(x);

@@ -276,6 +276,12 @@ UVM_HIDDEN void uvm_exec_on_mark(uvm_exec *x);
 UVM_HIDDEN int uvm_exec_arm(uvm_exec *x, const uvm_plan_row *rows, size_t n_rows,
                             const uint64_t *alloc_sizes, size_t n_allocs, uint64_t period,
                             int sync, int device, int start_now);
+/* the same, arming mid-iteration: phase allocator events of it have passed, addrs are
+ * the addresses of its allocations so far (0 = freed) */
+UVM_HIDDEN int uvm_exec_arm_at(uvm_exec *x, const uvm_plan_row *rows, size_t n_rows,
+                               const uint64_t *alloc_sizes, size_t n_allocs, uint64_t period,
+                               int sync, int device, int start_now, uint64_t phase,
+                               const uint64_t *addrs, size_t n_addrs);
 UVM_HIDDEN void uvm_exec_disarm(uvm_exec *x);
 
 static inline void uvm_trace(int32_t kind, uint64_t addr, uint64_t size, uint64_t stream,
