@@ -90,6 +90,21 @@ def test_no_eviction_when_everything_fits():
     assert not p.actions["action"].isin(["prefetch_to_host", "prefetch_to_device"]).any()
 
 
+def test_auto_guard_keeps_a_block_through_reads_up_to_32_ticks_after_its_allocation():
+    # Oblivious mode cannot see a read 20-30 ops after an allocation (a CNN's skip or
+    # concat input); the widest automatic guard is 32 ticks, so A (alive 0..119, pressure
+    # from B at ticks 60..70) leaves only after tick 32 is queued, and comes back by 87.
+    tr = _two_blocks(60, 70, n_ticks=120)
+    p, pat = _plan(tr, 5000, 4e9, guard="auto")
+    acts = p.actions.set_index("action")
+    ev_tick = pat.events.set_index("event")["tick"]
+    evict = int(ev_tick.loc[int(acts.loc["prefetch_to_host", "tick"])])
+    back = int(ev_tick.loc[int(acts.loc["prefetch_to_device", "tick"])])
+    assert 32 <= evict < 60 and 70 <= back < 87
+    assert p.meta["guard"][0] == 32
+    assert p.meta["predicted"]["over_budget_ticks"] == 0
+
+
 def test_infeasible_budget_names_the_tick_and_bytes():
     tr = _two_blocks(8, 10)
     with pytest.raises(PlanError, match=r"tick 8 .*4,001 bytes"):
