@@ -92,17 +92,29 @@ def test_no_eviction_when_everything_fits():
 
 def test_auto_guard_keeps_a_block_through_reads_up_to_32_ticks_after_its_allocation():
     # Oblivious mode cannot see a read 20-30 ops after an allocation (a CNN's skip or
-    # concat input); the widest automatic guard is 32 ticks, so A (alive 0..119, pressure
-    # from B at ticks 60..70) leaves only after tick 32 is queued, and comes back by 87.
+    # concat input); the widest automatic guard is 32 ticks, so A (alive 0..199, pressure
+    # from B at ticks 60..70) leaves only after tick 32 is queued, and comes back by 167.
+    tr = _two_blocks(60, 70, n_ticks=200)
+    p, pat = _plan(tr, 5000, 4e9, guard="auto")
+    acts = p.actions.set_index("action")
+    ev_tick = pat.events.set_index("event")["tick"]
+    evict = int(ev_tick.loc[int(acts.loc["prefetch_to_host", "tick"])])
+    back = int(ev_tick.loc[int(acts.loc["prefetch_to_device", "tick"])])
+    assert 32 <= evict < 60 and 70 <= back < 167
+    assert p.meta["guard"][0] == 32
+    assert p.meta["predicted"]["over_budget_ticks"] == 0
+
+
+def test_auto_guard_uses_16_ticks_on_a_block_living_fewer_than_six_wide_guards():
+    # A lives 0..119 (< 6 x 32 ticks): the 32-tick guard would only shrink its window, so
+    # the widest guard it gets is 16 -- it leaves once tick 16 is queued, before tick 32.
     tr = _two_blocks(60, 70, n_ticks=120)
     p, pat = _plan(tr, 5000, 4e9, guard="auto")
     acts = p.actions.set_index("action")
     ev_tick = pat.events.set_index("event")["tick"]
     evict = int(ev_tick.loc[int(acts.loc["prefetch_to_host", "tick"])])
     back = int(ev_tick.loc[int(acts.loc["prefetch_to_device", "tick"])])
-    assert 32 <= evict < 60 and 70 <= back < 87
-    assert p.meta["guard"][0] == 32
-    assert p.meta["predicted"]["over_budget_ticks"] == 0
+    assert 16 <= evict < 32 and 70 <= back < 103
 
 
 def test_infeasible_budget_names_the_tick_and_bytes():

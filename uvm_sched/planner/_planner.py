@@ -20,9 +20,10 @@ Use ticks (the only difference between the modes):
   preferred, a narrower one replaces it only at ticks the budget cannot meet otherwise.
   (32: in CNNs with long skip/concat chains -- Inception, SENet -- an activation is read
   20-30 ops after its allocation; a 16-tick guard evicts it before that read and the
-  driver faults it back. Measured with ``benchmarks/bench_planner.py`` against 16, 8, 4,
-  2: Inception and SENet 1.3-2x faster, the geometric mean over 54 rows 8% faster, but
-  UNet, BERT and GPT-2 at 75% on PCIe up to 1.3x slower.)
+  driver faults it back. Only blocks living at least 6 such guards get it: on shorter
+  ones it merely shrinks the window. Measured with ``benchmarks/bench_planner.py``
+  against 16, 8, 4, 2: Inception and SENet 1.3-2x faster, the geometric mean over 54
+  rows ~9% faster, BERT and GPT-2 at 75% on PCIe ~1.2x slower.)
   Persistent blocks (weights, optimizer state) have unknown uses: they stay resident
   (``remote_fallback``: when the budget cannot be met otherwise, the largest are mapped
   host-resident with ``advise_preferred_host`` + ``advise_accessed_by``, where that is
