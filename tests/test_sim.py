@@ -478,3 +478,28 @@ def test_unknown_policy_and_options_are_refused():
         simulate(t, "lru", _hw(), 8 * MiB)
     with pytest.raises(TypeError, match="unknown option"):
         simulate(t, "demand", _hw(), 8 * MiB, colour="red")
+
+
+def test_bound_counts_data_written_in_the_window_that_must_cross_back_before_it_is_needed():
+    """A (8 MiB) and B (8 MiB) are written at ticks 0 and 1 and read at ticks 2 and 3, budget
+    8 MiB: at the boundary after tick 1, 8 MiB written on the device must already be on the
+    host (d2h at best 8 MiB/ms: 1 ms) and come back after it (h2d at best 8 MiB/ms: 1 ms).
+    Compute is 4 x 0.01 ms, so the bound is max(0.02, 1) + max(0.02, 1) = 2 ms (without the
+    d2h term it was 1.02 ms)."""
+    b = TraceBuilder(name="writeback")
+    a = b.alloc(8 * MiB)
+    b.access(a, AccessMode.WRITE)
+    b.next_tick(0.01e6)
+    x = b.alloc(8 * MiB)
+    b.access(x, AccessMode.WRITE)
+    b.next_tick(0.01e6)
+    b.access(a, AccessMode.READ)
+    b.next_tick(0.01e6)
+    b.access(x, AccessMode.READ)
+    b.next_tick(0.01e6)
+    t = b.build()
+    hw = _hw(remote_access_Bps=1 * MiB / MS)
+    bound = simulate(t, "bound", hw, 8 * MiB)
+    assert bound.iteration_time_s == pytest.approx(2 * MS)
+    for policy in ("demand", "swap-activations", "prefetch-on-alloc"):
+        assert simulate(t, policy, hw, 8 * MiB).iteration_time_s >= bound.iteration_time_s
