@@ -216,3 +216,25 @@ def test_unknown_mode_and_option_are_rejected():
         plan(tr, 5000, mode="psychic", pattern=one_iteration(tr))
     with pytest.raises(TypeError, match="unknown option"):
         plan(tr, 5000, pattern=one_iteration(tr), gaurd=2)
+
+
+def test_a_plan_learned_without_markers_is_anchored_where_its_iteration_starts():
+    """No MARKs: the plan syncs on the period, counted from the allocator event where the
+    learned iteration starts (after the 12 weight/state allocations), so the simulator runs
+    it without a single divergence."""
+    import numpy as np
+
+    from uvm_sched.sim import simulate
+    from uvm_sched.trace import EventKind, Trace
+
+    from _planner_helpers import training_trace
+
+    tr = training_trace(iters=5)
+    keep = tr.kind != EventKind.MARK
+    bare = Trace({k: v[keep] for k, v in tr.columns.items()}, tick_ns=tr.tick_ns, meta=tr.meta)
+    p = plan(bare, "50%", "h200-pcie5")
+    assert p.meta["sync"] == "period"
+    ev_ticks = bare.tick[bare.kind <= EventKind.FREE]
+    assert p.meta["period_start_event"] % p.meta["period_events"] == 12 % p.meta["period_events"]
+    assert np.all(ev_ticks[:12] == 0)
+    assert simulate(bare, p, "h200-pcie5", "50%").divergences == 0

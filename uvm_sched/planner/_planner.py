@@ -97,6 +97,7 @@ import numpy as np
 
 from .._budget import resolve_budget
 from ._core import Problem, build_schedule
+from ..trace._model import EventKind
 from ._plan import PLAN_VERSION, Plan, PlanError
 
 __all__ = ["plan", "MODES"]
@@ -188,6 +189,11 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "oblivious", **opts: Any) -
         "period_events": int(E),
         "alloc_sizes": [int(s) for s in info["alloc_sizes"]],
         "sync": "marker" if getattr(pat, "source", "learned") == "markers" else "period",
+        # period sync counts iterations on this grid: the allocator event (from the trace's
+        # start) where the learned iteration begins, so a warm-up that does not fill whole
+        # periods does not shift every iteration
+        "period_start_event": int(np.searchsorted(
+            trace.tick[trace.kind <= EventKind.FREE], pat.start_tick)),
         "peak_bytes": int(trace.peak_bytes),
         "iteration_peak_bytes": int(info["iteration_peak"]),
         "guard": list(guards),
