@@ -130,3 +130,19 @@ def training_trace(iters: int = 4, layers: int = 6, act: int = 8 << 20, weight: 
             tb.free(gw)
             tb.next_tick(tick_ns / 10)
     return tb.build()
+
+
+def host_backend():
+    """A fresh native allocator on the host backend for one test (skips where the library
+    is not built), torn down (plan disarmed, blocks dropped) after it. Use as a fixture:
+    ``host = pytest.fixture(host_backend)``."""
+    import pytest
+
+    native = pytest.importorskip("uvm_sched.native")
+    try:
+        native._reset("host", force=True)
+    except native.UvmSchedError as e:  # pragma: no cover - library not built
+        pytest.skip(f"native library unavailable: {e}")
+    yield
+    native.disarm()
+    native._reset("host", force=True)

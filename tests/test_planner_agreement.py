@@ -14,17 +14,10 @@ from uvm_sched.planner import ACTIONS, Plan, plan  # noqa: E402
 from uvm_sched.sim import simulate  # noqa: E402
 from uvm_sched.trace import EventKind  # noqa: E402
 
-from _planner_helpers import training_trace  # noqa: E402
+from _planner_helpers import host_backend, training_trace  # noqa: E402
 
 
-@pytest.fixture
-def host():
-    try:
-        native._reset("host", force=True)
-    except native.UvmSchedError as e:  # pragma: no cover - library not built
-        pytest.skip(f"native library unavailable: {e}")
-    yield
-    native._reset("host", force=True)
+host = pytest.fixture(host_backend)
 
 
 def _sim_actions(trace, p):

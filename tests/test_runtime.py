@@ -9,18 +9,12 @@ pytest.importorskip("uvm_sched.trace._native", reason="trace_from_events (native
 
 from uvm_sched.runtime import Scheduler  # noqa: E402
 
+from _planner_helpers import host_backend  # noqa: E402
+
 MiB = 1 << 20
 
 
-@pytest.fixture
-def host():
-    try:
-        native._reset("host", force=True)
-    except native.UvmSchedError as e:  # pragma: no cover - library not built
-        pytest.skip(f"native library unavailable: {e}")
-    yield
-    native.disarm()
-    native._reset("host", force=True)
+host = pytest.fixture(host_backend)
 
 
 class Loop:
