@@ -501,5 +501,6 @@ def test_bound_counts_data_written_in_the_window_that_must_cross_back_before_it_
     hw = _hw(remote_access_Bps=1 * MiB / MS)
     bound = simulate(t, "bound", hw, 8 * MiB)
     assert bound.iteration_time_s == pytest.approx(2 * MS)
+    assert (bound.bytes_d2h, bound.bytes_h2d) == (8 * MiB, 8 * MiB)
     for policy in ("demand", "swap-activations", "prefetch-on-alloc"):
         assert simulate(t, policy, hw, 8 * MiB).iteration_time_s >= bound.iteration_time_s

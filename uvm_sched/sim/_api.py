@@ -114,8 +114,8 @@ def simulate(trace, policy: "str | Plan", hw: Any = "h200-pcie5", budget: Any = 
         return _ideal(prep, hw, B, compute)
     _check_budget(prep, B)
     if name == "bound":
-        T, tick, excess = lower_bound(prep, hw, B)
-        return _bound_result(prep, hw, B, compute, T, tick, excess)
+        T, tick, excess, out = lower_bound(prep, hw, B)
+        return _bound_result(prep, hw, B, compute, T, tick, excess, out)
     if name == "uvm-sched":
         from .. import planner
 
@@ -158,7 +158,7 @@ def _ideal(prep, hw, B, compute) -> SimResult:
                      {"window_start": ws, "window_stop": we}, _actions_frame([]))
 
 
-def _bound_result(prep, hw, B, compute, T, tick, excess) -> SimResult:
+def _bound_result(prep, hw, B, compute, T, tick, excess, out) -> SimResult:
     ws, we = prep.window
     dur = prep.dur_s[ws:we]
     z = np.zeros(we - ws)
@@ -170,10 +170,11 @@ def _bound_result(prep, hw, B, compute, T, tick, excess) -> SimResult:
                     z.astype(int)))
     tl, tr = _frames(rows, [])
     return SimResult("bound", hw.name, B, T, compute, T - compute,
-                     {"fault": 0.0, "eviction": 0.0, "link": T - compute}, int(excess), 0, 0,
+                     {"fault": 0.0, "eviction": 0.0, "link": T - compute}, int(excess), int(out), 0,
                      min(B, int(prep.ws_bytes.max()) if len(prep.ws_bytes) else 0), 0, tl, tr,
                      {"window_start": ws, "window_stop": we, "binding_tick": tick,
-                      "must_cross_bytes": int(excess)}, _actions_frame([]))
+                      "must_cross_bytes": int(excess), "must_write_back_bytes": int(out)},
+                     _actions_frame([]))
 
 
 # The native executor skips a discard of a block of at most 1 MiB: such blocks share 2 MiB

@@ -39,8 +39,9 @@ from ._prep import Prepared
 __all__ = ["lower_bound"]
 
 
-def lower_bound(prep: Prepared, hw, budget: int) -> tuple[float, int, int]:
-    """(bound seconds, binding boundary tick, bytes that must cross there)."""
+def lower_bound(prep: Prepared, hw, budget: int) -> tuple[float, int, int, int]:
+    """(bound seconds, binding boundary tick, bytes that must come in after it, bytes that
+    must have gone out before it)."""
     ws, we = prep.window
     dur = prep.dur_s[ws:we]
     C = float(dur.sum())
@@ -52,7 +53,7 @@ def lower_bound(prep: Prepared, hw, budget: int) -> tuple[float, int, int]:
     inw = (at >= ws) & (at < we)
     tb, bb, nbb = at[inw], ab[inw], an[inw]
     if not len(tb):
-        return C, ws, 0
+        return C, ws, 0, 0
     first_w = np.full(nb, big, np.int64)
     last_w = np.full(nb, -1, np.int64)
     need = np.zeros(nb, np.int64)
@@ -83,4 +84,4 @@ def lower_bound(prep: Prepared, hw, budget: int) -> tuple[float, int, int]:
     written_back = np.maximum(N - N_old - int(budget), 0)
     T = np.maximum(cb, written_back / bw_out) + np.maximum(ca, excess / bw)
     i = int(np.argmax(T))
-    return max(C, float(T[i])), ws - 1 + i, int(excess[i])
+    return max(C, float(T[i])), ws - 1 + i, int(excess[i]), int(written_back[i])
