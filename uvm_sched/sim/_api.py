@@ -205,6 +205,16 @@ def _run(prep, hw, B, sched: Schedule, name: str, pool: bool, zero_fill: bool,
     # the plan actions carried out (what reached eng.act), over the whole run
     log: list | None = [] if sched.plan_events else None
     result = None
+
+    def issue(t: int, stage: str) -> None:
+        """Act on the schedule's actions due at this stage of tick ``t`` (and log them)."""
+        for a in sched.at(t, stage):
+            code, b, lo, hi = a[:4]
+            if _executes(code, b, eng.alive[bchunk0[b]], sched, prep):
+                eng.act(code, b, lo, hi, eng.now, eng.pinned)
+                if log is not None:
+                    log.append((t, stage, code, b, a[4]))
+
     for t in range(prep.n_ticks if to_end else we):
         if t == we:
             # the window is over: its figures are final; the ticks after it (an incomplete
@@ -224,22 +234,12 @@ def _run(prep, hw, B, sched: Schedule, name: str, pool: bool, zero_fill: bool,
         if e > s:
             k = ev_kind[s:e]
             eng.alloc(ev_block[s:e][k == 0])
-        for a in sched.at(t, "pre"):
-            code, b, lo, hi = a[:4]
-            if _executes(code, b, eng.alive[bchunk0[b]], sched, prep):
-                eng.act(code, b, lo, hi, eng.now, eng.pinned)
-                if log is not None:
-                    log.append((t, "pre", code, b, a[4]))
+        issue(t, "pre")
         f, v, l = eng.kernel(t)
         eng.now += dur[t]
         if e > s:
             eng.free(ev_block[s:e][k == 1])
-        for a in sched.at(t, "post"):
-            code, b, lo, hi = a[:4]
-            if _executes(code, b, eng.alive[bchunk0[b]], sched, prep):
-                eng.act(code, b, lo, hi, eng.now, eng.pinned)
-                if log is not None:
-                    log.append((t, "post", code, b, a[4]))
+        issue(t, "post")
         eng._retire(eng.now)
         if eng.recording:
             sf += f
