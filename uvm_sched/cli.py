@@ -203,31 +203,28 @@ def _require_input(path: str, what: str = "trace") -> Path:
 
 def _load_trace(path: str):
     """The trace at ``path`` (any format ``uvm_sched.trace.load`` reads, file or folder)."""
-    p = _require_input(path, "trace")
     load = _part("uvm_sched.trace", "load", "trace loading")
-    try:
-        return load(p)
-    except (MemoryError, KeyboardInterrupt):
-        raise
-    except Exception as e:  # noqa: BLE001 - any failure to parse the file is bad input
-        msg = str(e).strip() or type(e).__name__
-        if str(p) not in msg:
-            msg = f"{path}: {msg}"
-        raise UsageError(f"cannot read trace: {msg}") from e
+    return _read_input(path, "trace", load)
 
 
 def _load_plan(path: str):
-    p = _require_input(path, "plan")
     Plan = _part("uvm_sched.planner", "Plan", "plans")
+    return _read_input(path, "plan", Plan.load)
+
+
+def _read_input(path: str, what: str, reader):
+    """``reader(path)`` for an input file; any failure to parse it is bad input (a
+    UsageError naming the file), except running out of memory or an interrupt."""
+    p = _require_input(path, what)
     try:
-        return Plan.load(p)
+        return reader(p)
     except (MemoryError, KeyboardInterrupt):
         raise
-    except Exception as e:  # noqa: BLE001 - a plan that does not parse is bad input
+    except Exception as e:  # noqa: BLE001 - a file that does not parse is bad input
         msg = str(e).strip() or type(e).__name__
         if str(p) not in msg:
             msg = f"{path}: {msg}"
-        raise UsageError(f"cannot read plan: {msg}") from e
+        raise UsageError(f"cannot read {what}: {msg}") from e
 
 
 def _profile(name: str):
