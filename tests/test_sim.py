@@ -88,14 +88,15 @@ def test_a_cyclic_stream_bigger_than_the_device_misses_every_time():
     assert simulate(t, "bound", slow, 8 * MiB).iteration_time_s == pytest.approx(24 * MS)
 
 
-def _hide_trace(iters=3):
+def _hide_trace(iters=3, cut_short=False):
     """Per iteration: tick a allocs S, tick a+1 allocs U, tick a+2 reads P, S, U and frees
-    S, U. P (4 MiB, persistent) is the first allocation of the trace."""
-    b = TraceBuilder(name="hide")
+    S, U. P (4 MiB, persistent) is the first allocation of the trace. ``cut_short`` adds a
+    last iteration that stops after its first two allocations."""
+    b = TraceBuilder(name="hide+partial" if cut_short else "hide")
     p = b.alloc(4 * MiB)
     b.access(p, AccessMode.WRITE)
     b.next_tick(1e6)
-    for _ in range(iters):
+    for i in range(iters + cut_short):
         b.mark()
         s = b.alloc(MiB)
         b.access(s, AccessMode.WRITE)
@@ -103,6 +104,8 @@ def _hide_trace(iters=3):
         u = b.alloc(MiB)
         b.access(u, AccessMode.WRITE)
         b.next_tick(1e6)
+        if i == iters:
+            break  # the cut-short iteration
         for x in (p, s, u):
             b.access(x)
         b.free(s)
@@ -170,31 +173,7 @@ def test_actions_lists_what_the_plan_executor_carried_out_over_the_whole_trace()
 
 
 def test_actions_to_end_runs_through_an_incomplete_last_iteration():
-    b = TraceBuilder(name="hide+partial")
-    p = b.alloc(4 * MiB)
-    b.access(p, AccessMode.WRITE)
-    b.next_tick(1e6)
-    for _ in range(3):
-        b.mark()
-        s = b.alloc(MiB)
-        b.access(s, AccessMode.WRITE)
-        b.next_tick(1e6)
-        u = b.alloc(MiB)
-        b.access(u, AccessMode.WRITE)
-        b.next_tick(1e6)
-        for x in (p, s, u):
-            b.access(x)
-        b.free(s)
-        b.free(u)
-        b.next_tick(1e6)
-    b.mark()  # a last iteration cut short after its first two allocations
-    s = b.alloc(MiB)
-    b.access(s, AccessMode.WRITE)
-    b.next_tick(1e6)
-    u = b.alloc(MiB)
-    b.access(u, AccessMode.WRITE)
-    b.next_tick(1e6)
-    t = b.build()
+    t = _hide_trace(iters=3, cut_short=True)
     short = simulate(t, _hide_plan(), _hw(), 6 * MiB)
     full = simulate(t, _hide_plan(), _hw(), 6 * MiB, actions_to_end=True)
     assert short.counters["window_stop"] == 10 and t.n_ticks == 12
