@@ -238,3 +238,90 @@ def test_a_plan_learned_without_markers_is_anchored_where_its_iteration_starts()
     assert p.meta["period_start_event"] % p.meta["period_events"] == 12 % p.meta["period_events"]
     assert np.all(ev_ticks[:12] == 0)
     assert simulate(bare, p, "h200-pcie5", "50%").divergences == 0
+
+
+def _planned_windows(p, pat, block: int) -> list[tuple[int, int]]:
+    """(eviction event, prefetch event) pairs of ``block`` in plan order."""
+    a = p.actions[p.actions["block"] == block]
+    out = a[a["action"] == "prefetch_to_host"]["tick"].tolist()
+    back = a[a["action"] == "prefetch_to_device"]["tick"].tolist()
+    return list(zip(out, back))
+
+
+def test_touch_samples_keep_a_block_on_the_device_for_its_mid_lifetime_read():
+    """A (ticks 0..19) is read at tick 10 too; B (4..15) needs the room. First/last touch
+    says A is idle 1..18, so the plan sends it away across tick 10 (the read would fault);
+    one row per touch shows the read, and the plan brings A back before tick 10 and sends
+    it away again after it (two windows instead of one)."""
+    tr = _two_blocks(4, 15)
+    pat = one_iteration(tr)
+    summary = pd.DataFrame({"block": [0], "first_touch": [0], "last_touch": [19]})
+    touches = pd.DataFrame({"block": [0, 0, 0], "tick": [0, 10, 19]})
+    kw = dict(hw=slow_link(4e9), pattern=pat, mode="sampled", populate=False, guard=1)
+    blind = plan(tr, 5000, samples=summary, **kw)
+    seeing = plan(tr, 5000, samples=touches, **kw)
+    read_event = _event_of(pat, "alloc", 10, 1)  # the control point of tick 10
+    (off, on), = _planned_windows(blind, pat, 0)
+    assert off < read_event < on  # away across the read it cannot see
+    windows = _planned_windows(seeing, pat, 0)
+    assert len(windows) == 2
+    assert windows[0][1] < read_event < windows[1][0]
+    assert seeing.meta["predicted"]["over_budget_ticks"] == 0
+
+
+def test_touch_samples_are_merged_over_iterations_and_checked():
+    from uvm_sched.planner._sampling import merge_samples
+
+    m = merge_samples(pd.DataFrame({
+        "iteration": [0, 0, 1, 1, 0],
+        "block": [3, 3, 3, 5, 5],
+        "persistent": [False, False, False, True, True],
+        "tick": [9, 2, 5, 7, 7],
+        "read": [True, True, False, True, True],
+        "touched_bytes": [10, 20, 30, 40, 50],
+    }))
+    first, last, read_only, touched, ticks = m[(False, 3)]
+    assert (first, last, read_only, touched) == (2, 9, False, 30)
+    assert ticks.tolist() == [2, 5, 9]  # the union of both iterations' touches
+    assert m[(True, 5)][4].tolist() == [7] and m[(True, 5)][2] is True
+    with pytest.raises(ValueError, match="tick -1 is negative"):
+        merge_samples(pd.DataFrame({"block": [0], "tick": [-1]}))
+    with pytest.raises(ValueError, match=r"lack column\(s\) \['block'\]"):
+        merge_samples(pd.DataFrame({"tick": [1]}))
+
+
+def test_sampled_mode_maps_state_host_resident_when_its_touches_are_few():
+    """Persistent W (4000 B, read at every tick), persistent S (8000 B, touched at ticks 10
+    and 18 only) and an activation A (14000 B, ticks 5..25, read at every tick) do not fit
+    20000 B, and the link (1 GB/s: 8 ticks for S each way) cannot move S out of the way in
+    time. Priced by its two touches, reading S in place costs less than leaving the 6001 B
+    excess to the driver, so the sampled plan maps S host-resident; W, read 28 times, stays."""
+    tb = TraceBuilder(name="remote-state")
+    tb.alloc(4000)
+    tb.alloc(8000)
+    tb.next_tick(TICK_NS)
+    for t in range(1, 30):
+        x = tb.alloc(1)
+        if t == 5:
+            A = tb.alloc(14000)
+        if t == 25:
+            tb.free(A)
+        tb.free(x)
+        tb.next_tick(TICK_NS)
+    tr = tb.build()
+    pat = one_iteration(tr)
+    a_ord = int(pat.blocks.loc[pat.blocks["size"] == 14000, "ordinal"].iloc[0])
+    samples = pd.concat([
+        pd.DataFrame({"block": 0, "persistent": True, "tick": range(1, 29)}),
+        pd.DataFrame({"block": 1, "persistent": True, "tick": [10, 18]}),
+        pd.DataFrame({"block": a_ord, "persistent": False, "tick": range(5, 26)}),
+    ])
+    kw = dict(hw=slow_link(1e9), pattern=pat, mode="sampled", samples=samples,
+              populate=False, guard=1)
+    p = plan(tr, 20000, **kw)
+    remote = p.actions[p.actions["action"] == "advise_preferred_host"]
+    assert remote["block"].tolist() == [1] and remote["persistent"].all()
+    assert p.meta["predicted"]["remote_blocks"] == 1
+    # without the fallback the excess is left to the driver
+    with pytest.raises(PlanError, match="tick 10 of the iteration needs 26,001 bytes"):
+        plan(tr, 20000, remote_fallback=False, **kw)

@@ -32,15 +32,26 @@ Use ticks (the only difference between the modes):
   reads share the link with the prefetches, so a small excess is better left alone). A block crossing the iteration
   boundary counts as used at the iteration's last tick (the plan cannot name the previous
   iteration's blocks).
-* ``sampled``: first/last touch samples per block (drawn from ground truth with
-  ``sample_rate``/``noise``, or given as ``samples=``). A block of the iteration is used at
-  its first and last touch (widened by ``guard``) and its data is dead after the last touch
-  (evicted without coming back; the FREE still discards it). A persistent block is busy from
-  its first to its last touch and idle from the last touch to the first touch of the next
-  iteration (the optimizer-state window: Adam moments are touched only by the step).
-  Blocks only read get ``advise_read_mostly`` (their eviction writes nothing back); large
-  blocks touched lightly (partial touches, cheaper read remotely than migrated) are mapped
-  host-resident. Blocks without samples fall back to the oblivious rule.
+* ``sampled``: access samples per block (drawn from ground truth with
+  ``sample_rate``/``noise``, or given as ``samples=``; see ``_sampling`` for the two frame
+  forms). With *complete* touches (one row per touch, drawn at ``sample_rate=1`` or given;
+  ``complete_touches=``) every touch tick is a use: a block is idle between two consecutive
+  touches -- an activation between its forward write, a mid-lifetime read (a U-Net skip
+  connection read by the decoder) and its backward read; a weight between its forward and
+  backward reads; the optimizer state from one step to the next -- and each such gap is a
+  candidate at the guard levels no wider than a sixth of it (the touch is seen, the guard
+  only absorbs timing slack; ``noise`` sets the narrowest, two standard deviations).
+  With sparse samples or the summary form only the first and last touch are trusted: a
+  block of the iteration is used at both (widened by ``guard``) and a persistent block is
+  busy in between (a sparse draw misses reads: measured, 30% samples with idle stretches
+  between observed touches gave plans slower than demand paging). Either way a block's data
+  is dead after its last touch (evicted without coming back; the FREE still discards it),
+  blocks only read get ``advise_read_mostly`` (their eviction writes nothing back), and
+  large blocks touched lightly (partial touches, cheaper read remotely than migrated) are
+  mapped host-resident. Persistent blocks stay candidates for the remote fallback, priced
+  by their touches (``touches x bytes / remote_access_Bps``) and, the price being known,
+  at any excess (``"auto"`` waits for 15% only in oblivious mode). Blocks without samples
+  fall back to the oblivious rule.
 
 The algorithm (greedy, three passes per round)
 ----------------------------------------------
@@ -118,7 +129,9 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "oblivious", **opts: Any) -
     ``"sampled"``. Options: ``pattern`` (a precomputed ``pattern.analyze(trace)``),
     ``guard`` (ticks, or ``"auto"``: 32, 16, 8, 4 and 2 ticks, the widest preferred per gap),
     ``samples`` (a sample frame, sampled mode),
-    ``sample_rate`` (default 1.0), ``noise`` (ticks, default 0), ``seed``, ``discard``
+    ``sample_rate`` (default 1.0), ``noise`` (ticks, default 0), ``seed``,
+    ``complete_touches`` (bool: trust idle stretches between observed touches; default True
+    for given samples and for a draw at ``sample_rate=1``), ``discard``
     (default True), ``discard_min_bytes`` (default just above 1 MiB: smaller blocks share
     pages), ``populate`` (default True: prefetch
     each allocation of the iteration as it is made), ``remote_fallback`` (True/False/``"auto"``,
@@ -133,7 +146,8 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "oblivious", **opts: Any) -
     t0 = time.perf_counter()
     if mode not in MODES:
         raise PlanError(f"unknown planning mode {mode!r}; known: {', '.join(MODES)}")
-    known = {"pattern", "guard", "samples", "sample_rate", "noise", "seed", "discard",
+    known = {"pattern", "guard", "samples", "sample_rate", "noise", "seed", "complete_touches",
+             "discard",
              "discard_min_bytes", "rounds", "populate", "remote_fallback"}
     unknown = sorted(set(opts) - known)
     if unknown:
@@ -154,13 +168,21 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "oblivious", **opts: Any) -
             raise ValueError(f"guard must be >= 0 ticks or 'auto', got {guard!r}")
 
     samples = None
+    complete = bool(opts.get("complete_touches", True))
+    touch_guard = 0
     if mode == "sampled":
         from ._sampling import draw_samples, merge_samples
 
         raw = opts.get("samples")
         if raw is None:
-            raw = draw_samples(trace, pat, sample_rate=float(opts.get("sample_rate", 1.0)),
-                               noise=float(opts.get("noise", 0.0)), seed=int(opts.get("seed", 0)))
+            rate, noise = float(opts.get("sample_rate", 1.0)), float(opts.get("noise", 0.0))
+            raw = draw_samples(trace, pat, sample_rate=rate, noise=noise,
+                               seed=int(opts.get("seed", 0)))
+            # a sparse draw misses touches: an idle stretch between two observed touches
+            # of a weight may hide a read (measured: 30% samples made plans slower than
+            # demand paging); noisy ticks need a guard of two standard deviations
+            complete = bool(opts.get("complete_touches", rate >= 1.0))
+            touch_guard = int(np.ceil(2 * noise))
         samples = merge_samples(raw)
     elif opts.get("samples") is not None:
         raise PlanError("samples= is for mode='sampled'; oblivious mode uses allocations only")
@@ -168,10 +190,14 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "oblivious", **opts: Any) -
     rf = opts.get("remote_fallback", "auto")
     if rf not in (True, False, "auto"):
         raise ValueError(f"remote_fallback must be True, False or 'auto', got {rf!r}")
-    prob, info = _problem(pat, prof, samples, rf is not False)
-    # auto: only when eviction leaves a large excess (the persistent state dominates, as in
-    # fine-tuning with Adam): there remote reads beat the driver's eviction and fault-back
-    prob.remote_min_excess = int(REMOTE_AUTO_EXCESS * budget_bytes) if rf == "auto" else 0
+    prob, info = _problem(pat, prof, samples, rf is not False, complete)
+    prob.touch_guard_min = touch_guard
+    # auto, oblivious: only when eviction leaves a large excess (the persistent state
+    # dominates, as in fine-tuning with Adam): there remote reads beat the driver's eviction
+    # and fault-back; a remote block's price is a guess (two reads), so a small excess is
+    # left alone. Sampled: the touches are counted, the price is known, any excess counts.
+    prob.remote_min_excess = int(REMOTE_AUTO_EXCESS * budget_bytes) \
+        if rf == "auto" and mode == "oblivious" else 0
     _check_feasible(prob, info, budget_bytes)
     sched = build_schedule(prob, budget_bytes, guards=guards, rounds=int(opts.get("rounds", 6)))
     actions = _actions(prob, info, sched, prof, bool(opts.get("discard", True)),
@@ -219,7 +245,8 @@ def _tick_durations(pat) -> np.ndarray:
     return d
 
 
-def _problem(pat, prof, samples: dict | None, remote_fallback: bool = False):
+def _problem(pat, prof, samples: dict | None, remote_fallback: bool = False,
+             complete: bool = True):
     ev = pat.events
     T = int(pat.stop_tick - pat.start_tick)
     dur = _tick_durations(pat)
@@ -261,22 +288,40 @@ def _problem(pat, prof, samples: dict | None, remote_fallback: bool = False):
             first = min(max(s[0], lf), lt)
             last = min(max(s[1], first), lt)
             read_only[i] = s[2]
-            certain.append((first, i))
-            if last != first:
-                certain.append((last, i))
+            # touch-form samples: every observed touch is a use (reads in mid-lifetime)
+            touched = None if s[4] is None else np.unique(np.clip(s[4], lf, lt))
+            if touched is not None and not complete:
+                touched = None  # only the two ends are trusted (summary semantics)
+            if pers[i] and remote_fallback:
+                pass  # may be read in place (mapped host-resident): not certainly resident
+            elif touched is not None:
+                certain.extend((int(x), i) for x in touched)
+            else:
+                certain.append((first, i))
+                if last != first:
+                    certain.append((last, i))
             tb = s[3] if s[3] >= 0 else int(size[i])
             touches = 1 if first == last else 2
+            if touched is not None:
+                touches = len(touched)
             if size[i] >= prof.va_block_bytes and tb < size[i]:
                 rc = touches * tb / prof.remote_access_Bps * 1e9
                 if rc < size[i] / prof.h2d_prefetch_Bps * 1e9:
                     remote_ok[i], remote_cost[i] = True, rc
+            if pers[i] and remote_fallback and not remote_ok[i]:
+                # the last resort of the oblivious mode, priced with the touches seen
+                remote_ok[i] = True
+                remote_cost[i] = touches * min(tb, int(size[i])) / prof.remote_access_Bps * 1e9
+            dead_tail[i] = (not pers[i]) and ft[i] >= 0 and last < lt
+            if touched is not None:
+                uses[i] = touched  # idle between consecutive touches
+                continue
             if pers[i]:
                 # busy from first to last touch (weights are read many times in between)
                 uses[i] = np.array(sorted({first, last}), np.int64)
                 busy[i] = True
                 continue
             end_lo[i], end_hi[i] = first, last
-            dead_tail[i] = ft[i] >= 0 and last < lt
             continue
         if pers[i]:
             remote_ok[i] = remote_fallback

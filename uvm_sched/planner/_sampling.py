@@ -1,25 +1,34 @@
-"""Access samples for the ``sampled`` mode: first/last touch of each block per iteration.
+"""Access samples for the ``sampled`` mode: the ticks at which each block is touched.
 
 On a GPU the samples come from an access-sampling source (CUPTI unified-memory fault
 records over a short profiling window, or a dispatch-mode tracer in PyTorch); offline they
 are drawn here from a trace's ground-truth ACCESS rows, with a sampling rate and tick noise,
 so the planner's sensitivity to sparse and imprecise samples can be measured.
 
-A sample frame is a pandas DataFrame, one row per (iteration, block) observed:
+A sample frame is a pandas DataFrame in one of two forms:
 
-* ``block`` -- the block's plan ordinal (see ``Plan``), ``persistent`` (bool, default False);
-* ``first_touch``, ``last_touch`` -- ticks relative to the iteration's start;
-* optional ``iteration`` (several iterations are merged: earliest first, latest last touch),
-  ``read_only`` (bool: every sampled touch was a read), ``touched_bytes`` (the most bytes a
-  single touch covered; the block's size where unknown).
+* touch form (what a fault record or a tracer gives, and what ``draw_samples`` returns):
+  one row per observed touch -- ``block`` (the block's plan ordinal, see ``Plan``),
+  ``persistent`` (bool, default False), ``tick`` (relative to the iteration's start),
+  optional ``iteration``, ``read`` (bool: the touch only read) and ``touched_bytes``
+  (bytes the touch covered; the block's size where unknown). Every observed touch tick is a
+  use, so the planner sees reads in the middle of a lifetime (a U-Net's skip connection read
+  by the decoder, a weight read in the forward and again in the backward pass);
+* summary form: one row per (iteration, block) with ``first_touch`` and ``last_touch``
+  (plus the optional ``iteration``, ``read_only``, ``touched_bytes``): only the two ends are
+  known, a block is assumed busy in between.
+
+Samples of several iterations are merged (the union of their touches), which is how sparse
+sampling (``sample_rate`` < 1) recovers the touches one iteration missed.
 """
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["SAMPLE_COLUMNS", "draw_samples", "merge_samples"]
+__all__ = ["SAMPLE_COLUMNS", "TOUCH_COLUMNS", "draw_samples", "merge_samples"]
 
 SAMPLE_COLUMNS = ("block", "persistent", "first_touch", "last_touch")
+TOUCH_COLUMNS = ("block", "persistent", "tick")
 
 
 def draw_samples(trace, pattern, *, sample_rate: float = 1.0, noise: float = 0.0,
@@ -28,7 +37,8 @@ def draw_samples(trace, pattern, *, sample_rate: float = 1.0, noise: float = 0.0
 
     ``sample_rate`` (0..1]: probability that one access is observed. ``noise``: standard
     deviation, in ticks, of a Gaussian error added to each observed tick (rounded, clipped
-    to the block's lifetime within the iteration). Returns a sample frame (module doc).
+    to the block's lifetime within the iteration). Returns a touch-form sample frame (module
+    doc): one row per observed (block, tick), the bytes and read flag merged per tick.
     """
     import pandas as pd
 
@@ -73,31 +83,60 @@ def draw_samples(trace, pattern, *, sample_rate: float = 1.0, noise: float = 0.0
         "read": (trace.mode[rows] & AccessMode.WRITE) == 0,
         "touched_bytes": touched,
     })
-    g = df.groupby(["iteration", "persistent", "block"], sort=True)
-    out = g.agg(first_touch=("tick", "min"), last_touch=("tick", "max"),
-                read_only=("read", "all"), touched_bytes=("touched_bytes", "max"))
+    g = df.groupby(["iteration", "persistent", "block", "tick"], sort=True)
+    out = g.agg(read=("read", "all"), touched_bytes=("touched_bytes", "max"))
     return out.reset_index()
 
 
 def merge_samples(samples) -> dict:
-    """(persistent, ordinal) -> (first_touch, last_touch, read_only, touched_bytes or -1),
-    merged over iterations. Raises ``ValueError`` naming a missing column."""
+    """(persistent, ordinal) -> (first_touch, last_touch, read_only, touched_bytes or -1,
+    touch ticks: a sorted int64 array, or None for summary-form samples), merged over
+    iterations. Raises ``ValueError`` naming a missing column or a bad row."""
     import pandas as pd
 
     df = pd.DataFrame(samples)
-    missing = [c for c in ("block", "first_touch", "last_touch") if c not in df.columns]
+    touch_form = "tick" in df.columns
+    need = ("block", "tick") if touch_form else ("block", "first_touch", "last_touch")
+    missing = [c for c in need if c not in df.columns]
     if missing:
         raise ValueError(
-            f"access samples lack column(s) {missing}; expected {', '.join(SAMPLE_COLUMNS)} "
-            "(+ optional iteration, read_only, touched_bytes)"
+            f"access samples lack column(s) {missing}; expected either one row per touch "
+            f"({', '.join(TOUCH_COLUMNS)}; + optional iteration, read, touched_bytes) or one "
+            f"row per block ({', '.join(SAMPLE_COLUMNS)}; + optional iteration, read_only, "
+            "touched_bytes)"
         )
     df = df.copy()
     if "persistent" not in df.columns:
         df["persistent"] = False
-    if "read_only" not in df.columns:
-        df["read_only"] = False
     if "touched_bytes" not in df.columns:
         df["touched_bytes"] = -1
+    if touch_form:
+        if "read" not in df.columns:
+            df["read"] = False
+        bad = df["tick"] < 0
+        if bad.any():
+            i = int(np.flatnonzero(bad.to_numpy())[0])
+            raise ValueError(f"access sample row {i}: tick {int(df['tick'].iloc[i])} is "
+                             "negative; ticks count from the iteration's start")
+        df = df.sort_values(["persistent", "block", "tick"], kind="stable")
+        pers = df["persistent"].to_numpy(bool)
+        blk = df["block"].to_numpy(np.int64)
+        tick = df["tick"].to_numpy(np.int64)
+        # one vectorised pass: group starts where (persistent, block) changes
+        cut = np.flatnonzero((pers[1:] != pers[:-1]) | (blk[1:] != blk[:-1])) + 1
+        starts = np.concatenate([[0], cut]) if len(df) else np.zeros(0, np.int64)
+        ro = np.logical_and.reduceat(df["read"].to_numpy(bool), starts) if len(df) else starts
+        tb = np.maximum.reduceat(df["touched_bytes"].to_numpy(np.int64), starts) \
+            if len(df) else starts
+        out = {}
+        for k, ticks in enumerate(np.split(tick, cut)):
+            s0 = int(starts[k])
+            ticks = np.unique(ticks)
+            out[(bool(pers[s0]), int(blk[s0]))] = (int(ticks[0]), int(ticks[-1]), bool(ro[k]),
+                                                   int(tb[k]), ticks)
+        return out
+    if "read_only" not in df.columns:
+        df["read_only"] = False
     bad = df["last_touch"] < df["first_touch"]
     if bad.any():
         i = int(np.flatnonzero(bad.to_numpy())[0])
@@ -106,5 +145,5 @@ def merge_samples(samples) -> dict:
     g = df.groupby(["persistent", "block"], sort=False).agg(
         first=("first_touch", "min"), last=("last_touch", "max"),
         ro=("read_only", "all"), tb=("touched_bytes", "max"))
-    return {(bool(p), int(b)): (int(r.first), int(r.last), bool(r.ro), int(r.tb))
+    return {(bool(p), int(b)): (int(r.first), int(r.last), bool(r.ro), int(r.tb), None)
             for (p, b), r in zip(g.index, g.itertuples(index=False))}
