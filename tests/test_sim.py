@@ -83,9 +83,11 @@ def test_a_cyclic_stream_bigger_than_the_device_misses_every_time():
     # the bound: 24 MiB must come in at 8 MiB/ms (3 ms), which hides behind 8 ms of compute
     bound = simulate(t, "bound", _hw(), 8 * MiB)
     assert bound.iteration_time_s == pytest.approx(8 * MS)
-    # with a slow link the transfer dominates: 24 MiB at 1 MiB/ms after the first boundary
+    # with a slow link the transfer dominates: 24 MiB at 1 MiB/ms after the first boundary,
+    # all of it before the last block's kernel starts (its deadline), which then runs 1 ms
     slow = _hw(h2d_prefetch_Bps=1 * MiB / MS, h2d_fault_Bps=1 * MiB / MS)
-    assert simulate(t, "bound", slow, 8 * MiB).iteration_time_s == pytest.approx(24 * MS)
+    assert simulate(t, "bound", slow, 8 * MiB).iteration_time_s == pytest.approx(25 * MS)
+    assert simulate(t, "demand", slow, 8 * MiB).iteration_time_s >= 25 * MS
 
 
 def _hide_trace(iters=3, cut_short=False):
@@ -483,3 +485,36 @@ def test_bound_counts_data_written_in_the_window_that_must_cross_back_before_it_
     assert (bound.bytes_d2h, bound.bytes_h2d) == (8 * MiB, 8 * MiB)
     for policy in ("demand", "swap-activations", "prefetch-on-alloc"):
         assert simulate(t, policy, hw, 8 * MiB).iteration_time_s >= bound.iteration_time_s
+
+
+def test_bound_counts_when_data_is_needed_not_only_how_much():
+    """Persistent A and B (4 MiB each) are read at the first two ticks of each iteration,
+    then 8 ticks of 1 ms compute touch a small block; budget 4 MiB, every path 1 MiB/ms.
+    Before the iteration at most 4 MiB of A and B are on the device, so 4 MiB must come in
+    before B's kernel (tick 1) starts, with only tick 0's 1 ms to hide behind: 4 - 1 = 3 ms
+    of stall over the 10 ms of compute. Counting the bytes alone (they could hide behind
+    all 10 ms) the bound was the ideal time."""
+    b = TraceBuilder(name="deadline")
+    blocks = [b.alloc(4 * MiB) for _ in range(2)]
+    small = b.alloc(64 * 1024)
+    for x in blocks:
+        b.access(x, AccessMode.WRITE)
+        b.next_tick(1e6)
+    for _ in range(3):
+        b.mark()
+        for x in blocks:
+            b.access(x, AccessMode.READ)
+            b.next_tick(1e6)
+        for _ in range(8):
+            b.access(small, AccessMode.READ_WRITE)
+            b.next_tick(1e6)
+    t = b.build()
+    bw = 1 * MiB / MS
+    hw = _hw(h2d_prefetch_Bps=bw, h2d_fault_Bps=bw, d2h_prefetch_Bps=bw, d2h_evict_Bps=bw,
+             remote_access_Bps=bw)
+    budget = 4 * MiB
+    bound = simulate(t, "bound", hw, budget)
+    assert bound.iteration_time_s == pytest.approx(13 * MS)
+    assert bound.bytes_h2d == 4 * MiB
+    for policy in ("demand", "swap-activations", "prefetch-on-alloc"):
+        assert simulate(t, policy, hw, budget).iteration_time_s >= bound.iteration_time_s
