@@ -277,6 +277,7 @@ def _problem(pat, prof, samples: dict | None, remote_fallback: bool = False,
     read_only = np.zeros(n, bool)
     remote_ok = np.zeros(n, bool)
     remote_cost = np.zeros(n)
+    touch_count = np.zeros(n, np.int64)  # 0: unknown
     busy = np.zeros(n, bool)
     end_lo = np.full(n, -1, np.int64)  # used at [end_lo, end_lo+guard] and [end_hi-guard, end_hi]
     end_hi = np.full(n, -1, np.int64)
@@ -312,6 +313,7 @@ def _problem(pat, prof, samples: dict | None, remote_fallback: bool = False,
                 # the last resort of the oblivious mode, priced with the touches seen
                 remote_ok[i] = True
                 remote_cost[i] = touches * min(tb, int(size[i])) / prof.remote_access_Bps * 1e9
+                touch_count[i] = touches
             dead_tail[i] = (not pers[i]) and ft[i] >= 0 and last < lt
             if touched is not None:
                 uses[i] = touched  # idle between consecutive touches
@@ -335,7 +337,7 @@ def _problem(pat, prof, samples: dict | None, remote_fallback: bool = False,
         dur_ns=dur, ev_tick=ev_tick, ev_free=ev_free, size=size, persistent=pers,
         live_from=live_from, live_to=live_to, alloc_event=ae, free_event=fe, uses=uses,
         wrap=wrap, busy_span=busy, end_lo=end_lo, end_hi=end_hi, dead_tail=dead_tail, read_only=read_only, remote_ok=remote_ok,
-        remote_cost_ns=remote_cost, h2d_Bps=prof.h2d_prefetch_Bps, d2h_Bps=prof.d2h_prefetch_Bps,
+        remote_cost_ns=remote_cost, touch_count=touch_count, h2d_Bps=prof.h2d_prefetch_Bps, d2h_Bps=prof.d2h_prefetch_Bps,
         overflow_ns_per_byte=1e9 / prof.d2h_evict_Bps + 1e9 / prof.h2d_fault_Bps,
     )
     live = np.zeros(T + 1, np.int64)
