@@ -363,37 +363,52 @@ def _check_feasible(prob: Problem, info: dict, budget: int) -> None:
         )
 
 
+# Order of the actions issued at one allocator event (the table is sorted by event, stably
+# by this rank): whatever releases device memory first -- discards of freed blocks, then
+# evictions -- so that the populates and prefetches claiming memory at the same event find
+# the room the plan counted on (the budget counts an eviction as gone from its issue; a
+# claim made before it would push the driver into evicting something else). A block
+# populated and evicted at the same event is populated first.
+_RANK = {"discard": 0, "prefetch_to_host": 1, "advise_preferred_host": 1,
+         "advise_accessed_by": 1, "populate": 2, "evict_after_populate": 3,
+         "prefetch_to_device": 4, "advise_read_mostly": 5}
+
+
 def _actions(prob: Problem, info: dict, sched, prof, discard: bool, discard_min: int,
              populate: bool):
     import pandas as pd
 
     E = prob.E
     ordinal, pers, size = info["ordinal"], prob.persistent, prob.size
-    parts: list[tuple[np.ndarray, str, np.ndarray]] = []  # (ticks, action, block indices)
+    parts: list[tuple[np.ndarray, str, np.ndarray, int]] = []  # (ticks, action, blocks, rank)
 
-    def put(ticks, action, idx):
+    def put(ticks, action, idx, rank=None):
         idx = np.asarray(idx, np.int64)
         if len(idx):
-            parts.append((np.asarray(ticks, np.int64) % E, action, idx))
+            parts.append((np.asarray(ticks, np.int64) % E, action, idx,
+                          _RANK[action] if rank is None else rank))
 
     remote = np.asarray(sched.remote, np.int64)
     own_tick = np.where(pers | (prob.alloc_event < 0), 0, prob.alloc_event)
+    populated_at = np.full(len(size), -1, np.int64)
     if populate:
         # Fresh memory is populated on the device by a prefetch (no fault, no link
-        # traffic); without it the first touch faults once per VA block. First in the
-        # table so that an eviction issued at the same event comes after it.
+        # traffic); without it the first touch faults once per VA block.
         m = (~pers) & (prob.alloc_event >= 0)
         m[remote] = False
         idx = np.flatnonzero(m)
-        put(prob.alloc_event[idx], "prefetch_to_device", idx)
+        populated_at[idx] = prob.alloc_event[idx] % E
+        put(prob.alloc_event[idx], "prefetch_to_device", idx, _RANK["populate"])
     if sched.evictions:
         ev = np.array([(k, i) for k, i, _ in sched.evictions], np.int64)
-        put(ev[:, 0], "prefetch_to_host", ev[:, 1])
+        same = populated_at[ev[:, 1]] == ev[:, 0] % E
+        put(ev[~same, 0], "prefetch_to_host", ev[~same, 1])
+        put(ev[same, 0], "prefetch_to_host", ev[same, 1], _RANK["evict_after_populate"])
     if sched.prefetches:
         pf = np.array([(k, i) for k, i, _ in sched.prefetches], np.int64)
         put(pf[:, 0], "prefetch_to_device", pf[:, 1])
     for a in ("advise_preferred_host", "advise_accessed_by", "prefetch_to_host"):
-        put(own_tick[remote], a, remote)
+        put(own_tick[remote], a, remote, _RANK["advise_preferred_host"])
     ro = prob.read_only.copy()
     ro[remote] = False
     idx = np.flatnonzero(ro)
@@ -407,6 +422,9 @@ def _actions(prob: Problem, info: dict, sched, prof, discard: bool, discard_min:
     ticks = np.concatenate([p[0] for p in parts])
     idx = np.concatenate([p[2] for p in parts])
     names = np.concatenate([np.full(len(p[2]), p[1], dtype=object) for p in parts])
+    rank = np.concatenate([np.full(len(p[2]), p[3], np.int64) for p in parts])
+    order = np.lexsort((rank, ticks))  # by event, then rank; stable within a rank
+    ticks, idx, names = ticks[order], idx[order], names[order]
     return pd.DataFrame({"tick": ticks, "action": names, "block": ordinal[idx],
                          "persistent": pers[idx], "offset": np.zeros(len(idx), np.int64),
                          "bytes": size[idx]})
