@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from uvm_sched.planner import Plan, PlanError, plan
-from uvm_sched.trace import TraceBuilder
+from uvm_sched.trace import AccessMode, TraceBuilder
 
 from _planner_helpers import one_iteration, slow_link
 
@@ -328,3 +328,36 @@ def test_sampled_mode_maps_state_host_resident_when_its_touches_are_few():
     # without the fallback the excess is left to the driver
     with pytest.raises(PlanError, match="tick 10 of the iteration needs 26,001 bytes"):
         plan(tr, 20000, remote_fallback=False, **kw)
+
+
+def test_at_one_event_the_eviction_is_issued_before_the_populate_that_needs_its_room():
+    """A is used at tick 0 and tick 19; the first control point after its use is B's
+    allocation (no allocator event in between), where B must be populated into the room
+    A leaves. The table issues A's eviction first: the simulator's driver then evicts
+    nothing of its own (a populate claimed first would push it to evict by LRU)."""
+    from uvm_sched.sim import simulate
+
+    tb = TraceBuilder(name="same-event")
+    A = tb.alloc(4 << 20)
+    tb.access(A, AccessMode.WRITE)
+    tb.next_tick(TICK_NS)
+    for t in range(1, 20):
+        if t == 5:
+            B = tb.alloc(4 << 20)
+        if 5 <= t <= 12:
+            tb.access(B, AccessMode.READ_WRITE)
+        if t == 12:
+            tb.free(B)
+        if t == 19:
+            tb.access(A, AccessMode.READ)
+            tb.free(A)
+        tb.next_tick(TICK_NS * 100)
+    tr = tb.build()
+    pat = one_iteration(tr)
+    p = plan(tr, 5 << 20, hw=slow_link(64e9), pattern=pat, guard=0)
+    b_alloc = _event_of(pat, "alloc", 5, 4 << 20)
+    at = p.actions[p.actions["tick"] == b_alloc]
+    assert at["action"].tolist()[:2] == ["prefetch_to_host", "prefetch_to_device"]
+    assert at["block"].tolist()[:2] == [0, 1]  # A leaves, then B is populated
+    r = simulate(tr, p, slow_link(64e9), 5 << 20)
+    assert not (r.transfers["cause"] == "evict").any()
