@@ -63,11 +63,13 @@ def test_one_block_thrashing_costs_eviction_plus_fault_per_tick():
     assert simulate(_thrash_trace(), "demand", _hw(), 8 * MiB).iteration_time_s == pytest.approx(2 * MS)
 
 
-def test_a_cyclic_stream_bigger_than_the_device_misses_every_time():
-    # 8 persistent 4 MiB blocks read in a cycle with room for 2: eviction by migration age
-    # always throws out the block needed soonest, so every tick pays 1 ms + 1 ms as above.
-    b = TraceBuilder(name="stream")
-    blocks = [b.alloc(4 * MiB) for _ in range(8)]
+def _stream_trace(n_blocks: int, *, idle_ticks: int = 0, name: str = "stream"):
+    """``n_blocks`` persistent 4 MiB blocks written one per 1 ms tick, then 3 iterations
+    that read each in turn (1 ms a tick) and then run ``idle_ticks`` more 1 ms ticks that
+    touch only a 64 KiB block."""
+    b = TraceBuilder(name=name)
+    blocks = [b.alloc(4 * MiB) for _ in range(n_blocks)]
+    small = b.alloc(64 * 1024)
     for x in blocks:
         b.access(x, AccessMode.WRITE)
         b.next_tick(1e6)
@@ -76,7 +78,16 @@ def test_a_cyclic_stream_bigger_than_the_device_misses_every_time():
         for x in blocks:
             b.access(x, AccessMode.READ)
             b.next_tick(1e6)
-    t = b.build()
+        for _ in range(idle_ticks):
+            b.access(small, AccessMode.READ_WRITE)
+            b.next_tick(1e6)
+    return b.build()
+
+
+def test_a_cyclic_stream_bigger_than_the_device_misses_every_time():
+    # 8 persistent 4 MiB blocks read in a cycle with room for 2: eviction by migration age
+    # always throws out the block needed soonest, so every tick pays 1 ms + 1 ms as above.
+    t = _stream_trace(8)
     r = simulate(t, "demand", _hw(), 8 * MiB)
     assert r.iteration_time_s == pytest.approx(8 * 3 * MS)
     assert r.bytes_h2d == 32 * MiB and r.bytes_d2h == 32 * MiB
@@ -494,21 +505,7 @@ def test_bound_counts_when_data_is_needed_not_only_how_much():
     before B's kernel (tick 1) starts, with only tick 0's 1 ms to hide behind: 4 - 1 = 3 ms
     of stall over the 10 ms of compute. Counting the bytes alone (they could hide behind
     all 10 ms) the bound was the ideal time."""
-    b = TraceBuilder(name="deadline")
-    blocks = [b.alloc(4 * MiB) for _ in range(2)]
-    small = b.alloc(64 * 1024)
-    for x in blocks:
-        b.access(x, AccessMode.WRITE)
-        b.next_tick(1e6)
-    for _ in range(3):
-        b.mark()
-        for x in blocks:
-            b.access(x, AccessMode.READ)
-            b.next_tick(1e6)
-        for _ in range(8):
-            b.access(small, AccessMode.READ_WRITE)
-            b.next_tick(1e6)
-    t = b.build()
+    t = _stream_trace(2, idle_ticks=8, name="deadline")
     bw = 1 * MiB / MS
     hw = _hw(h2d_prefetch_Bps=bw, h2d_fault_Bps=bw, d2h_prefetch_Bps=bw, d2h_evict_Bps=bw,
              remote_access_Bps=bw)
