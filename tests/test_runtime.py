@@ -109,6 +109,8 @@ def test_scheduler_rejects_bad_arguments():
         Scheduler(warmup_iters=0)
     with pytest.raises(ValueError, match="unknown planning mode"):
         Scheduler(mode="clairvoyant")
+    with pytest.raises(ValueError, match=r"needs access samples.*plan_opts=\{'samples'"):
+        Scheduler(mode="sampled", hook=False)
 
 
 def test_without_markers_the_learned_period_arms_the_plan(host):

@@ -55,6 +55,14 @@ class Scheduler:
 
         if mode not in MODES:
             raise ValueError(f"unknown planning mode {mode!r}; known: {', '.join(MODES)}")
+        if mode == "sampled" and (plan_opts or {}).get("samples") is None:
+            # the allocator's ring records allocations, not accesses: without samples every
+            # learning attempt would fail
+            raise ValueError(
+                "Scheduler(mode='sampled') needs access samples, which the allocator does not "
+                "record: pass plan_opts={'samples': frame} (one row per touch: block, "
+                "persistent, tick; see uvm_sched.planner.draw_samples for the format), or "
+                "use mode='oblivious'")
         self.budget = budget
         self.hw = hw
         self.warmup_iters = int(warmup_iters)

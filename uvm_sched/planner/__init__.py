@@ -1,9 +1,11 @@
 """The planner: from a learned iteration and a memory budget to a Plan.
 
 ``plan(trace, budget, hw, mode)`` (see ``_planner`` for the algorithm) returns a ``Plan``;
-``Plan.load(path)`` reads one back.
+``Plan.load(path)`` reads one back; ``draw_samples(trace, pattern)`` draws the access samples
+of ``mode="sampled"`` from a trace's ground truth (the frame format a sampling source gives).
 """
 from ._plan import ACTIONS, PLAN_VERSION, Plan, PlanError
 from ._planner import MODES, plan
+from ._sampling import draw_samples
 
-__all__ = ["plan", "Plan", "PlanError", "ACTIONS", "PLAN_VERSION", "MODES"]
+__all__ = ["plan", "Plan", "PlanError", "ACTIONS", "PLAN_VERSION", "MODES", "draw_samples"]
