@@ -275,9 +275,9 @@ def _markdown(res: dict) -> str:
     L += [f"| {k} | {v:.3f} |" if isinstance(v, float) else f"| {k} | {v} |"
           for k, v in res["planning_time"].items()]
     L += ["", "## Quality (iteration time / ideal)", "",
-          "`plan/nopool`: the same plan with frees releasing memory at once (what executing "
-          "its discards at FREE events gives; not yet executed by the simulator's pooled "
-          "model).", "",
+          "`plan/nopool`: the same plan with `pool=False` (every free releases its memory at "
+          "once, as one cudaFree per tensor would); the pooled run executes the plan's "
+          "discards at FREE events, so the two agree wherever freed blocks are over 1 MiB.", "",
           "| model | hw | budget | demand | prefetch-on-alloc | swap-activations | bound | plan | plan/nopool | sampled/nopool | <= demand (nopool) | near bound (nopool) |",
           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["quality"]:
