@@ -361,3 +361,42 @@ def test_at_one_event_the_eviction_is_issued_before_the_populate_that_needs_its_
     assert at["block"].tolist()[:2] == [0, 1]  # A leaves, then B is populated
     r = simulate(tr, p, slow_link(64e9), 5 << 20)
     assert not (r.transfers["cause"] == "evict").any()
+
+
+def test_touches_of_a_live_run_map_to_the_block_live_at_that_address_then():
+    """An address the pool hands out again belongs to the block allocated there last; a
+    touch of memory no block holds is dropped; the tick is the allocator event before the
+    clock reading (the op's own allocation)."""
+    import numpy as np
+
+    from uvm_sched.planner import samples_from_touches
+    from uvm_sched.trace._native import trace_from_events
+
+    from _planner_helpers import host_backend
+
+    gen = host_backend()
+    next(gen)
+    native = pytest.importorskip("uvm_sched.native")
+    try:
+        native.drain_events()
+        w = native.malloc(4 << 20)
+        clocks, addrs = [native.event_clock()], [w]  # tick 0: w written
+        a = native.malloc(4 << 20)
+        clocks.append(native.event_clock())
+        addrs.append(a)  # tick 1: a written
+        native.free(a)
+        b = native.malloc(4 << 20)  # tick 3, at a's address (the pool reuses it)
+        clocks += [native.event_clock(), native.event_clock()]
+        addrs += [b, 12345]  # b written; an address no block holds
+        native.free(b)
+        native.free(w)
+        ev = native.drain_events()
+    finally:
+        next(gen, None)
+    assert b == a
+    trace, addresses = trace_from_events(ev, return_addresses=True)
+    pat = one_iteration(trace)
+    smp = samples_from_touches(trace, addresses, pat, clocks, addrs, k0=int(ev["tick"][0]))
+    got = sorted(zip(smp["block"], smp["tick"]))
+    assert got == [(0, 0), (1, 1), (2, 3)]  # w, a, then b (a new block at a's address)
+    assert np.issubdtype(smp["tick"].dtype, np.integer)

@@ -109,8 +109,72 @@ def test_scheduler_rejects_bad_arguments():
         Scheduler(warmup_iters=0)
     with pytest.raises(ValueError, match="unknown planning mode"):
         Scheduler(mode="clairvoyant")
+
+
+
+def test_sampled_mode_without_pytorch_or_samples_says_what_it_needs(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "torch" else real(name, *a))
     with pytest.raises(ValueError, match=r"needs access samples.*plan_opts=\{'samples'"):
         Scheduler(mode="sampled", hook=False)
+
+
+class TensorLoop(Loop):
+    """The loop above with PyTorch ops on the blocks (CPU tensors over uvm_sched's host
+    memory), so a dispatch-mode tracer sees which block each op touches. Each layer writes
+    its activation after allocating it; layer 6 also reads layer 1's (a skip connection,
+    in the middle of its lifetime); the backward pass reads each before freeing it."""
+
+    def iteration(self, batch: int, mid=None) -> None:
+        import torch
+
+        acts = []
+        for i in range(self.layers):
+            a = native.malloc(batch * MiB)
+            acts.append(a)
+            x = self.tensor(a, MiB)  # the first MiB stands for the whole block
+            x.add_(self.tensor(self.weights[i], MiB))  # reads the weight, writes the act
+            if i == 6:
+                x.add_(self.tensor(acts[1], MiB))  # the skip read
+        for a in reversed(acts):
+            self.tensor(a, MiB).mul_(torch.tensor(1, dtype=torch.uint8))
+            native.free(a)
+
+    @staticmethod
+    def tensor(ptr: int, nbytes: int):
+        import ctypes
+
+        import torch
+
+        return torch.frombuffer((ctypes.c_uint8 * nbytes).from_address(ptr), dtype=torch.uint8)
+
+
+def test_sampled_mode_records_its_samples_from_pytorch_ops_during_warmup(host):
+    pytest.importorskip("torch")
+    loop = TensorLoop()
+    with Scheduler(budget="60%", hw="h200-pcie5", warmup_iters=3, mode="sampled",
+                   hook=False, touch_device="cpu") as s:
+        assert s._touches.active  # tracing while it learns
+        _run(s, loop, batch=2, iters=4)
+        assert s.state == "armed" and s.plan.meta["mode"] == "sampled"
+        assert not s._touches.active  # and no longer once the plan is armed
+        smp = s.samples
+        ev = s.pattern.events
+        allocs = ev[ev["kind"] == "alloc"]
+        # layer 1's activation: the second allocation of the iteration
+        act1 = int(allocs["ordinal"].iloc[1])
+        ticks = sorted(smp.loc[~smp["persistent"] & (smp["block"] == act1), "tick"])
+        skip = int(allocs["tick"].iloc[6])  # layer 6's allocation (ticks within the iteration)
+        assert ticks == [int(allocs["tick"].iloc[1]), skip, ticks[-1]] and ticks[-1] > skip
+        # (written, skip-read, read back in the backward pass)
+        weights = smp[smp["persistent"]]
+        assert weights["block"].nunique() == loop.layers  # every weight seen
+        _run(s, loop, batch=2, iters=2)
+        assert s.stats()["divergences"] == 0
+    loop.close()
 
 
 def test_without_markers_the_learned_period_arms_the_plan(host):

@@ -417,6 +417,17 @@ def stats() -> dict[str, Any]:
     return d
 
 
+def event_clock() -> int:
+    """The allocator-event clock: how many allocator events (mallocs and frees) the library
+    has made so far; event ``k`` carries tick ``k`` in the ring (``drain_events()``). What an
+    access sampler stamps its observations with. ~2 us (one counter read)."""
+    lib = _load()
+    i = _STATS_NAMES.index("ticks")
+    buf = (ctypes.c_uint64 * len(_STATS_NAMES))()
+    lib.uvm_sched_stats(buf, len(_STATS_NAMES))
+    return int(buf[i])
+
+
 def drain_events() -> np.ndarray:
     """Take the events recorded since the last drain (oldest first) as a numpy structured
     array of ``EVENT_DTYPE`` (fields tick, t_ns, addr, size, stream, arg, kind, device;

@@ -42,11 +42,19 @@ class Scheduler:
     is imported); ``plan_opts``: extra options for ``uvm_sched.plan``;
     ``min_period_events``: allocator events recorded before the period is looked for when
     there are no markers.
+
+    ``mode="sampled"`` without ``plan_opts["samples"]`` records the samples itself: from
+    ``start()`` until the plan is armed (the warm-up iterations, again while re-learning) a
+    dispatch-mode tracer (``integrations.torch.TouchRecorder``) notes which blocks each
+    PyTorch op on ``touch_device`` touches; ``samples`` holds what the plan was made with.
+    Start, step and close the scheduler in the thread that runs the training loop (the
+    tracer is a PyTorch mode of that thread).
     """
 
     def __init__(self, budget: Any = "100%", hw: Any = "h200-pcie5", warmup_iters: int = 3,
                  mode: str = "oblivious", *, relearn_after: int = 2, hook: Any = "auto",
-                 plan_opts: dict | None = None, min_period_events: int = 64) -> None:
+                 plan_opts: dict | None = None, min_period_events: int = 64,
+                 touch_device: str = "cuda") -> None:
         if warmup_iters < 1:
             raise ValueError(f"warmup_iters must be >= 1, got {warmup_iters}")
         if relearn_after < 1:
@@ -55,14 +63,22 @@ class Scheduler:
 
         if mode not in MODES:
             raise ValueError(f"unknown planning mode {mode!r}; known: {', '.join(MODES)}")
+        self._touch_device = touch_device
+        self._touches = None  # the dispatch-mode TouchRecorder of sampled mode
+        self.samples = None  # the access samples the current plan was made with
         if mode == "sampled" and (plan_opts or {}).get("samples") is None:
-            # the allocator's ring records allocations, not accesses: without samples every
-            # learning attempt would fail
-            raise ValueError(
-                "Scheduler(mode='sampled') needs access samples, which the allocator does not "
-                "record: pass plan_opts={'samples': frame} (one row per touch: block, "
-                "persistent, tick; see uvm_sched.planner.draw_samples for the format), or "
-                "use mode='oblivious'")
+            # the allocator's ring records allocations, not accesses: the samples come from
+            # PyTorch's dispatcher during the warm-up iterations
+            import importlib.util
+
+            if importlib.util.find_spec("torch") is None:
+                raise ValueError(
+                    "Scheduler(mode='sampled') needs access samples, which the allocator does "
+                    "not record: with PyTorch installed it records them itself during warm-up "
+                    "(a dispatch-mode tracer); without it pass plan_opts={'samples': frame} "
+                    "(one row per touch: block, persistent, tick; see "
+                    "uvm_sched.planner.draw_samples for the format), or use mode='oblivious'")
+            self._touches = "dispatch"
         self.budget = budget
         self.hw = hw
         self.warmup_iters = int(warmup_iters)
@@ -99,8 +115,23 @@ class Scheduler:
                 return self
             self.state = "recording"
             self._install_hook()
+            self._start_touches()
             self.poll()
         return self
+
+    def _start_touches(self) -> None:
+        if self._touches is None:
+            return
+        if self._touches == "dispatch":
+            from .integrations.torch import TouchRecorder
+
+            self._touches = TouchRecorder(self._touch_device)
+        self._touches.clear()
+        self._touches.start()
+
+    def _stop_touches(self) -> None:
+        if self._touches is not None and self._touches != "dispatch":
+            self._touches.stop()
 
     def close(self) -> None:
         """Disarm the plan and remove the hook (the allocator keeps running unplanned)."""
@@ -110,6 +141,7 @@ class Scheduler:
 
                 native.disarm()
             self._remove_hook()
+            self._stop_touches()
             self.state = "closed"
 
     def __enter__(self) -> "Scheduler":
@@ -202,7 +234,14 @@ class Scheduler:
             pat = analyze(trace)
             if pat.source != "markers" and len(pat.iterations) < self.warmup_iters:
                 return  # not enough repetitions yet to trust a learned period
-            p = plan(trace, self.budget, self.hw, mode=self.mode, pattern=pat, **self.plan_opts)
+            opts = dict(self.plan_opts)
+            if self._touches is not None and self._touches != "dispatch":
+                from .planner import samples_from_touches
+
+                opts["samples"] = samples_from_touches(
+                    trace, addresses, pat, self._touches.clocks, self._touches.addresses,
+                    k0=int(events["tick"][0]))
+            p = plan(trace, self.budget, self.hw, mode=self.mode, pattern=pat, **opts)
         except (PatternError, PlanError, ValueError) as e:
             self._counters["learn_failures"] += 1
             self.last_error = f"{type(e).__name__}: {e}"
@@ -237,6 +276,8 @@ class Scheduler:
             start_now = at_marker
         native.arm_plan(p, addrs, start_now=start_now, phase=phase, phase_allocs=phase_allocs)
         self.plan, self.pattern = p, pat
+        self.samples = opts.get("samples") if self.mode == "sampled" else None
+        self._stop_touches()  # sampling costs per op: only while learning
         self.state = "armed"
         self._counters["plans"] += 1
         self._div_iters = self._iter_div = 0
@@ -265,6 +306,9 @@ class Scheduler:
 
     def _restart_recording(self) -> None:
         self.state = "recording"
+        if self._touches is not None and self._touches != "dispatch":
+            self._touches.clear()  # a fresh recording: fresh samples
+            self._touches.start()
         # the blocks alive now (weights, optimizer state) start the new recording, in
         # their allocation order, so persistent ordinals and addresses stay right
         self._prefix = sorted(self._live.values(), key=lambda e: (int(e["arg"]), int(e["tick"])))

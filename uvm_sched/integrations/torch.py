@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import threading
 
-from ..native import library_path, step
+from ..native import event_clock, library_path, step
 
-__all__ = ["allocator", "install", "mark_optimizer_steps"]
+__all__ = ["allocator", "install", "mark_optimizer_steps", "TouchRecorder"]
 
 _lock = threading.Lock()
 # Process-wide singleton, on purpose: PyTorch keeps calling the functions of the
@@ -75,3 +75,84 @@ def mark_optimizer_steps():
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
     return register_optimizer_step_post_hook(lambda opt, args, kwargs: step())
+
+
+class TouchRecorder:
+    """Access samples for ``mode="sampled"`` from a live PyTorch run: while active (a
+    context manager, or ``start()``/``stop()`` in the same thread), every op dispatched
+    records the storages of its tensor arguments and results on ``device_type`` as
+    (allocator-event clock, storage base address) pairs -- which uvm_sched block each op
+    touched, and when, on the clock the plan counts in. ``clocks``/``addresses`` hold them
+    (numpy arrays); ``uvm_sched.planner.samples_from_touches`` turns them into samples.
+    Costs a few microseconds per op while active: the Scheduler keeps it on during its
+    warm-up iterations only."""
+
+    def __init__(self, device_type: str = "cuda") -> None:
+        self.device_type = device_type
+        self._clocks: list[int] = []
+        self._addrs: list[int] = []
+        self._mode = None
+
+    @property
+    def active(self) -> bool:
+        return self._mode is not None
+
+    @property
+    def clocks(self):
+        import numpy as np
+
+        return np.asarray(self._clocks, np.int64)
+
+    @property
+    def addresses(self):
+        import numpy as np
+
+        return np.asarray(self._addrs, np.uint64)
+
+    def clear(self) -> None:
+        """Forget the touches recorded so far."""
+        self._clocks.clear()
+        self._addrs.clear()
+
+    def start(self) -> "TouchRecorder":
+        if self._mode is None:
+            self._mode = _touch_mode(self)
+            self._mode.__enter__()
+        return self
+
+    def stop(self) -> None:
+        if self._mode is not None:
+            mode, self._mode = self._mode, None
+            mode.__exit__(None, None, None)
+
+    def __enter__(self) -> "TouchRecorder":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _touch_mode(rec: TouchRecorder):
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    dev = rec.device_type
+    clocks, addrs = rec._clocks, rec._addrs
+
+    class _Touches(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            clock = event_clock()  # after the op: its output's allocation, if any, is in
+            for x in tree_leaves((args, kwargs, out)):
+                if isinstance(x, torch.Tensor) and x.device.type == dev:
+                    try:
+                        ptr = x.untyped_storage().data_ptr()
+                    except (RuntimeError, NotImplementedError):
+                        continue  # a tensor without storage (sparse, functional wrappers)
+                    if ptr:
+                        clocks.append(clock)
+                        addrs.append(ptr)
+            return out
+
+    return _Touches()

@@ -6,6 +6,7 @@ of ``mode="sampled"`` from a trace's ground truth (the frame format a sampling s
 """
 from ._plan import ACTIONS, PLAN_VERSION, Plan, PlanError
 from ._planner import MODES, plan
-from ._sampling import draw_samples
+from ._sampling import draw_samples, samples_from_touches
 
-__all__ = ["plan", "Plan", "PlanError", "ACTIONS", "PLAN_VERSION", "MODES", "draw_samples"]
+__all__ = ["plan", "Plan", "PlanError", "ACTIONS", "PLAN_VERSION", "MODES", "draw_samples",
+           "samples_from_touches"]

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["SAMPLE_COLUMNS", "TOUCH_COLUMNS", "draw_samples", "merge_samples"]
+__all__ = ["SAMPLE_COLUMNS", "TOUCH_COLUMNS", "draw_samples", "merge_samples",
+           "samples_from_touches"]
 
 SAMPLE_COLUMNS = ("block", "persistent", "first_touch", "last_touch")
 TOUCH_COLUMNS = ("block", "persistent", "tick")
@@ -86,6 +87,65 @@ def draw_samples(trace, pattern, *, sample_rate: float = 1.0, noise: float = 0.0
     g = df.groupby(["iteration", "persistent", "block", "tick"], sort=True)
     out = g.agg(read=("read", "all"), touched_bytes=("touched_bytes", "max"))
     return out.reset_index()
+
+
+def samples_from_touches(trace, addresses, pattern, clocks, touched_addrs, *, k0: int):
+    """Touch-form samples (module doc) from observed touches of a live run.
+
+    ``trace``/``addresses``: ``trace_from_events(events, return_addresses=True)`` of the
+    drained allocator events, ``k0`` the ring tick of their first event (trace tick = ring
+    tick - k0); ``pattern``: its ``pattern.analyze``. ``clocks``/``touched_addrs``: one
+    entry per observed touch, the allocator-event clock (``native.event_clock()``) read
+    right after the op and the base address of the block it touched (a tensor's storage
+    ``data_ptr``). An op's kernel runs after the allocator event before the clock reading
+    (its own output's allocation, if any), so its trace tick is ``clock - 1 - k0``.
+    Touches of addresses that were no live block then, or outside the representative
+    iteration, are dropped. O((B + S) log B) for B blocks and S touches.
+    """
+    import pandas as pd
+
+    clocks = np.asarray(clocks, np.int64)
+    taddr = np.asarray(touched_addrs, np.uint64)
+    empty = pd.DataFrame({c: pd.Series(dtype=t) for c, t in
+                          (("iteration", "int64"), ("block", "int64"), ("persistent", bool),
+                           ("tick", "int64"))})
+    bt = trace.block_table()
+    if not len(clocks) or not len(bt):
+        return empty
+    blk = bt.index.to_numpy(np.int64)
+    baddr = np.asarray(addresses, np.uint64)[blk]
+    a_tick = bt["alloc_tick"].to_numpy(np.int64)
+    f_tick = bt["free_tick"].to_numpy(np.int64)
+    tick = clocks - 1 - int(k0)
+    # blocks grouped by address, in allocation order within a group: a touch belongs to the
+    # last block at its address allocated at or before its tick, if not freed before it
+    ua, bg = np.unique(baddr, return_inverse=True)
+    span = int(max(a_tick.max(initial=0), tick.max(initial=0))) + 2
+    bkey = bg.astype(np.int64) * span + a_tick
+    order = np.argsort(bkey, kind="stable")
+    bkey = bkey[order]
+    tg = np.searchsorted(ua, taddr)
+    ok = (tg < len(ua)) & (tick >= 0)
+    ok[ok] &= ua[tg[ok]] == taddr[ok]
+    j = np.full(len(tick), -1, np.int64)
+    j[ok] = np.searchsorted(bkey, tg[ok].astype(np.int64) * span + tick[ok], side="right") - 1
+    ok &= j >= 0
+    jj = order[np.maximum(j, 0)]
+    ok &= bg[jj] == tg.clip(0, len(ua) - 1)
+    ok &= (f_tick[jj] < 0) | (tick <= f_tick[jj])
+    start, stop = int(pattern.start_tick), int(pattern.stop_tick)
+    ok &= (tick >= start) & (tick < stop)
+    hit = blk[jj[ok]]
+    known = np.isin(hit, pattern.blocks.index.to_numpy())
+    if not known.any():
+        return empty
+    b = pattern.blocks.loc[hit[known]]
+    return pd.DataFrame({
+        "iteration": 0,
+        "block": b["ordinal"].to_numpy(np.int64),
+        "persistent": b["persistent"].to_numpy(bool),
+        "tick": tick[ok][known] - start,
+    }).drop_duplicates(ignore_index=True)
 
 
 def merge_samples(samples) -> dict:
