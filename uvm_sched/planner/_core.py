@@ -562,14 +562,41 @@ def _earliest_with_room(resident, budget, sz, q, lo, hi, T, cap=4096) -> int:
     return k
 
 
+def _cyclic_fifo(issue: np.ndarray, dur: np.ndarray, after: np.ndarray, period: float,
+                 second: np.ndarray) -> np.ndarray:
+    """Start times of copies on one FIFO copy engine in the steady state of a periodic
+    iteration. ``issue``: unrolled issue times (the second iteration's control points are
+    ``period`` later), ``after``: unrolled times a copy may not start before (its block's
+    own eviction), ``second``: the copy is issued in the unrolled second iteration. Every
+    iteration issues all of them, so a copy of the second iteration shares the engine with
+    the first iteration's copies at the same point of the iteration: the queue runs on
+    in-iteration times, twice (the second pass starts with the backlog the first one left
+    over the iteration's end). Returns unrolled start times. O(G log G)."""
+    shift = np.where(second, period, 0.0)
+    r = issue - shift
+    a = after - shift
+    order = np.lexsort((np.arange(len(r)), r))
+    start = np.zeros(len(r))
+    carry = 0.0
+    for _ in range(2):
+        free_at = carry
+        for i in order.tolist():
+            s0 = max(r[i], free_at, a[i])
+            start[i] = s0
+            free_at = s0 + dur[i]
+        carry = max(0.0, free_at - period)
+    return start + shift
+
+
 def _timing_once(chosen, p, C, tau, q, d2h, h2d, size, T, base=None, budget=0):
     nq = len(q)
-    ev = sorted(chosen, key=lambda g: (g.ke, g.blk))
-    free_at = 0.0
-    for g in ev:
-        start = max(tau[g.ke], free_at)
-        g.e_done = start + d2h[g.blk]
-        free_at = g.e_done
+    E = nq // 2
+    ev = chosen
+    if ev:
+        ke = np.array([g.ke for g in ev], np.int64)
+        st = _cyclic_fifo(tau[ke], d2h[[g.blk for g in ev]], np.zeros(len(ev)), C[T], ke >= E)
+        for g, s0 in zip(ev, st.tolist()):
+            g.e_done = s0 + d2h[g.blk]
     dropped = 0
     pf = [g for g in chosen if not g.dead]
     # the profile if every prefetch were issued where the selection put it
@@ -609,13 +636,13 @@ def _timing_once(chosen, p, C, tau, q, d2h, h2d, size, T, base=None, budget=0):
         g.kp = kp
         cur = min(cur, max(latest, tau[kp]))
     pf = [g for g in pf if g.chosen]
-    pf.sort(key=lambda g: (g.kp, C[g.u2]))
-    free_at = 0.0
-    for g in pf:
-        start = max(tau[g.kp], free_at, g.e_done)
-        g.p_start = start
-        free_at = start + h2d[g.blk]
-        g.t_on = int(q[g.kp]) + 1
+    if pf:
+        kp = np.array([g.kp for g in pf], np.int64)
+        st = _cyclic_fifo(tau[kp], h2d[[g.blk for g in pf]], np.array([g.e_done for g in pf]),
+                          C[T], kp >= E)
+        for g, s0 in zip(pf, st.tolist()):
+            g.p_start = s0
+            g.t_on = int(q[g.kp]) + 1
     saved = np.zeros(T + 1, np.int64)
     for g in chosen:
         if not g.chosen:
