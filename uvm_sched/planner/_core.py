@@ -591,11 +591,11 @@ def _cyclic_fifo(issue: np.ndarray, dur: np.ndarray, after: np.ndarray, period: 
 def _timing_once(chosen, p, C, tau, q, d2h, h2d, size, T, base=None, budget=0):
     nq = len(q)
     E = nq // 2
-    ev = chosen
-    if ev:
-        ke = np.array([g.ke for g in ev], np.int64)
-        st = _cyclic_fifo(tau[ke], d2h[[g.blk for g in ev]], np.zeros(len(ev)), C[T], ke >= E)
-        for g, s0 in zip(ev, st.tolist()):
+    if chosen:
+        ke = np.array([g.ke for g in chosen], np.int64)
+        st = _cyclic_fifo(tau[ke], d2h[[g.blk for g in chosen]], np.zeros(len(chosen)), C[T],
+                          ke >= E)
+        for g, s0 in zip(chosen, st.tolist()):
             g.e_done = s0 + d2h[g.blk]
     dropped = 0
     pf = [g for g in chosen if not g.dead]

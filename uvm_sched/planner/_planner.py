@@ -147,8 +147,7 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "oblivious", **opts: Any) -
     if mode not in MODES:
         raise PlanError(f"unknown planning mode {mode!r}; known: {', '.join(MODES)}")
     known = {"pattern", "guard", "samples", "sample_rate", "noise", "seed", "complete_touches",
-             "discard",
-             "discard_min_bytes", "rounds", "populate", "remote_fallback"}
+             "discard", "discard_min_bytes", "rounds", "populate", "remote_fallback"}
     unknown = sorted(set(opts) - known)
     if unknown:
         raise TypeError(f"plan() got unknown option(s) {unknown}; known: {sorted(known)}")
@@ -293,18 +292,13 @@ def _problem(pat, prof, samples: dict | None, remote_fallback: bool = False,
             touched = None if s[4] is None else np.unique(np.clip(s[4], lf, lt))
             if touched is not None and not complete:
                 touched = None  # only the two ends are trusted (summary semantics)
-            if pers[i] and remote_fallback:
-                pass  # may be read in place (mapped host-resident): not certainly resident
-            elif touched is not None:
-                certain.extend((int(x), i) for x in touched)
-            else:
-                certain.append((first, i))
-                if last != first:
-                    certain.append((last, i))
+            # where the block must be resident (a persistent one that may be read in place,
+            # mapped host-resident by the fallback, need not be)
+            if not (pers[i] and remote_fallback):
+                certain.extend((int(x), i) for x in
+                               (touched if touched is not None else {first, last}))
             tb = s[3] if s[3] >= 0 else int(size[i])
-            touches = 1 if first == last else 2
-            if touched is not None:
-                touches = len(touched)
+            touches = len(touched) if touched is not None else (1 if first == last else 2)
             if size[i] >= prof.va_block_bytes and tb < size[i]:
                 rc = touches * tb / prof.remote_access_Bps * 1e9
                 if rc < size[i] / prof.h2d_prefetch_Bps * 1e9:
