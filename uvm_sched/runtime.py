@@ -63,7 +63,6 @@ class Scheduler:
 
         if mode not in MODES:
             raise ValueError(f"unknown planning mode {mode!r}; known: {', '.join(MODES)}")
-        self._touch_device = touch_device
         self._touches = None  # the dispatch-mode TouchRecorder of sampled mode
         self.samples = None  # the access samples the current plan was made with
         if mode == "sampled" and (plan_opts or {}).get("samples") is None:
@@ -78,7 +77,9 @@ class Scheduler:
                     "(a dispatch-mode tracer); without it pass plan_opts={'samples': frame} "
                     "(one row per touch: block, persistent, tick; see "
                     "uvm_sched.planner.draw_samples for the format), or use mode='oblivious'")
-            self._touches = "dispatch"
+            from .integrations.torch import TouchRecorder  # torch itself loads at start()
+
+            self._touches = TouchRecorder(touch_device)
         self.budget = budget
         self.hw = hw
         self.warmup_iters = int(warmup_iters)
@@ -120,17 +121,12 @@ class Scheduler:
         return self
 
     def _start_touches(self) -> None:
-        if self._touches is None:
-            return
-        if self._touches == "dispatch":
-            from .integrations.torch import TouchRecorder
-
-            self._touches = TouchRecorder(self._touch_device)
-        self._touches.clear()
-        self._touches.start()
+        if self._touches is not None:
+            self._touches.clear()  # a fresh recording: fresh samples
+            self._touches.start()
 
     def _stop_touches(self) -> None:
-        if self._touches is not None and self._touches != "dispatch":
+        if self._touches is not None:
             self._touches.stop()
 
     def close(self) -> None:
@@ -235,7 +231,7 @@ class Scheduler:
             if pat.source != "markers" and len(pat.iterations) < self.warmup_iters:
                 return  # not enough repetitions yet to trust a learned period
             opts = dict(self.plan_opts)
-            if self._touches is not None and self._touches != "dispatch":
+            if self._touches is not None:
                 from .planner import samples_from_touches
 
                 opts["samples"] = samples_from_touches(
@@ -306,9 +302,7 @@ class Scheduler:
 
     def _restart_recording(self) -> None:
         self.state = "recording"
-        if self._touches is not None and self._touches != "dispatch":
-            self._touches.clear()  # a fresh recording: fresh samples
-            self._touches.start()
+        self._start_touches()
         # the blocks alive now (weights, optimizer state) start the new recording, in
         # their allocation order, so persistent ordinals and addresses stay right
         self._prefix = sorted(self._live.values(), key=lambda e: (int(e["arg"]), int(e["tick"])))
