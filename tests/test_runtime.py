@@ -234,3 +234,14 @@ def test_optimizer_step_hook_marks_iterations(host):
     opt.step()  # closed: the hook is gone
     assert native.stats()["marks"] == marks
     loop.close()
+
+
+def test_sampled_mode_that_sees_no_op_on_its_blocks_says_so(host):
+    pytest.importorskip("torch")
+    loop = Loop()  # allocations only: no PyTorch op touches the blocks
+    with Scheduler(budget="60%", hw="h200-pcie5", warmup_iters=3, mode="sampled",
+                   hook=False, touch_device="cpu") as s:
+        _run(s, loop, batch=2, iters=5)
+        assert s.state == "recording" and s.stats()["learn_failures"] >= 1
+        assert "dispatch tracer saw no PyTorch op" in s.last_error
+    loop.close()

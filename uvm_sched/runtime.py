@@ -237,6 +237,13 @@ class Scheduler:
                 opts["samples"] = samples_from_touches(
                     trace, addresses, pat, self._touches.clocks, self._touches.addresses,
                     k0=int(events["tick"][0]))
+                if not len(opts["samples"]):
+                    # planning on would quietly be the oblivious mode
+                    raise ValueError(
+                        f"sampled mode: the dispatch tracer saw no PyTorch op touch a "
+                        f"uvm_sched block on device type {self._touches.device_type!r} during "
+                        f"the warm-up ({len(self._touches.clocks):,} touches recorded); are "
+                        "the model's tensors there, allocated through uvm_sched.allocator()?")
             p = plan(trace, self.budget, self.hw, mode=self.mode, pattern=pat, **opts)
         except (PatternError, PlanError, ValueError) as e:
             self._counters["learn_failures"] += 1
