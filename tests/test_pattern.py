@@ -177,6 +177,23 @@ def test_markers_that_agree_are_used():
     assert p.period_events == analyze(strip_marks(tr)).period_events
 
 
+def test_a_marker_after_the_last_event_starts_an_iteration_not_seen_yet():
+    """A runtime learns right at a marker: the trace then ends with a MARK that no
+    allocator event follows. It delimits nothing and must not make the markers look
+    irregular (3 iterations of N events and one of 0)."""
+    tr = training_trace(iters=4, markers=True)
+    cols = tr.columns
+    last = {k: v[-1:].copy() for k, v in cols.items()}  # one more row: a MARK one tick on
+    last["kind"][:] = MARK
+    last["tick"][:] = tr.n_ticks
+    t2 = Trace({k: np.concatenate([v, last[k]]) for k, v in cols.items()},
+               tick_ns=np.append(tr.tick_ns, 1000.0), meta=tr.meta)
+    assert len(t2.iteration_starts) == len(tr.iteration_starts) + 1
+    p = analyze(t2)
+    assert p.source == "markers", p.notes
+    assert [a for a, _ in p.iterations] == tr.iteration_starts.tolist()
+
+
 def test_markers_every_two_iterations_disagree():
     tr = training_trace(iters=6, markers=True, marker_iters={0, 2, 4})
     p = analyze(tr)

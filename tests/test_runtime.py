@@ -245,3 +245,35 @@ def test_sampled_mode_that_sees_no_op_on_its_blocks_says_so(host):
         assert s.state == "recording" and s.stats()["learn_failures"] >= 1
         assert "dispatch tracer saw no PyTorch op" in s.last_error
     loop.close()
+
+
+def test_tuning_keeps_the_guard_whose_iterations_the_clock_finds_fastest(host):
+    """With markers, the Scheduler arms each candidate guard's plan in turn and times its
+    iterations between markers. The loop here is slower under the default guards (it
+    sleeps 20 ms per iteration while they are armed), so the tuner must keep guard 8."""
+    import time
+
+    loop = Loop()
+    with Scheduler(budget="60%", hw="h200-pcie5", warmup_iters=3, hook=False,
+                   tune=(8,), tune_iters=2) as s:
+        _run(s, loop, batch=8, iters=4)
+        assert s.state == "armed" and s.stats()["tuning_now"] == "auto"
+        seen = []
+        for _ in range(12):
+            s.step()
+            seen.append(s.stats().get("tuning_now"))
+            if s.plan.meta["guard"] != [8]:
+                time.sleep(0.02)
+            loop.iteration(8)
+        assert s.tuning.keys() == {"auto", "8"}
+        assert s.tuning["8"] < s.tuning["auto"]
+        assert s.plan.meta["guard"] == [8] and "8" in seen
+        assert s.stats()["divergences"] == 0
+    loop.close()
+
+
+def test_tuning_candidates_are_checked():
+    with pytest.raises(ValueError, match="tune candidates are guards"):
+        Scheduler(tune=("wide",), hook=False)
+    with pytest.raises(ValueError, match="tune_iters"):
+        Scheduler(tune=(8,), tune_iters=0, hook=False)

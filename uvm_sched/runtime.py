@@ -49,16 +49,34 @@ class Scheduler:
     PyTorch op on ``touch_device`` touches; ``samples`` holds what the plan was made with.
     Start, step and close the scheduler in the thread that runs the training loop (the
     tracer is a PyTorch mode of that thread).
+
+    ``tune``: guards (ticks, or ``"auto"``) to try beside the planned one, e.g.
+    ``(16, 8)``. How far from an allocation or a free a block may still be read is what the
+    guard bets on, and it differs between workloads, so the Scheduler measures: with
+    iteration markers, it arms each candidate plan in turn for ``tune_iters`` iterations
+    (after one to settle), times them between markers, and keeps the fastest; ``tuning``
+    holds the median seconds per candidate. ``uvm_sched.sim.tune`` does the same with the
+    simulator standing in for the clock.
     """
 
     def __init__(self, budget: Any = "100%", hw: Any = "h200-pcie5", warmup_iters: int = 3,
                  mode: str = "oblivious", *, relearn_after: int = 2, hook: Any = "auto",
                  plan_opts: dict | None = None, min_period_events: int = 64,
-                 touch_device: str = "cuda") -> None:
+                 touch_device: str = "cuda", tune: Any = None, tune_iters: int = 2) -> None:
         if warmup_iters < 1:
             raise ValueError(f"warmup_iters must be >= 1, got {warmup_iters}")
         if relearn_after < 1:
             raise ValueError(f"relearn_after must be >= 1, got {relearn_after}")
+        if tune_iters < 1:
+            raise ValueError(f"tune_iters must be >= 1, got {tune_iters}")
+        self.tune = tuple(tune) if tune else ()
+        for g in self.tune:
+            if g != "auto" and not (isinstance(g, int) and g >= 0):
+                raise ValueError(f"tune candidates are guards: ticks >= 0 or 'auto', got {g!r}")
+        self.tune_iters = int(tune_iters)
+        self.tuning: dict[str, float] = {}  # guard -> median measured iteration seconds
+        self._tuner: dict | None = None  # candidates and timings while tuning
+        self._addrs: list[int] = []  # the armed plan's persistent ordinal -> address
         from .planner import MODES
 
         if mode not in MODES:
@@ -278,7 +296,8 @@ class Scheduler:
         else:
             start_now = at_marker
         native.arm_plan(p, addrs, start_now=start_now, phase=phase, phase_allocs=phase_allocs)
-        self.plan, self.pattern = p, pat
+        self.plan, self.pattern, self._addrs = p, pat, addrs
+        self._start_tuning(trace, pat, opts)
         self.samples = opts.get("samples") if self.mode == "sampled" else None
         self._stop_touches()  # sampling costs per op: only while learning
         self.state = "armed"
@@ -288,7 +307,67 @@ class Scheduler:
         self._prefix = []
         self.last_error = None
 
+    # -- tuning the guard by the clock -------------------------------------------------------
+    def _start_tuning(self, trace, pat, opts: dict) -> None:
+        self._tuner = None
+        if not self.tune or self.plan.meta.get("sync") != "marker":
+            return  # timing needs iteration markers
+        from .planner import plan
+
+        first = str(opts.get("guard", "auto"))
+        cands = [(first, self.plan)]
+        for g in self.tune:
+            if str(g) != first and str(g) not in dict(cands):
+                cands.append((str(g), plan(trace, self.budget, self.hw, mode=self.mode,
+                                           pattern=pat, **{**opts, "guard": g})))
+        self._tuner = {"cands": cands, "i": 0, "times": [[] for _ in cands], "last": None,
+                       "skip": 1, "bad": False}
+
+    def _time_iterations(self, ev: np.ndarray) -> None:
+        """Per marker: the iteration that ended counts for the armed candidate unless it
+        diverged or came right after arming; enough of them, and the next one is armed."""
+        tu = self._tuner
+        k = ev["kind"]
+        for i in np.flatnonzero((k == _MARK) | (k == _DIVERGENCE)).tolist():
+            if k[i] == _DIVERGENCE:
+                tu["bad"] = True
+                continue
+            now = int(ev["t_ns"][i])
+            if tu["last"] is not None and not tu["bad"]:
+                if tu["skip"]:
+                    tu["skip"] -= 1
+                else:
+                    tu["times"][tu["i"]].append((now - tu["last"]) * 1e-9)
+            tu["last"], tu["bad"] = now, False
+            if len(tu["times"][tu["i"]]) >= self.tune_iters:
+                self._next_candidate()
+                return  # later markers of this batch ran before the switch
+
+    def _next_candidate(self) -> None:
+        from . import native
+
+        tu = self._tuner
+        tu["i"] += 1
+        if tu["i"] < len(tu["cands"]):
+            p = tu["cands"][tu["i"]][1]
+            tu.update(last=None, skip=1, bad=False)
+        else:
+            import statistics
+
+            self.tuning = {label: statistics.median(t)
+                           for (label, _), t in zip(tu["cands"], tu["times"])}
+            best = min(range(len(tu["cands"])), key=lambda j: statistics.median(tu["times"][j]))
+            p = tu["cands"][best][1]
+            self._tuner = None
+            if p is self.plan:
+                return
+        native.disarm()
+        native.arm_plan(p, self._addrs, start_now=True)  # at a marker: an iteration starts
+        self.plan = p
+
     def _watch(self, ev: np.ndarray) -> None:
+        if self._tuner is not None:
+            self._time_iterations(ev)
         k = ev["kind"]
         for kind in k[(k == _ITER) | (k == _DIVERGENCE)].tolist():
             if kind == _DIVERGENCE:
@@ -305,6 +384,7 @@ class Scheduler:
             native.disarm()
             self._counters["relearns"] += 1
             self.plan = None
+            self._tuner = None
             self._restart_recording()
 
     def _restart_recording(self) -> None:
@@ -334,6 +414,10 @@ class Scheduler:
                 out["budget_bytes"] = int(self.plan.meta["budget_bytes"])
                 out["period_events"] = int(self.plan.meta["period_events"])
                 out["sync"] = self.plan.meta.get("sync")
+                out["guard"] = self.plan.meta.get("guard")
+            out["tuning"] = dict(self.tuning)
+            if self._tuner is not None:
+                out["tuning_now"] = self._tuner["cands"][self._tuner["i"]][0]
                 out["predicted"] = dict(self.plan.meta.get("predicted", {}))
             out["native"] = native.stats()
             return out

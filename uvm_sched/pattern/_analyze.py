@@ -212,6 +212,10 @@ def analyze(trace: Trace) -> Pattern:
     # -- markers, then the learned period ------------------------------------------------
     marks = trace.iteration_starts
     m_ev = np.searchsorted(ev_tick, marks, "left")
+    # a marker after the last allocator event starts an iteration not recorded yet (a
+    # runtime learns right at a marker): it delimits nothing
+    keep_m = m_ev < n
+    marks, m_ev = marks[keep_m], m_ev[keep_m]
     m_counts = np.diff(np.append(m_ev, n))
     steady = m_counts[1:] if len(m_counts) > 1 else m_counts
     p_m = int(steady[-1]) if len(steady) else 0
