@@ -6,7 +6,9 @@ are tiny, and at tiny batches the optimizer step's working set alone exceeds hal
 so no policy could run at 50%), then
 ``uvm_sched.sim.compare`` runs every policy at 100/75/50/30% of the model's peak on
 h200-pcie5 and gh200-c2c, with the planner ("uvm-sched") in both modes: oblivious (allocator
-events only) and sampled (plus access samples). Figures are simulated: see
+events only) and sampled (plus access samples), and the oblivious one with its guard tuned by
+the clock (``tune=TUNE``: each candidate's plan run, the fastest kept, as
+``Scheduler(tune=...)`` does on a GPU). Figures are simulated: see
 benchmarks/README.md.
 
 Writes benchmarks/results/quality.md and quality.json with the date, commit and machine, and
@@ -40,6 +42,15 @@ RESULTS = HERE / "results"
 DEFAULT_BUDGETS = (100, 75, 50, 30)
 DEFAULT_HW = ("h200-pcie5", "gh200-c2c")
 OBLIVIOUS, SAMPLED = "uvm-sched (oblivious)", "uvm-sched (sampled)"
+# the oblivious plan with its guard tuned by the clock, as Scheduler(tune=TUNE) does on a
+# GPU (here the simulator is the clock: each candidate's plan is run, the fastest kept)
+TUNED, TUNE = "uvm-sched (oblivious, tuned)", (16, 8)
+OURS = (OBLIVIOUS, TUNED, SAMPLED)
+
+
+def _short(mode: str) -> str:
+    """'uvm-sched (oblivious, tuned)' -> 'oblivious, tuned'."""
+    return mode.split("(", 1)[1].rstrip(")")
 # Policies that are not something a user can run: the reference and the lower bound.
 NOT_RUNNABLE = ("ideal", "bound")
 HEADLINE_LIMITS = (1.05, 1.10)
@@ -124,7 +135,7 @@ def write_json(path: Path, doc: dict) -> None:
 
 # -- the sweep ----------------------------------------------------------------------------
 def sweep(trace, hw: str, budgets_pct, *, sampled: bool = True):
-    """One compare() per planner mode; rows relabelled so the two modes sit side by side."""
+    """One compare() per planner mode; rows relabelled so the modes sit side by side."""
     import pandas as pd
 
     from uvm_sched.sim import POLICIES, compare
@@ -134,6 +145,10 @@ def sweep(trace, hw: str, budgets_pct, *, sampled: bool = True):
     df = df.copy()
     df.loc[df["policy"] == "uvm-sched", "policy"] = OBLIVIOUS
     frames = [df]
+    t = compare(trace, hw, budgets, policies=["uvm-sched"], mode="oblivious", tune=TUNE)
+    t = t[t["policy"] == "uvm-sched"].copy()
+    t["policy"] = TUNED
+    frames.append(t)
     if sampled:
         s = compare(trace, hw, budgets, policies=["uvm-sched"], mode="sampled")
         s = s[s["policy"] == "uvm-sched"].copy()
@@ -174,7 +189,7 @@ def min_feasible_bytes(df) -> int | None:
 
 
 def headline_md(head: list[dict], floors: dict | None = None, limits=HEADLINE_LIMITS) -> str:
-    """One row per model and hardware: our two modes beside the best baseline; ``floors``
+    """One row per model and hardware: our modes beside the best baseline; ``floors``
     maps (model, hw) to the text of the smallest feasible budget."""
     import pandas as pd
 
@@ -183,8 +198,7 @@ def headline_md(head: list[dict], floors: dict | None = None, limits=HEADLINE_LI
     cols = ["model", "hw", "feasible down to"]
     for lim in limits:
         tag = f"≤{round((lim - 1) * 100)}% slower"
-        cols += [f"uvm-sched oblivious ({tag})", f"uvm-sched sampled ({tag})",
-                 f"best baseline ({tag})"]
+        cols += [f"uvm-sched {_short(m)} ({tag})" for m in OURS] + [f"best baseline ({tag})"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for (model, hw), g in h.groupby(["model", "hw"], sort=False):
         cells = [model, hw, floors.get((model, hw), "-")]
@@ -195,13 +209,13 @@ def headline_md(head: list[dict], floors: dict | None = None, limits=HEADLINE_LI
             def pct(x):
                 return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else fmt_pct(x, digits=0)
 
-            base = {p: v for p, v in by.items() if p not in (OBLIVIOUS, SAMPLED)
+            base = {p: v for p, v in by.items() if p not in OURS
                     and v is not None and not (isinstance(v, float) and math.isnan(v))}
             best_v = max(base.values(), default=None)
             # name the baseline(s) reaching it, unless the saving is nil (every one ties at 100%)
             best_names = "/".join(p for p, v in base.items() if v == best_v)
             best = (pct(best_v) + (f" ({best_names})" if best_v else "")) if best_v is not None else "-"
-            cells += [pct(by.get(OBLIVIOUS)), pct(by.get(SAMPLED)), best]
+            cells += [pct(by.get(m)) for m in OURS] + [best]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -209,17 +223,17 @@ def headline_md(head: list[dict], floors: dict | None = None, limits=HEADLINE_LI
 def wins_md(rows, budgets_pct) -> str:
     """Per budget below 100%: in how many (model, hardware) cases each planner mode is faster
     than every runnable baseline (cases where some policy ran)."""
-    lines = ["| budget | uvm-sched oblivious faster than every baseline | uvm-sched sampled faster "
-             "than every baseline |", "|---|---|---|"]
+    lines = ["| budget | " + " | ".join(f"uvm-sched {_short(m)} faster than every baseline"
+                                       for m in OURS) + " |", "|---" * (1 + len(OURS)) + "|"]
     for b in budgets_pct:
         if b == 100:
             continue
         sub = rows[rows["budget_pct"] == b]
-        counts = {OBLIVIOUS: [0, 0], SAMPLED: [0, 0]}
+        counts = {m: [0, 0] for m in OURS}
         for _, g in sub.groupby(["model", "hw"], sort=False):
             by = dict(zip(g["policy"], g["slowdown"]))
             base = [v for p, v in by.items()
-                    if p not in (OBLIVIOUS, SAMPLED, *NOT_RUNNABLE) and math.isfinite(v)]
+                    if p not in (*OURS, *NOT_RUNNABLE) and math.isfinite(v)]
             for mode in counts:
                 ours = by.get(mode)
                 if base and ours is not None and math.isfinite(ours):
@@ -240,7 +254,7 @@ def targets_md(rows, budgets_pct) -> str:
     feasible for) never slower than demand paging, and cases within the bound tolerance."""
     lines = ["| mode | hw | budget | not slower than demand | within the bound tolerance | "
              "misses (slowdown vs bound) |", "|---|---|---|---|---|---|"]
-    for mode in (OBLIVIOUS, SAMPLED):
+    for mode in OURS:
         for hw, gh in rows.groupby("hw", sort=False):
             for b in budgets_pct:
                 if b == 100:
@@ -259,27 +273,26 @@ def targets_md(rows, budgets_pct) -> str:
                     else:
                         miss.append(f"{model} {fmt_ratio(t)} vs {fmt_ratio(bd)}")
                 if n:
-                    lines.append(f"| {mode.split('(')[1].rstrip(')')} | {hw} | {b}% | {dem} of {n} | "
+                    lines.append(f"| {_short(mode)} | {hw} | {b}% | {dem} of {n} | "
                                  f"{near} of {n} | {'; '.join(miss) or '-'} |")
     return "\n".join(lines) + "\n"
 
 
 def at_budget_md(rows, pct: int) -> str:
-    """Slowdown at one budget per model and hardware: ours (both modes), the best baseline,
+    """Slowdown at one budget per model and hardware: ours (each mode), the best baseline,
     and the simulator's lower bound on any schedule."""
     sub = rows[rows["budget_pct"] == pct]
     if not len(sub):
         return ""
-    lines = ["| model | hw | uvm-sched oblivious | uvm-sched sampled | best baseline | "
-             "lower bound |", "|---|---|---|---|---|---|"]
+    lines = ["| model | hw | " + " | ".join(f"uvm-sched {_short(m)}" for m in OURS)
+             + " | best baseline | lower bound |", "|---" * (4 + len(OURS)) + "|"]
     for (model, hw), g in sub.groupby(["model", "hw"], sort=False):
         by = dict(zip(g["policy"], g["slowdown"]))
         base = {p: v for p, v in by.items()
-                if p not in (OBLIVIOUS, SAMPLED, *NOT_RUNNABLE) and math.isfinite(v)}
+                if p not in (*OURS, *NOT_RUNNABLE) and math.isfinite(v)}
         best = min(base.items(), key=lambda kv: kv[1], default=None)
-        lines.append(f"| {model} | {hw} | {fmt_ratio(by.get(OBLIVIOUS))} | "
-                     f"{fmt_ratio(by.get(SAMPLED))} | "
-                     + (f"{fmt_ratio(best[1])} ({best[0]})" if best else "infeasible")
+        lines.append(f"| {model} | {hw} | " + " | ".join(fmt_ratio(by.get(m)) for m in OURS)
+                     + " | " + (f"{fmt_ratio(best[1])} ({best[0]})" if best else "infeasible")
                      + f" | {fmt_ratio(by.get('bound'))} |")
     return "\n".join(lines) + "\n"
 
@@ -380,6 +393,10 @@ def main(argv: list[str] | None = None) -> int:
 
     md = [f"# Plan quality: zoo x budgets x policies x hardware (simulated)\n\n",
           provenance_md(prov), f"- elapsed: {prov['elapsed_s']} s\n\n",
+          f"Planner modes: oblivious (allocator events only), oblivious, tuned (its guard "
+          f"chosen among auto, {', '.join(map(str, TUNE))} by the simulated iteration time, "
+          "standing in for the clock `Scheduler(tune=...)` reads on a GPU; no access "
+          "information), sampled (plus access samples per touch).\n\n"
           "Saving = 1 - budget/peak: the share of the model's peak memory that does not have to "
           "be on the device. Slowdown = iteration time / the ideal (all-resident) iteration "
           "time at the same hardware. Budgets tried: "

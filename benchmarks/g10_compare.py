@@ -34,6 +34,8 @@ HW = "a100-40gb-g10"
 ITERATIONS = 3
 BUDGET = "40GiB"
 OBLIVIOUS, SAMPLED = "uvm-sched (oblivious)", "uvm-sched (sampled)"
+# the guard tuned by the clock, as Scheduler(tune=TUNE) does: here the simulator is the clock
+TUNED, TUNE = "uvm-sched (oblivious, tuned)", (16, 8)
 
 # The reference we compare against -- published figures, copied verbatim, not our results.
 # Source: the G10 artifact (platformxlab/G10, "G10: Enabling An Efficient Unified GPU Memory
@@ -115,6 +117,7 @@ def run_policies(trace) -> list[dict]:
     ideal = simulate(trace, "ideal", HW, budget=BUDGET, zero_fill_faults=False)
     runs = [(p, p, {}) for p in POLICIES if p != "uvm-sched"]
     runs += [(OBLIVIOUS, "uvm-sched", {"mode": "oblivious"}),
+             (TUNED, "uvm-sched", {"mode": "oblivious", "tune": TUNE}),
              (SAMPLED, "uvm-sched", {"mode": "sampled"})]
     for label, policy, opts in runs:
         t0 = time.perf_counter()
@@ -171,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         ref = REFERENCE.get(name)
         print(f"{name:>17}: peak {fmt_bytes(trace.peak_bytes):>11}, ideal "
               f"{fmt_seconds(ideal['iteration_time_s'])}; demand {_r(ours.get('demand'))}, "
-              f"ours {_r(ours.get(OBLIVIOUS))} / {_r(ours.get(SAMPLED))} (sampled)"
+              f"ours {_r(ours.get(OBLIVIOUS))} / {_r(ours.get(TUNED))} (tuned) / "
+              f"{_r(ours.get(SAMPLED))} (sampled)"
               + (f"; G10-Host {_r(ref[3] / ref[5])}" if ref else ""), flush=True)
 
     recorded: dict[str, dict] = {}
@@ -207,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
 def render_md(names, sims, recorded, prov) -> str:
     from uvm_sched.sim import POLICIES
 
-    our_cols = [p for p in POLICIES if p not in ("ideal", "uvm-sched")] + [OBLIVIOUS, SAMPLED]
+    our_cols = ([p for p in POLICIES if p not in ("ideal", "uvm-sched")]
+                + [OBLIVIOUS, TUNED, SAMPLED])
     md = ["# uvm_sched against the G10 artifact (simulated)\n\n", provenance_md(prov),
           f"- elapsed: {prov['elapsed_s']} s\n",
           f"- reference figures: {REFERENCE_SOURCE}; copied into benchmarks/g10_compare.py as "
@@ -215,7 +220,9 @@ def render_md(names, sims, recorded, prov) -> str:
           "## Ratio of iteration time to ideal (lower is better)\n\n",
           "Theirs: the artifact's published seconds divided by its ideal. Ours: `uvm_sched.sim` "
           f"on the same workload files with the `{HW}` profile at a {BUDGET} budget, divided by "
-          "our simulated ideal of the same trace.\n\n"]
+          "our simulated ideal of the same trace. `tuned`: the oblivious plans for guards "
+          f"auto, {', '.join(map(str, TUNE))} each run and the fastest kept -- what "
+          f"`Scheduler(tune={TUNE})` does by the clock on a GPU, no access information.\n\n"]
     cols = (["workload", "M"] + [f"{p} (theirs)" for p in REF_POLICIES]
             + [f"{p} (ours)" for p in our_cols] + ["ours beat G10-Host?"])
     md.append("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n")
@@ -228,17 +235,20 @@ def render_md(names, sims, recorded, prov) -> str:
         verdict = "-"
         if ref:
             host = ref[3] / ref[5]
-            best_ours = min(by.get(OBLIVIOUS, math.inf), by.get(SAMPLED, math.inf))
             obl = by.get(OBLIVIOUS, math.inf)
             verdict = ("yes (oblivious)" if obl < host else
-                       "sampled only" if best_ours < host else "no")
+                       "yes (oblivious, tuned)" if by.get(TUNED, math.inf) < host else
+                       "sampled only" if by.get(SAMPLED, math.inf) < host else "no")
             verdicts.append((name, verdict))
         md.append("| " + " | ".join([name, ref[0] if ref else "-", *theirs,
                                      *[_r(by.get(p)) for p in our_cols], verdict]) + " |\n")
     if verdicts:
         wins = sum(v.startswith("yes") for _, v in verdicts)
+        untuned = sum(v == "yes (oblivious)" for _, v in verdicts)
         md.append(f"\nThe goal is to beat G10-Host's ratio on all five without its compile-time "
-                  f"knowledge: the oblivious planner does on {wins} of {len(verdicts)}.\n")
+                  f"knowledge: the oblivious planner does on {untuned} of {len(verdicts)} with "
+                  f"its default guards, on {wins} of {len(verdicts)} with the guard tuned by "
+                  "the clock.\n")
 
     md.append("\n## Absolute figures (seconds per iteration)\n\n"
               "| workload | ideal (theirs) | ideal (ours) | " + " | ".join(our_cols) +

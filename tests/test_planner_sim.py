@@ -113,3 +113,17 @@ def test_remote_fallback_maps_persistent_blocks_only_for_a_large_excess(trace):
     t_big = simulate(trace, big, budget="40%").iteration_time_s / ideal
     t_off = simulate(trace, off, budget="40%").iteration_time_s / ideal
     assert t_big < t_off
+
+
+def test_tuning_in_the_simulator_keeps_the_fastest_guard(trace):
+    """simulate(..., tune=...) is Scheduler(tune=...) with the simulator for a clock: each
+    candidate guard's plan is run and the fastest one's result returned."""
+    from uvm_sched.planner import plan as make_plan
+
+    times = {str(g): simulate(trace, make_plan(trace, "60%", guard=g), budget="60%")
+             .iteration_time_s for g in ("auto", 4, 1)}
+    r = simulate(trace, "uvm-sched", budget="60%", tune=(4, 1))
+    best = min(times, key=times.get)
+    assert r.counters["tuned_guard"] == best
+    assert r.iteration_time_s == pytest.approx(times[best])
+    assert {g: r.counters[f"tuning_{g}_s"] for g in times} == pytest.approx(times)

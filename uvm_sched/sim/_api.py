@@ -87,7 +87,10 @@ def simulate(trace, policy: "str | Plan", hw: Any = "h200-pcie5", budget: Any = 
     reuse, see ``_engine``), ``zero_fill_faults`` (bool, default True: the first touch of
     fresh managed memory is a fault (latency, no bytes) as on real drivers; False treats it
     as free, as the G10 artifact's model does), ``mode`` (for ``uvm-sched``), ``plan_opts`` (dict, extra
-    keyword arguments for the planner), ``actions_to_end`` (bool, default False: the run
+    keyword arguments for the planner), ``tune`` (for ``uvm-sched``: guards to try beside
+    the planned one, as ``Scheduler(tune=...)`` does on a GPU, with this simulation
+    standing in for its clock: the fastest candidate's result, ``counters["tuned_guard"]``
+    naming it and ``counters["tuning_<guard>_s"]`` each one's time), ``actions_to_end`` (bool, default False: the run
     stops at the end of the measured window; True goes on through an incomplete last
     iteration after it, so that ``SimResult.actions`` covers every tick of the trace; the
     figures stay those of the window).
@@ -123,7 +126,12 @@ def simulate(trace, policy: "str | Plan", hw: Any = "h200-pcie5", budget: Any = 
             raise RuntimeError("policy 'uvm-sched' needs uvm_sched.planner.plan, which this "
                                "installation lacks; pass a Plan instead")
         plan_opts = dict(opts.pop("plan_opts", {}) or {})
-        policy = planner.plan(trace, B, hw, mode=opts.pop("mode", "oblivious"), **plan_opts)
+        mode = opts.pop("mode", "oblivious")
+        tune = tuple(opts.pop("tune", None) or ())
+        if tune:
+            return _tuned(trace, B, hw, mode, plan_opts, tune, cache,
+                          dict(opts, pool=pool, zero_fill_faults=zero_fill))
+        policy = planner.plan(trace, B, hw, mode=mode, **plan_opts)
     to_end = bool(opts.pop("actions_to_end", False))
     opts.pop("mode", None)
     opts.pop("plan_opts", None)
@@ -140,6 +148,24 @@ def simulate(trace, policy: "str | Plan", hw: Any = "h200-pcie5", budget: Any = 
     else:  # pragma: no cover - guarded above
         raise ValueError(policy)
     return _run(prep, hw, B, sched, name, pool, zero_fill, to_end)
+
+
+def _tuned(trace, B, hw, mode, plan_opts, tune, cache, opts) -> SimResult:
+    from ..planner import plan
+
+    first = plan_opts.get("guard", "auto")
+    cands = [first] + [g for g in tune if str(g) != str(first)]
+    runs = {}
+    for g in dict.fromkeys(cands):
+        p = plan(trace, B, hw, mode=mode, **{**plan_opts, "guard": g})
+        runs[str(g)] = simulate(trace, p, hw, B, _cache=cache, **opts)
+    best = min(runs, key=lambda g: runs[g].iteration_time_s)
+    r = runs[best]
+    r.policy = "uvm-sched"
+    r.counters["tuned_guard"] = best
+    for g, x in runs.items():
+        r.counters[f"tuning_{g}_s"] = x.iteration_time_s
+    return r
 
 
 def _ideal(prep, hw, B, compute) -> SimResult:
