@@ -45,7 +45,9 @@ OBLIVIOUS, SAMPLED = "uvm-sched (oblivious)", "uvm-sched (sampled)"
 # the oblivious plan with its guard tuned by the clock, as Scheduler(tune=TUNE) does on a
 # GPU (here the simulator is the clock: each candidate's plan is run, the fastest kept)
 TUNED, TUNE = "uvm-sched (oblivious, tuned)", (16, 8)
-OURS = (OBLIVIOUS, TUNED, SAMPLED)
+# sampled mode measured against its own plan without the samples (never slower than it)
+SAMPLED_TUNED, SAMPLED_TUNE = "uvm-sched (sampled, tuned)", ("oblivious",)
+OURS = (OBLIVIOUS, TUNED, SAMPLED, SAMPLED_TUNED)
 
 
 def _short(mode: str) -> str:
@@ -154,6 +156,11 @@ def sweep(trace, hw: str, budgets_pct, *, sampled: bool = True):
         s = s[s["policy"] == "uvm-sched"].copy()
         s["policy"] = SAMPLED
         frames.append(s)
+        st = compare(trace, hw, budgets, policies=["uvm-sched"], mode="sampled",
+                     tune=SAMPLED_TUNE)
+        st = st[st["policy"] == "uvm-sched"].copy()
+        st["policy"] = SAMPLED_TUNED
+        frames.append(st)
     out = pd.concat(frames, ignore_index=True)
     out["budget_pct"] = [round(100 * b / trace.peak_bytes) for b in out["budget_bytes"]]
     out["saving"] = 1.0 - out["budget_bytes"] / trace.peak_bytes
@@ -396,7 +403,9 @@ def main(argv: list[str] | None = None) -> int:
           f"Planner modes: oblivious (allocator events only), oblivious, tuned (its guard "
           f"chosen among auto, {', '.join(map(str, TUNE))} by the simulated iteration time, "
           "standing in for the clock `Scheduler(tune=...)` reads on a GPU; no access "
-          "information), sampled (plus access samples per touch).\n\n"
+          "information), sampled (plus access samples per touch), sampled, tuned (the "
+          "faster of the sampled plan and the same plan without the samples, by the same "
+          "clock).\n\n"
           "Saving = 1 - budget/peak: the share of the model's peak memory that does not have to "
           "be on the device. Slowdown = iteration time / the ideal (all-resident) iteration "
           "time at the same hardware. Budgets tried: "

@@ -127,3 +127,14 @@ def test_tuning_in_the_simulator_keeps_the_fastest_guard(trace):
     assert r.counters["tuned_guard"] == best
     assert r.iteration_time_s == pytest.approx(times[best])
     assert {g: r.counters[f"tuning_{g}_s"] for g in times} == pytest.approx(times)
+
+
+def test_sampled_mode_tuned_against_its_oblivious_plan_is_never_slower_than_either(trace):
+    """tune=("oblivious",) in sampled mode measures the plan without the samples too and
+    keeps the faster: by the clock, sampled mode cannot lose to the oblivious one."""
+    s = simulate(trace, "uvm-sched", budget="60%", mode="sampled").iteration_time_s
+    o = simulate(trace, "uvm-sched", budget="60%", mode="oblivious").iteration_time_s
+    r = simulate(trace, "uvm-sched", budget="60%", mode="sampled", tune=("oblivious",))
+    assert r.iteration_time_s == pytest.approx(min(s, o))
+    assert r.counters["tuned_guard"] == ("oblivious" if o < s else "auto")
+    assert r.counters["tuning_oblivious_s"] == pytest.approx(o)

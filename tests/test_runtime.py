@@ -273,7 +273,21 @@ def test_tuning_keeps_the_guard_whose_iterations_the_clock_finds_fastest(host):
 
 
 def test_tuning_candidates_are_checked():
-    with pytest.raises(ValueError, match="tune candidates are guards"):
+    with pytest.raises(ValueError, match="tuning candidates are guards .* got 'wide'"):
         Scheduler(tune=("wide",), hook=False)
+    with pytest.raises(ValueError, match="'oblivious' is for mode='sampled'"):
+        Scheduler(tune=("oblivious",), hook=False)
     with pytest.raises(ValueError, match="tune_iters"):
         Scheduler(tune=(8,), tune_iters=0, hook=False)
+
+
+def test_sampled_mode_can_measure_its_plan_against_the_oblivious_one(host):
+    pytest.importorskip("torch")
+    loop = TensorLoop()
+    with Scheduler(budget="60%", hw="h200-pcie5", warmup_iters=3, mode="sampled",
+                   hook=False, touch_device="cpu", tune=("oblivious",), tune_iters=1) as s:
+        _run(s, loop, batch=2, iters=4 + 2 * 3)
+        assert s.tuning.keys() == {"auto", "oblivious"}
+        assert s.plan.meta["mode"] == ("oblivious" if s.tuning["oblivious"] < s.tuning["auto"]
+                                       else "sampled")
+    loop.close()

@@ -50,13 +50,14 @@ class Scheduler:
     Start, step and close the scheduler in the thread that runs the training loop (the
     tracer is a PyTorch mode of that thread).
 
-    ``tune``: guards (ticks, or ``"auto"``) to try beside the planned one, e.g.
-    ``(16, 8)``. How far from an allocation or a free a block may still be read is what the
-    guard bets on, and it differs between workloads, so the Scheduler measures: with
-    iteration markers, it arms each candidate plan in turn for ``tune_iters`` iterations
-    (after one to settle), times them between markers, and keeps the fastest; ``tuning``
-    holds the median seconds per candidate. ``uvm_sched.sim.tune`` does the same with the
-    simulator standing in for the clock.
+    ``tune``: plans to try beside the configured one (``planner.tuning_candidates``):
+    guards (ticks, or ``"auto"``), e.g. ``(16, 8)`` -- how far from an allocation or a free
+    a block may still be read is what the guard bets on, and it differs between workloads
+    -- and, in sampled mode, ``"oblivious"`` (the plan without the samples). With iteration
+    markers the Scheduler arms each candidate in turn for ``tune_iters`` iterations (after
+    one to settle), times them between markers, and keeps the fastest; ``tuning`` holds the
+    median seconds per candidate. ``sim.simulate(..., "uvm-sched", tune=...)`` does the same
+    with the simulator standing in for the clock.
     """
 
     def __init__(self, budget: Any = "100%", hw: Any = "h200-pcie5", warmup_iters: int = 3,
@@ -70,9 +71,10 @@ class Scheduler:
         if tune_iters < 1:
             raise ValueError(f"tune_iters must be >= 1, got {tune_iters}")
         self.tune = tuple(tune) if tune else ()
-        for g in self.tune:
-            if g != "auto" and not (isinstance(g, int) and g >= 0):
-                raise ValueError(f"tune candidates are guards: ticks >= 0 or 'auto', got {g!r}")
+        if self.tune:
+            from .planner import tuning_candidates
+
+            tuning_candidates(self.tune, mode, dict(plan_opts or {}))  # checks them now
         self.tune_iters = int(tune_iters)
         self.tuning: dict[str, float] = {}  # guard -> median measured iteration seconds
         self._tuner: dict | None = None  # candidates and timings while tuning
@@ -312,14 +314,12 @@ class Scheduler:
         self._tuner = None
         if not self.tune or self.plan.meta.get("sync") != "marker":
             return  # timing needs iteration markers
-        from .planner import plan
+        from .planner import plan, tuning_candidates
 
-        first = str(opts.get("guard", "auto"))
-        cands = [(first, self.plan)]
-        for g in self.tune:
-            if str(g) != first and str(g) not in dict(cands):
-                cands.append((str(g), plan(trace, self.budget, self.hw, mode=self.mode,
-                                           pattern=pat, **{**opts, "guard": g})))
+        (first, _, _), *rest = tuning_candidates(self.tune, self.mode, opts)
+        cands = [(first, self.plan)] + [
+            (label, plan(trace, self.budget, self.hw, mode=m, pattern=pat, **o))
+            for label, m, o in rest]
         self._tuner = {"cands": cands, "i": 0, "times": [[] for _ in cands], "last": None,
                        "skip": 1, "bad": False}
 

@@ -5,8 +5,8 @@
 of ``mode="sampled"`` from a trace's ground truth (the frame format a sampling source gives).
 """
 from ._plan import ACTIONS, PLAN_VERSION, Plan, PlanError
-from ._planner import MODES, plan
+from ._planner import MODES, plan, tuning_candidates
 from ._sampling import draw_samples, samples_from_touches
 
 __all__ = ["plan", "Plan", "PlanError", "ACTIONS", "PLAN_VERSION", "MODES", "draw_samples",
-           "samples_from_touches"]
+           "samples_from_touches", "tuning_candidates"]

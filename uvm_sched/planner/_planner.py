@@ -111,7 +111,7 @@ from ._core import Problem, build_schedule
 from ..trace._model import EventKind
 from ._plan import PLAN_VERSION, Plan, PlanError
 
-__all__ = ["plan", "MODES"]
+__all__ = ["plan", "MODES", "tuning_candidates"]
 
 MODES = ("oblivious", "sampled")
 AUTO_GUARDS = (32, 16, 8, 4, 2)  # ticks; see plan() and the module docstring
@@ -230,6 +230,31 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "oblivious", **opts: Any) -
                            if opts.get("samples") is None else None,
                            "noise": opts.get("noise", 0.0) if opts.get("samples") is None else None}
     return Plan(actions, meta)
+
+
+_SAMPLE_OPTS = ("samples", "sample_rate", "noise", "seed", "complete_touches")
+
+
+def tuning_candidates(tune, mode: str, opts: dict) -> list[tuple[str, str, dict]]:
+    """The plans a tuning run compares, as ``(label, mode, plan options)``: the configured
+    one first (labelled by its guard), then one per entry of ``tune`` -- a guard (ticks
+    >= 0 or ``"auto"``), or ``"oblivious"`` (in sampled mode: the same plan without the
+    samples, so that measuring keeps sampled mode from ever losing to it). Duplicates are
+    dropped. Raises ``ValueError`` naming a bad candidate."""
+    out = {str(opts.get("guard", "auto")): (mode, dict(opts))}
+    for c in tune:
+        if c == "oblivious":
+            if mode != "sampled":
+                raise ValueError("tuning candidate 'oblivious' is for mode='sampled' (it is the "
+                                 "same plan without the samples)")
+            out.setdefault("oblivious", ("oblivious", {k: v for k, v in opts.items()
+                                                       if k not in _SAMPLE_OPTS}))
+        elif c == "auto" or (isinstance(c, int) and not isinstance(c, bool) and c >= 0):
+            out.setdefault(str(c), (mode, {**opts, "guard": c}))
+        else:
+            raise ValueError(f"tuning candidates are guards (ticks >= 0 or 'auto') or "
+                             f"'oblivious', got {c!r}")
+    return [(label, m, o) for label, (m, o) in out.items()]
 
 
 # -- pattern -> problem -----------------------------------------------------------------

@@ -87,10 +87,11 @@ def simulate(trace, policy: "str | Plan", hw: Any = "h200-pcie5", budget: Any = 
     reuse, see ``_engine``), ``zero_fill_faults`` (bool, default True: the first touch of
     fresh managed memory is a fault (latency, no bytes) as on real drivers; False treats it
     as free, as the G10 artifact's model does), ``mode`` (for ``uvm-sched``), ``plan_opts`` (dict, extra
-    keyword arguments for the planner), ``tune`` (for ``uvm-sched``: guards to try beside
-    the planned one, as ``Scheduler(tune=...)`` does on a GPU, with this simulation
-    standing in for its clock: the fastest candidate's result, ``counters["tuned_guard"]``
-    naming it and ``counters["tuning_<guard>_s"]`` each one's time), ``actions_to_end`` (bool, default False: the run
+    keyword arguments for the planner), ``tune`` (for ``uvm-sched``: plans to try beside
+    the configured one, ``planner.tuning_candidates``: guards, or ``"oblivious"`` in sampled
+    mode -- as ``Scheduler(tune=...)`` does on a GPU, with this simulation standing in for
+    its clock: the fastest candidate's result, ``counters["tuned_guard"]`` naming it and
+    ``counters["tuning_<label>_s"]`` each one's time), ``actions_to_end`` (bool, default False: the run
     stops at the end of the measured window; True goes on through an incomplete last
     iteration after it, so that ``SimResult.actions`` covers every tick of the trace; the
     figures stay those of the window).
@@ -151,14 +152,10 @@ def simulate(trace, policy: "str | Plan", hw: Any = "h200-pcie5", budget: Any = 
 
 
 def _tuned(trace, B, hw, mode, plan_opts, tune, cache, opts) -> SimResult:
-    from ..planner import plan
+    from ..planner import plan, tuning_candidates
 
-    first = plan_opts.get("guard", "auto")
-    cands = [first] + [g for g in tune if str(g) != str(first)]
-    runs = {}
-    for g in dict.fromkeys(cands):
-        p = plan(trace, B, hw, mode=mode, **{**plan_opts, "guard": g})
-        runs[str(g)] = simulate(trace, p, hw, B, _cache=cache, **opts)
+    runs = {label: simulate(trace, plan(trace, B, hw, mode=m, **o), hw, B, _cache=cache, **opts)
+            for label, m, o in tuning_candidates(tune, mode, plan_opts)}
     best = min(runs, key=lambda g: runs[g].iteration_time_s)
     r = runs[best]
     r.policy = "uvm-sched"
