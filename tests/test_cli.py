@@ -359,6 +359,26 @@ def test_simulate_one_policy_against_ideal(zoo_trace):
 
 
 @needs(ZOO, SIM, PLANNER)
+def test_simulate_tunes_the_guard_and_says_which_it_kept(zoo_trace):
+    p = run_cli("simulate", zoo_trace, "--budget", "75%", "--tune", "16,8", "--json")
+    assert p.returncode == 0, p.stderr
+    c = json.loads(p.stdout)["result"]["counters"]
+    times = {g: c[f"tuning_{g}_s"] for g in ("auto", "16", "8")}
+    assert c["tuned_guard"] == min(times, key=times.get)
+    p = run_cli("simulate", zoo_trace, "--budget", "75%", "--tune", "8")
+    assert p.returncode == 0 and "tuned: kept" in p.stdout, p.stderr
+
+
+@pytest.mark.parametrize("args,why", [
+    (("--tune", "wide"), "tuning candidates are guards"),
+    (("--tune", "oblivious"), "'oblivious' is for mode='sampled'"),
+    (("--tune", "8", "--policy", "demand"), "does not apply to a saved plan or another policy"),
+])
+def test_simulate_rejects_a_tuning_it_cannot_do(zoo_trace, args, why):
+    p = run_cli("simulate", zoo_trace, *args)
+    assert p.returncode == 2 and why in p.stderr, p.stderr
+
+
 def test_simulate_replays_a_saved_plan(zoo_trace, saved_plan):
     p = run_cli("simulate", zoo_trace, "--plan", saved_plan, "--json")
     assert p.returncode == 0, p.stderr

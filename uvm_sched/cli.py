@@ -360,7 +360,8 @@ def _as_uvm_sched(res):
 
 
 def _simulate_policies(trace, hw, budget_bytes: int, policies: Sequence[str], out: _Out, *,
-                       plan=None, mode: str = "oblivious", label: str = "simulating"):
+                       plan=None, mode: str = "oblivious", label: str = "simulating",
+                       tune: tuple = ()):
     """SimResults for ``ideal`` and each policy (a Plan stands in for ``uvm-sched`` when
     given, so the plan shown in a report is the one simulated)."""
     simulate = _part("uvm_sched.sim", "simulate", "the simulator")
@@ -372,7 +373,8 @@ def _simulate_policies(trace, hw, budget_bytes: int, policies: Sequence[str], ou
             if name == "uvm-sched" and plan is not None:
                 results[name] = _as_uvm_sched(simulate(trace, plan, hw, budget=budget_bytes))
             elif name == "uvm-sched":
-                results[name] = simulate(trace, name, hw, budget=budget_bytes, mode=mode)
+                results[name] = simulate(trace, name, hw, budget=budget_bytes, mode=mode,
+                                         tune=tune)
             else:
                 results[name] = simulate(trace, name, hw, budget=budget_bytes)
             bar.advance()
@@ -528,7 +530,11 @@ def cmd_simulate(args, out: _Out) -> int:
         budget = int(plan.meta["budget_bytes"])
     else:
         budget = _budget_bytes(args.budget, trace.peak_bytes, hw)
-    results = _simulate_policies(trace, hw, budget, [policy], out, plan=plan, mode=args.mode)
+    if args.tune and (plan is not None or policy != "uvm-sched"):
+        raise UsageError("--tune plans candidates for the uvm-sched policy; it does not apply "
+                         "to a saved plan or another policy")
+    results = _simulate_policies(trace, hw, budget, [policy], out, plan=plan, mode=args.mode,
+                                 tune=_check_tune(args.tune, args.mode))
     ideal = results["ideal"]
     res = results[policy]
     row = _result_row(res, ideal)
@@ -548,7 +554,25 @@ def cmd_simulate(args, out: _Out) -> int:
     if br:
         out.stdout.print("stall breakdown: " + ", ".join(f"{k} {fmt_seconds(v)}" for k, v in br.items()),
                          markup=False)
+    tuned = res.counters.get("tuned_guard")
+    if tuned is not None:
+        times = ", ".join(f"{k[len('tuning_'):-2]} {fmt_seconds(v)}" for k, v in res.counters.items()
+                          if k.startswith("tuning_") and k.endswith("_s"))
+        out.stdout.print(f"tuned: kept {tuned} (iteration time per candidate: {times})",
+                         markup=False)
     return EXIT_OK
+
+
+def _check_tune(tune, mode: str) -> tuple:
+    """The --tune candidates, checked against the planner mode before any simulation."""
+    if not tune:
+        return ()
+    check = _part("uvm_sched.planner", "tuning_candidates", "the planner")
+    try:
+        check(tune, mode, {})
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    return tune
 
 
 def _print_budget_line(out: _Out, peak: int, budget: int, hw_name: str) -> None:
@@ -588,11 +612,13 @@ def cmd_compare(args, out: _Out) -> int:
     import pandas as pd
 
     budgets = [_budget_bytes(s, trace.peak_bytes, hw) for s in specs]
+    tune = _check_tune(args.tune, args.mode)
     frames = []
     with out.progress(total=len(budgets), description="comparing") as bar:
         for spec, b in zip(specs, budgets):
             bar.step(f"simulating {len(policies)} policies at {spec} ({fmt_bytes(b)})")
-            frames.append(compare(trace, hw, [b], policies=policies, mode=args.mode))
+            frames.append(compare(trace, hw, [b], policies=policies, mode=args.mode,
+                                  tune=tune))
             bar.advance()
     df = pd.concat(frames, ignore_index=True)
     peak = trace.peak_bytes
@@ -929,6 +955,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", help="device memory budget (default: the plan's, else 50%%)")
     _hw_arg(p)
     _mode_arg(p)
+    _tune_arg(p)
 
     p = add("compare", cmd_compare, "every policy side by side at one or more budgets",
             "  uvm-sched compare gpt2.parquet\n"
@@ -939,6 +966,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"comma-separated budgets (default {DEFAULT_COMPARE_BUDGETS.replace('%', '%%')})")
     _hw_arg(p)
     _mode_arg(p)
+    _tune_arg(p)
     p.add_argument("--policies", help="comma-separated subset of the policies (default all)")
     p.add_argument("--plot", metavar="FILE", help="also write the savings/slowdown frontier (HTML)")
 
@@ -977,6 +1005,27 @@ def _positive_int(s: str) -> int:
     if v <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {s!r}")
     return v
+
+
+def _tune_list(s: str) -> tuple:
+    """'16,8,oblivious' -> (16, 8, 'oblivious')."""
+    out = []
+    for x in (y.strip() for y in s.split(",")):
+        if x.isdigit():
+            out.append(int(x))
+        elif x in ("auto", "oblivious"):
+            out.append(x)
+        else:
+            raise argparse.ArgumentTypeError(
+                f"tuning candidates are guards (ticks, or auto) or oblivious, got {x!r}")
+    return tuple(out)
+
+
+def _tune_arg(p):
+    p.add_argument("--tune", type=_tune_list, metavar="CANDIDATES",
+                   help="uvm-sched: also plan with these guards (ticks or auto) or, in sampled "
+                        "mode, oblivious (the plan without the samples); simulate each and keep "
+                        "the fastest, as Scheduler(tune=...) does by the clock (e.g. 16,8)")
 
 
 def _fraction(s: str) -> float:

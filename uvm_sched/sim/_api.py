@@ -136,6 +136,7 @@ def simulate(trace, policy: "str | Plan", hw: Any = "h200-pcie5", budget: Any = 
     to_end = bool(opts.pop("actions_to_end", False))
     opts.pop("mode", None)
     opts.pop("plan_opts", None)
+    opts.pop("tune", None)  # uvm-sched's (compare passes it to every policy)
     if opts:
         raise TypeError(f"simulate() got unknown option(s) {sorted(opts)}")
     if isinstance(policy, Plan):
