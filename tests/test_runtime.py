@@ -272,6 +272,20 @@ def test_tuning_keeps_the_guard_whose_iterations_the_clock_finds_fastest(host):
     loop.close()
 
 
+def test_tuning_without_markers_says_why_it_did_not_run(host):
+    loop = Loop()
+    with Scheduler(budget="60%", warmup_iters=3, hook=False, min_period_events=16,
+                   tune=(8,)) as s:
+        for _ in range(8):
+            loop.iteration(8)
+            s.poll()
+            if s.state == "armed":
+                break
+        assert s.state == "armed" and s.plan.meta["sync"] == "period"
+        assert s.tuning == {} and "iteration markers" in s.stats()["tuning_skipped"]
+    loop.close()
+
+
 def test_tuning_candidates_are_checked():
     with pytest.raises(ValueError, match="tuning candidates are guards .* got 'wide'"):
         Scheduler(tune=("wide",), hook=False)

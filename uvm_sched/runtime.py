@@ -77,6 +77,7 @@ class Scheduler:
             tuning_candidates(self.tune, mode, dict(plan_opts or {}))  # checks them now
         self.tune_iters = int(tune_iters)
         self.tuning: dict[str, float] = {}  # guard -> median measured iteration seconds
+        self.tuning_skipped: str | None = None  # why a requested tuning did not run
         self._tuner: dict | None = None  # candidates and timings while tuning
         self._addrs: list[int] = []  # the armed plan's persistent ordinal -> address
         from .planner import MODES
@@ -312,8 +313,16 @@ class Scheduler:
     # -- tuning the guard by the clock -------------------------------------------------------
     def _start_tuning(self, trace, pat, opts: dict) -> None:
         self._tuner = None
-        if not self.tune or self.plan.meta.get("sync") != "marker":
-            return  # timing needs iteration markers
+        self.tuning_skipped = None
+        if not self.tune:
+            return
+        if self.plan.meta.get("sync") != "marker":
+            # the clock is read at markers: without them there is nothing to time
+            self.tuning_skipped = ("the plan syncs on the learned period, not on iteration "
+                                   "markers, and tuning times iterations between markers: "
+                                   "call Scheduler.step() each iteration (or let the optimizer "
+                                   "hook do it)")
+            return
         from .planner import plan, tuning_candidates
 
         (first, _, _), *rest = tuning_candidates(self.tune, self.mode, opts)
@@ -416,6 +425,8 @@ class Scheduler:
                 out["sync"] = self.plan.meta.get("sync")
                 out["guard"] = self.plan.meta.get("guard")
             out["tuning"] = dict(self.tuning)
+            if self.tuning_skipped:
+                out["tuning_skipped"] = self.tuning_skipped
             if self._tuner is not None:
                 out["tuning_now"] = self._tuner["cands"][self._tuner["i"]][0]
                 out["predicted"] = dict(self.plan.meta.get("predicted", {}))
