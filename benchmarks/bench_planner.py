@@ -103,6 +103,11 @@ def bench_planning_time(n_events: int = 100_000) -> dict:
         p = plan(tr, b, "h200-pcie5", pattern=pat)
         out[f"plan_{b}_s"] = time.perf_counter() - t0
         out[f"plan_{b}_actions"] = len(p)
+    # sampled mode: one sample per touch (every access of the synthetic trace), drawn inside
+    t0 = time.perf_counter()
+    p = plan(tr, "50%", "h200-pcie5", pattern=pat, mode="sampled")
+    out["plan_50%_sampled_s"] = time.perf_counter() - t0
+    out["plan_50%_sampled_actions"] = len(p)
     return out
 
 

@@ -167,29 +167,27 @@ def build_schedule(p: Problem, budget: int, *, guards=(4,), rounds: int = 6) -> 
     # siblings as above.
     tg0 = int(p.touch_guard_min)
     tguards = sorted({g for g in guards if g > tg0} | {tg0}, reverse=True)
-    pb: list[int] = []
-    p1: list[int] = []
-    p2: list[int] = []
-    for i in np.flatnonzero(nameable & (p.end_lo < 0)).tolist():
-        u = p.uses[i]
-        if u is None or len(u) == 0:
-            continue
-        last = int(u[-1])
-        if not p.busy_span[i]:
-            k = np.flatnonzero(np.diff(u) >= 2)
-            pb.extend([i] * len(k))
-            p1.extend(u[k].tolist())
-            p2.extend(u[k + 1].tolist())
-        if p.wrap[i]:
-            first = int(u[0]) + T
-            if first - last >= 2:
-                pb.append(i)
-                p1.append(last)
-                p2.append(first)
-        elif p.dead_tail[i] and last < int(p.live_to[i]):
-            emit([i], [last], [-1], 0, [-1 - i])
-    if pb:
-        pb_, p1_, p2_ = (np.asarray(x, np.int64) for x in (pb, p1, p2))
+    # all explicit uses in one array (owner, tick), vectorised: consecutive pairs of an
+    # owner, its last use to its first in the next iteration (wrap) or its dead tail
+    owners = [i for i in np.flatnonzero(nameable & (p.end_lo < 0)).tolist()
+              if p.uses[i] is not None and len(p.uses[i])]
+    pb_ = p1_ = p2_ = np.zeros(0, np.int64)
+    if owners:
+        own = np.asarray(owners, np.int64)
+        lens = np.fromiter((len(p.uses[i]) for i in owners), np.int64, len(owners))
+        u = np.concatenate([p.uses[i] for i in owners]).astype(np.int64)
+        who = np.repeat(own, lens)
+        ends = np.cumsum(lens)
+        first_u, last_u = u[ends - lens], u[ends - 1]
+        inner = np.flatnonzero((who[1:] == who[:-1]) & (np.diff(u) >= 2))
+        inner = inner[~p.busy_span[who[inner]]]
+        wrap = p.wrap[own] & (first_u + T - last_u >= 2)
+        dead = ~p.wrap[own] & p.dead_tail[own] & (last_u < p.live_to[own])
+        emit(own[dead], last_u[dead], np.full(int(dead.sum()), -1), 0, -1 - own[dead])
+        pb_ = np.concatenate([who[inner], own[wrap]])
+        p1_ = np.concatenate([u[inner], last_u[wrap]])
+        p2_ = np.concatenate([u[inner + 1], first_u[wrap] + T])
+    if len(pb_):
         grp = n + np.arange(len(pb_))  # one sibling group per gap (>= n: not a block index)
         prev_a = prev_b = None
         for lv, g in enumerate(tguards):

@@ -314,7 +314,9 @@ def _problem(pat, prof, samples: dict | None, remote_fallback: bool = False,
             last = min(max(s[1], first), lt)
             read_only[i] = s[2]
             # touch-form samples: every observed touch is a use (reads in mid-lifetime)
-            touched = None if s[4] is None else np.unique(np.clip(s[4], lf, lt))
+            touched = s[4]  # sorted, unique (merge_samples)
+            if touched is not None and (touched[0] < lf or touched[-1] > lt):
+                touched = np.unique(np.clip(touched, lf, lt))
             if touched is not None and not complete:
                 touched = None  # only the two ends are trusted (summary semantics)
             # where the block must be resident (a persistent one that may be read in place,

@@ -188,10 +188,14 @@ def merge_samples(samples) -> dict:
         ro = np.logical_and.reduceat(df["read"].to_numpy(bool), starts) if len(df) else starts
         tb = np.maximum.reduceat(df["touched_bytes"].to_numpy(np.int64), starts) \
             if len(df) else starts
+        # sorted within each block: a tick equal to the one before it in its block repeats
+        new = np.ones(len(tick), bool)
+        new[1:] = tick[1:] != tick[:-1]
+        new[starts] = True
+        kept = np.cumsum(new)[np.append(starts[1:], len(tick)) - 1] if len(tick) else starts
         out = {}
-        for k, ticks in enumerate(np.split(tick, cut)):
+        for k, ticks in enumerate(np.split(tick[new], kept[:-1])):
             s0 = int(starts[k])
-            ticks = np.unique(ticks)
             out[(bool(pers[s0]), int(blk[s0]))] = (int(ticks[0]), int(ticks[-1]), bool(ro[k]),
                                                    int(tb[k]), ticks)
         return out
