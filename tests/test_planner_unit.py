@@ -49,6 +49,20 @@ def _plan(trace, budget, bw, **kw):
     return plan(trace, budget, hw=slow_link(bw), pattern=pat, **kw), pat
 
 
+def _planned_windows(p, pat, block: int = 0) -> list[tuple[int, int]]:
+    """(eviction event, prefetch event) pairs of ``block`` in plan order."""
+    a = p.actions[p.actions["block"] == block]
+    out = a[a["action"] == "prefetch_to_host"]["tick"].tolist()
+    back = a[a["action"] == "prefetch_to_device"]["tick"].tolist()
+    return list(zip(out, back))
+
+
+def _window_ticks(p, pat, block: int = 0) -> list[tuple[int, int]]:
+    """The same pairs as trace ticks (of the allocator events they follow)."""
+    ev_tick = pat.events.set_index("event")["tick"]
+    return [(int(ev_tick.loc[a]), int(ev_tick.loc[b])) for a, b in _planned_windows(p, pat, block)]
+
+
 def test_one_gap_evicts_after_last_use_and_prefetches_just_in_time():
     tr = _two_blocks(8, 10)
     p, pat = _plan(tr, 5000, 4e9)  # 4000 B take exactly one tick each way
@@ -99,10 +113,7 @@ def test_auto_guard_keeps_a_block_through_reads_up_to_32_ticks_after_its_allocat
     # from B at ticks 60..70) leaves only after tick 32 is queued, and comes back by 167.
     tr = _two_blocks(60, 70, n_ticks=200)
     p, pat = _plan(tr, 5000, 4e9, guard="auto")
-    acts = p.actions.set_index("action")
-    ev_tick = pat.events.set_index("event")["tick"]
-    evict = int(ev_tick.loc[int(acts.loc["prefetch_to_host", "tick"])])
-    back = int(ev_tick.loc[int(acts.loc["prefetch_to_device", "tick"])])
+    (evict, back), = _window_ticks(p, pat)
     assert 32 <= evict < 60 and 70 <= back < 167
     assert p.meta["guard"][0] == 32
     assert p.meta["predicted"]["over_budget_ticks"] == 0
@@ -113,10 +124,7 @@ def test_auto_guard_uses_16_ticks_on_a_block_living_fewer_than_six_wide_guards()
     # the widest guard it gets is 16 -- it leaves once tick 16 is queued, before tick 32.
     tr = _two_blocks(60, 70, n_ticks=120)
     p, pat = _plan(tr, 5000, 4e9, guard="auto")
-    acts = p.actions.set_index("action")
-    ev_tick = pat.events.set_index("event")["tick"]
-    evict = int(ev_tick.loc[int(acts.loc["prefetch_to_host", "tick"])])
-    back = int(ev_tick.loc[int(acts.loc["prefetch_to_device", "tick"])])
+    (evict, back), = _window_ticks(p, pat)
     assert 16 <= evict < 32 and 70 <= back < 103
 
 
@@ -241,14 +249,6 @@ def test_a_plan_learned_without_markers_is_anchored_where_its_iteration_starts()
     assert p.meta["period_start_event"] % p.meta["period_events"] == 12 % p.meta["period_events"]
     assert np.all(ev_ticks[:12] == 0)
     assert simulate(bare, p, "h200-pcie5", "50%").divergences == 0
-
-
-def _planned_windows(p, pat, block: int) -> list[tuple[int, int]]:
-    """(eviction event, prefetch event) pairs of ``block`` in plan order."""
-    a = p.actions[p.actions["block"] == block]
-    out = a[a["action"] == "prefetch_to_host"]["tick"].tolist()
-    back = a[a["action"] == "prefetch_to_device"]["tick"].tolist()
-    return list(zip(out, back))
 
 
 def test_touch_samples_keep_a_block_on_the_device_for_its_mid_lifetime_read():
