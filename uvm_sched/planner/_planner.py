@@ -69,7 +69,8 @@ The algorithm (greedy, three passes per round)
    window covers an over-budget tick, a chosen prefetch is delayed past it (a predicted
    stall: cheaper than the driver's eviction and fault-back).
 3. Timing: the chosen transfers are placed on the two copy-engine queues (FIFO in issue
-   order): evictions as early as allowed; prefetches by backward list scheduling from the
+   order, in the steady state: copies issued for the next iteration share the engines with
+   this one's at the same point of the iteration): evictions as early as allowed; prefetches by backward list scheduling from the
    latest deadline (each finishes by its use and before the next prefetch on the engine
    starts), moved earlier than the selection's point only where the budget has room for the
    block over the extra ticks, then issued at the latest allocator event at or before that
@@ -80,6 +81,10 @@ The algorithm (greedy, three passes per round)
    at all is dropped.
 Rounds repeat 2-3 until no tick is over budget (at most ``rounds``). Then discards for
 freed blocks (at their FREE event, so dead data is never written back) and advice.
+The table's order is the executor's: at one allocator event what releases memory goes
+before what claims it (discard, evict, populate, prefetch, advice), and of the events that
+order a copy after the same kernels (the FREEs after kernel t, the ALLOCs before t+1) an
+eviction takes the first and a prefetch the last -- the budget counts them as one tick.
 
 Discards: every freed block of the iteration of at least ``discard_min_bytes`` gets a
 ``discard`` at its FREE event (dead data is never written back, and the pool's freed
