@@ -81,6 +81,22 @@ class Bench:
         """Seconds between two recorded events (CUDA reports ms)."""
         return self.cuda.event_elapsed_time(a, b) / 1e3
 
+    def touch_fresh(self, nbytes: int) -> float:
+        """Seconds for one kernel to touch every page of a fresh managed buffer of
+        ``nbytes`` on the device (pages created there; evictions too where it does not
+        fit); the buffer is freed and its reservation released after."""
+        from kernels.calib import touch_pages
+
+        p, d, _h = self.buffer(nbytes)
+        a, e = self.cuda.event(), self.cuda.event()
+        a.record(self.stream)
+        touch_pages(d, PAGE_ELEMS, 1.0, self.stream)
+        e.record(self.stream)
+        e.synchronize()
+        self.u.free(p)
+        self.native.release_cached()
+        return self.elapsed(a, e)
+
     def timed(self, fn, what: str) -> float:
         """Seconds fn(setup=False) takes on the stream (CUDA events), median of the
         repeats; fn(setup=True) runs untimed before each, then the stream is drained."""
@@ -193,18 +209,8 @@ def measure(gib: float, repeats: int, oversubscribe: bool) -> dict:
     b.native.release_cached()  # the next buffers are fresh reservations
 
     # First touch of fresh managed memory on the device (no migration: pages are created).
-    def first_touch_once() -> float:
-        p, d, _h = b.buffer(nbytes)
-        a, e = b.cuda.event(), b.cuda.event()
-        a.record(b.stream)
-        touch_pages(d, PAGE_ELEMS, 1.0, b.stream)
-        e.record(b.stream)
-        e.synchronize()
-        b.u.free(p)
-        b.native.release_cached()
-        return b.elapsed(a, e)
     extra["first_touch_s_per_GiB"] = statistics.median(
-        first_touch_once() for _ in range(repeats)) / (nbytes / GIB)
+        b.touch_fresh(nbytes) for _ in range(repeats)) / (nbytes / GIB)
 
     # Discard: device-dirty data prefetched to host with and without a discard first.
     p2, d2, _ = b.buffer(nbytes)
@@ -242,8 +248,6 @@ def _evict_bandwidth(b: Bench, nbytes: int) -> float:
     """Touch 2x ``nbytes`` on the device with only ``nbytes`` free: the second half evicts
     the first. Eviction bandwidth = bytes evicted / (time beyond two eviction-free halves).
     The rest of the device is held by a plain cuMemAlloc block (never evicted)."""
-    from kernels.calib import touch_pages
-
     free, _total = b.cuda.current_context().get_memory_info()
     cu = ctypes.CDLL("libcuda.so.1")
     cu.cuMemAlloc_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]
@@ -255,23 +259,8 @@ def _evict_bandwidth(b: Bench, nbytes: int) -> float:
         raise RuntimeError(f"could not occupy {reserve:,} bytes of device memory "
                            f"(cuMemAlloc_v2: CUDA error {rc})")
     try:
-        p, d, _ = b.buffer(2 * nbytes)
-        a, e = b.cuda.event(), b.cuda.event()
-        a.record(b.stream)
-        touch_pages(d, PAGE_ELEMS, 1.0, b.stream)
-        e.record(b.stream)
-        e.synchronize()
-        both = b.elapsed(a, e)
-        b.u.free(p)
-        b.native.release_cached()
-        p, d, _ = b.buffer(nbytes)
-        a.record(b.stream)
-        touch_pages(d, PAGE_ELEMS, 1.0, b.stream)
-        e.record(b.stream)
-        e.synchronize()
-        half = b.elapsed(a, e)
-        b.u.free(p)
-        b.native.release_cached()
+        both = b.touch_fresh(2 * nbytes)
+        half = b.touch_fresh(nbytes)
     finally:
         if reserve > 0:
             cu.cuMemFree_v2(hold.value)
