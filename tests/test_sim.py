@@ -28,15 +28,22 @@ def _hw(**kw):
     return dataclasses.replace(load_profile("h200-pcie5"), name="test", **base)
 
 
-def _thrash_trace(iters=3):
-    """Two 4 MiB blocks A and X used in turn, one per 1 ms tick."""
-    b = TraceBuilder(name="thrash")
+def _two_written(name: str):
+    """A builder holding two 4 MiB blocks A and X, written at ticks 0 and 1 (1 ms each):
+    (builder, A, X)."""
+    b = TraceBuilder(name=name)
     a = b.alloc(4 * MiB)
     x = b.alloc(4 * MiB)
     b.access(a, AccessMode.WRITE)
     b.next_tick(1e6)
     b.access(x, AccessMode.WRITE)
     b.next_tick(1e6)
+    return b, a, x
+
+
+def _thrash_trace(iters=3):
+    """Two 4 MiB blocks A and X used in turn, one per 1 ms tick."""
+    b, a, x = _two_written("thrash")
     for _ in range(iters):
         b.mark()
         b.access(a, AccessMode.READ_WRITE)
@@ -362,13 +369,7 @@ def test_extremal_budget_check_counts_the_free_tick():
 
 
 def _ro_trace():
-    b = TraceBuilder(name="ro")
-    a = b.alloc(4 * MiB)
-    x = b.alloc(4 * MiB)
-    b.access(a, AccessMode.WRITE)
-    b.next_tick(1e6)
-    b.access(x, AccessMode.WRITE)
-    b.next_tick(1e6)
+    b, a, x = _two_written("ro")
     for _ in range(3):
         b.mark()
         s_ = b.alloc(64 * 1024)
