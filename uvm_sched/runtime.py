@@ -365,8 +365,7 @@ class Scheduler:
 
             self.tuning = {label: statistics.median(t)
                            for (label, _), t in zip(tu["cands"], tu["times"])}
-            best = min(range(len(tu["cands"])), key=lambda j: statistics.median(tu["times"][j]))
-            p = tu["cands"][best][1]
+            p = dict(tu["cands"])[min(self.tuning, key=self.tuning.get)]
             self._tuner = None
             if p is self.plan:
                 return
