@@ -14,7 +14,18 @@
  *   several separated by commas), FAKE_CUDA_NO_DISCARD=1 (no cuMemDiscardBatchAsync).
  * - Managed memory is anonymous mmap, 2 MiB aligned like the real driver's; prefetch,
  *   advise and discard check that the range lies inside one allocation
- *   (CUDA_ERROR_INVALID_VALUE otherwise) and do nothing else.
+ *   (CUDA_ERROR_INVALID_VALUE otherwise) and move nothing.
+ * - Strict: it refuses what the CUDA 13 driver documents as invalid, one rule per row of
+ *   PRECONDITIONS.md (beside this file, each with the cuda.h text it comes from): the
+ *   legacy NULL stream for cuMemDiscardBatchAsync, an event recorded on a stream of
+ *   another context, a legacy-stream call with no context current, and, where the driver
+ *   says "undefined behaviour", a discard that may run at the same time as a prefetch or
+ *   another discard of an overlapping range (CUDA_ERROR_INVALID_VALUE, logged "race").
+ *   Stream order is tracked with a vector clock per stream: an event carries the clock
+ *   of its stream when recorded, cuStreamWaitEvent merges it into the waiting stream, a
+ *   completed cuEventSynchronize/cuEventQuery merges it into the host's clock, which
+ *   every later call inherits.  Streams and events belong to the context current when
+ *   they were made; FAKE_CUDA_DEVICES devices each have one primary context.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -33,14 +44,22 @@ typedef struct {
     int type;
     int id;
 } CUmemLocation;
+/* Stream order: stream slots 0..MAX_DEVICES-1 are the legacy NULL streams of each device's
+ * primary context; made streams take the next slots.  vc[j] = how much of slot j's work
+ * this stream (or event, or the host) is ordered after. */
+#define MAX_DEVICES 16
+#define MAX_SLOTS 2048
 typedef struct handle {
     char kind; /* 's' stream, 'e' event, 'c' context */
     int id;
+    int dev;         /* stream, event: the device of the context it was made in */
+    int slot;        /* stream: its vector-clock slot */
     int recorded_on; /* event: stream id of the last record */
+    unsigned *vc;    /* stream: its clock; event: the clock captured by the last record */
 } handle;
 
 enum { OK = 0, INVALID_VALUE = 1, OUT_OF_MEMORY = 2, NOT_INITIALIZED = 3, NO_DEVICE = 100,
-       INVALID_CONTEXT = 201, NOT_FOUND = 500, NOT_READY = 600 };
+       INVALID_CONTEXT = 201, INVALID_HANDLE = 400, NOT_FOUND = 500, NOT_READY = 600 };
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static char *logbuf;
@@ -49,7 +68,22 @@ static unsigned long long seq;
 static int version = 13000, devices = 1, no_discard, initialised;
 static int next_id = 1;
 static __thread handle *current_ctx;
-static handle primary[16];
+static handle primary[MAX_DEVICES];
+static unsigned legacy_vc[MAX_DEVICES][MAX_SLOTS]; /* clocks of the legacy NULL streams */
+static unsigned host_vc[MAX_SLOTS];                /* what the host has waited for */
+static unsigned slot_clock[MAX_SLOTS]; /* a freed slot's clock, where its next user goes on */
+static char slot_used[MAX_SLOTS];
+static int hi_slot = MAX_DEVICES; /* slots below this may be in use */
+
+/* Recent stream-ordered range operations, to find a discard that may overlap another. */
+#define MAX_OPS 8192
+static struct {
+    uintptr_t lo, hi;
+    int slot;
+    unsigned clock;
+    char kind; /* 'p' prefetch, 'd' discard */
+} ops[MAX_OPS];
+static unsigned long n_ops;
 
 #define MAX_FAILS 8
 static struct {
@@ -147,7 +181,7 @@ static int hid(void *h) {
     if (!h) return 0;
     for (int i = 0; i < MAX_HANDLES; i++)
         if (handles[i] == h) return h == (void *)handles[i] ? ((handle *)h)->id : 0;
-    for (int i = 0; i < 16; i++)
+    for (int i = 0; i < MAX_DEVICES; i++)
         if (h == (void *)&primary[i]) return primary[i].id;
     return -1; /* not a handle of this driver */
 }
@@ -195,6 +229,7 @@ static CUresult f_error_name(CUresult e, const char **s) {
     case NOT_INITIALIZED: *s = "CUDA_ERROR_NOT_INITIALIZED"; break;
     case NO_DEVICE: *s = "CUDA_ERROR_NO_DEVICE"; break;
     case INVALID_CONTEXT: *s = "CUDA_ERROR_INVALID_CONTEXT"; break;
+    case INVALID_HANDLE: *s = "CUDA_ERROR_INVALID_HANDLE"; break;
     case NOT_FOUND: *s = "CUDA_ERROR_NOT_FOUND"; break;
     case NOT_READY: *s = "CUDA_ERROR_NOT_READY"; break;
     default: *s = "CUDA_ERROR_UNKNOWN"; return INVALID_VALUE;
@@ -217,10 +252,11 @@ static CUresult f_device_get(int *d, int ordinal) {
 
 static CUresult f_primary_retain(void **ctx, int dev) {
     ENTER("cuDevicePrimaryCtxRetain");
-    if (!r_ && (dev < 0 || dev >= devices || dev >= 16)) r_ = INVALID_VALUE;
+    if (!r_ && (dev < 0 || dev >= devices || dev >= MAX_DEVICES)) r_ = INVALID_VALUE;
     if (!r_) {
         primary[dev].kind = 'c';
         primary[dev].id = 1000 + dev;
+        primary[dev].dev = dev;
         *ctx = &primary[dev];
     }
     LEAVE("cuDevicePrimaryCtxRetain dev=%d -> %d", dev, r_);
@@ -244,8 +280,64 @@ static CUresult f_ctx_set(void *ctx) {
     LEAVE("cuCtxSetCurrent ctx=c%d -> %d", hid(ctx), r_);
 }
 
+static CUresult f_ctx_get_device(int *dev) {
+    ENTER("cuCtxGetDevice");
+    if (!r_ && !current_ctx) r_ = INVALID_CONTEXT;
+    if (!r_) *dev = current_ctx->dev;
+    pthread_mutex_unlock(&mu); /* not logged, like cuCtxGetCurrent */
+    return r_;
+}
+
 #define NEED_CTX()                                                                             \
     if (!r_ && !current_ctx) r_ = INVALID_CONTEXT;
+
+/* The clock of a stream argument: a made stream's own, or for NULL (the legacy stream)
+ * that of the current context (NULL when none is current: INVALID_CONTEXT). */
+static unsigned *clock_of(void *stream, int *slot, int *dev) {
+    if (stream) {
+        handle *h = stream;
+        *slot = h->slot;
+        *dev = h->dev;
+        return h->vc;
+    }
+    if (!current_ctx) return NULL;
+    *slot = *dev = current_ctx->dev;
+    return legacy_vc[current_ctx->dev];
+}
+
+static void vc_merge(unsigned *into, const unsigned *from) {
+    for (int i = 0; i < hi_slot; i++)
+        if (from[i] > into[i]) into[i] = from[i];
+}
+
+/* A stream-ordered range operation on stream: INVALID_VALUE (and a "race" log line) when a
+ * discard and another operation on an overlapping range of another stream may run at the
+ * same time (neither ordered after the other by events or a host wait). */
+static CUresult range_op(char kind, void *stream, uintptr_t lo, uintptr_t hi) {
+    int slot, dev;
+    unsigned *vc = clock_of(stream, &slot, &dev);
+    if (!vc) return INVALID_CONTEXT;
+    vc_merge(vc, host_vc);
+    unsigned long first = n_ops > MAX_OPS ? n_ops - MAX_OPS : 0;
+    for (unsigned long i = first; i < n_ops; i++) {
+        const __typeof__(ops[0]) *o = &ops[i % MAX_OPS];
+        if (!o->kind || o->slot == slot || o->hi <= lo || hi <= o->lo) continue;
+        if (kind != 'd' && o->kind != 'd') continue;
+        if (vc[o->slot] >= o->clock) continue; /* ordered after it */
+        logf_("race %s on slot %d with a %s on slot %d of [0x%llx, 0x%llx)",
+              kind == 'd' ? "discard" : "prefetch", slot, o->kind == 'd' ? "discard" : "prefetch",
+              o->slot, (unsigned long long)o->lo, (unsigned long long)o->hi);
+        return INVALID_VALUE;
+    }
+    vc[slot]++;
+    __typeof__(ops[0]) *o = &ops[n_ops++ % MAX_OPS];
+    o->lo = lo;
+    o->hi = hi;
+    o->slot = slot;
+    o->clock = vc[slot];
+    o->kind = kind;
+    return OK;
+}
 
 static CUresult f_alloc_managed(CUdeviceptr *dptr, size_t bytes, unsigned flags) {
     ENTER("cuMemAllocManaged");
@@ -278,6 +370,7 @@ static CUresult f_alloc_managed(CUdeviceptr *dptr, size_t bytes, unsigned flags)
 
 static CUresult f_mem_free(CUdeviceptr p) {
     ENTER("cuMemFree");
+    NEED_CTX();
     int i = -1;
     for (int k = 0; k < MAX_ALLOCS; k++)
         if (allocs[k].base == p && p) i = k;
@@ -285,6 +378,10 @@ static CUresult f_mem_free(CUdeviceptr p) {
     if (!r_) {
         munmap(allocs[i].raw, allocs[i].mapped);
         memset(&allocs[i], 0, sizeof allocs[i]);
+        /* cuMemFree synchronises: the host is now ordered after everything queued */
+        for (int d = 0; d < MAX_DEVICES; d++) vc_merge(host_vc, legacy_vc[d]);
+        for (int k = 0; k < MAX_HANDLES; k++)
+            if (handles[k] && handles[k]->kind == 's') vc_merge(host_vc, handles[k]->vc);
     }
     LEAVE("cuMemFree ptr=0x%llx -> %d", p, r_);
 }
@@ -297,6 +394,8 @@ static CUresult f_prefetch_v2(CUdeviceptr p, size_t n, CUmemLocation loc, unsign
     if (!r_ && find_alloc(p, n) < 0) r_ = INVALID_VALUE;
     if (!r_ && !(loc.type == 2 || (loc.type == 1 && loc.id >= 0 && loc.id < devices)))
         r_ = INVALID_VALUE;
+    if (!r_ && flags != 0) r_ = INVALID_VALUE; /* "flags: reserved for future use, must be 0" */
+    if (!r_) r_ = range_op('p', stream, (uintptr_t)p, (uintptr_t)p + n);
     LEAVE("cuMemPrefetchAsync_v2 ptr=0x%llx bytes=%zu loc.type=%d loc.id=%d flags=%u stream=s%d -> %d",
           p, n, loc.type, loc.id, flags, hid(stream), r_);
 }
@@ -307,6 +406,7 @@ static CUresult f_prefetch_v1(CUdeviceptr p, size_t n, int dev, void *stream) {
     if (!r_ && hid(stream) < 0) r_ = INVALID_VALUE;
     if (!r_ && find_alloc(p, n) < 0) r_ = INVALID_VALUE;
     if (!r_ && !(dev == -1 || (dev >= 0 && dev < devices))) r_ = INVALID_VALUE;
+    if (!r_) r_ = range_op('p', stream, (uintptr_t)p, (uintptr_t)p + n);
     LEAVE("cuMemPrefetchAsync_v1 ptr=0x%llx bytes=%zu device=%d stream=s%d -> %d", p, n, dev,
           hid(stream), r_);
 }
@@ -316,6 +416,11 @@ static CUresult f_advise_v2(CUdeviceptr p, size_t n, int advice, CUmemLocation l
     NEED_CTX();
     if (!r_ && find_alloc(p, n) < 0) r_ = INVALID_VALUE;
     if (!r_ && (advice < 1 || advice > 6)) r_ = INVALID_VALUE;
+    /* a device location must name a device; SET_READ_MOSTLY and the UNSETs of preferred
+     * location ignore the location */
+    if (!r_ && (advice == 3 || advice == 5 || advice == 6) &&
+        !(loc.type == 2 || (loc.type == 1 && loc.id >= 0 && loc.id < devices)))
+        r_ = INVALID_VALUE;
     LEAVE("cuMemAdvise_v2 ptr=0x%llx bytes=%zu advice=%d loc.type=%d loc.id=%d -> %d", p, n,
           advice, loc.type, loc.id, r_);
 }
@@ -332,17 +437,36 @@ static CUresult f_discard(CUdeviceptr *ps, size_t *ns, size_t count, unsigned lo
     ENTER("cuMemDiscardBatchAsync");
     NEED_CTX();
     if (!r_ && hid(stream) < 0) r_ = INVALID_VALUE;
+    if (!r_ && !stream) r_ = INVALID_VALUE; /* "Must not be legacy NULL stream" */
+    if (!r_ && (flags != 0 || count == 0)) r_ = INVALID_VALUE;
     for (size_t i = 0; !r_ && i < count; i++)
         if (find_alloc(ps[i], ns[i]) < 0) r_ = INVALID_VALUE;
+    for (size_t i = 0; !r_ && i < count; i++)
+        r_ = range_op('d', stream, (uintptr_t)ps[i], (uintptr_t)ps[i] + ns[i]);
     LEAVE("cuMemDiscardBatchAsync count=%zu ptr=0x%llx bytes=%zu flags=%llu stream=s%d -> %d",
           count, count ? ps[0] : 0ull, count ? ns[0] : (size_t)0, flags, hid(stream), r_);
 }
 
-static handle *new_handle(char kind) {
+static handle *new_handle(char kind, int dev) {
+    int slot = MAX_DEVICES;
+    while (kind == 's' && slot < MAX_SLOTS && slot_used[slot]) slot++;
+    if (slot >= MAX_SLOTS) return NULL; /* more live streams than the clocks hold */
     handle *h = calloc(1, sizeof *h);
+    if (h) h->vc = calloc(MAX_SLOTS, sizeof *h->vc);
+    if (h && !h->vc) {
+        free(h);
+        return NULL;
+    }
     if (h) {
         h->kind = kind;
         h->id = next_id++;
+        h->dev = dev;
+        if (kind == 's') {
+            h->slot = slot;
+            slot_used[slot] = 1;
+            h->vc[slot] = slot_clock[slot];
+            if (slot >= hi_slot) hi_slot = slot + 1;
+        }
         for (int i = 0; i < MAX_HANDLES; i++)
             if (!handles[i]) {
                 handles[i] = h;
@@ -355,7 +479,7 @@ static handle *new_handle(char kind) {
 static CUresult f_stream_create(void **s, unsigned flags) {
     ENTER("cuStreamCreate");
     NEED_CTX();
-    handle *h = r_ ? NULL : new_handle('s');
+    handle *h = r_ ? NULL : new_handle('s', current_ctx->dev);
     if (!r_ && !h) r_ = OUT_OF_MEMORY;
     if (!r_) *s = h;
     LEAVE("cuStreamCreate flags=%u stream=s%d -> %d", flags, hid(h), r_);
@@ -365,8 +489,15 @@ static CUresult f_stream_destroy(void *s) {
     ENTER("cuStreamDestroy");
     int id = hid(s);
     if (!r_ && id < 0) r_ = INVALID_VALUE;
+    if (!r_ && !s) r_ = INVALID_HANDLE; /* the legacy stream is not destroyed */
     if (!r_) {
+        handle *h = s;
+        slot_clock[h->slot] = h->vc[h->slot];
+        slot_used[h->slot] = 0;
+        for (unsigned long i = 0; i < MAX_OPS; i++) /* its work is no one's to race now */
+            if (ops[i].slot == h->slot) ops[i].kind = 0;
         forget(s);
+        free(((handle *)s)->vc);
         free(s);
     }
     LEAVE("cuStreamDestroy stream=s%d -> %d", id, r_);
@@ -375,7 +506,7 @@ static CUresult f_stream_destroy(void *s) {
 static CUresult f_event_create(void **e, unsigned flags) {
     ENTER("cuEventCreate");
     NEED_CTX();
-    handle *h = r_ ? NULL : new_handle('e');
+    handle *h = r_ ? NULL : new_handle('e', current_ctx->dev);
     if (!r_ && !h) r_ = OUT_OF_MEMORY;
     if (!r_) *e = h;
     LEAVE("cuEventCreate flags=%u event=e%d -> %d", flags, hid(h), r_);
@@ -387,6 +518,7 @@ static CUresult f_event_destroy(void *e) {
     if (!r_ && id <= 0) r_ = INVALID_VALUE;
     if (!r_) {
         forget(e);
+        free(((handle *)e)->vc);
         free(e);
     }
     LEAVE("cuEventDestroy event=e%d -> %d", id, r_);
@@ -395,23 +527,42 @@ static CUresult f_event_destroy(void *e) {
 static CUresult f_event_record(void *e, void *s) {
     ENTER("cuEventRecord");
     if (!r_ && (hid(e) <= 0 || hid(s) < 0)) r_ = INVALID_VALUE;
-    if (!r_) ((handle *)e)->recorded_on = hid(s);
+    int slot = 0, dev = 0;
+    unsigned *vc = r_ ? NULL : clock_of(s, &slot, &dev);
+    if (!r_ && !vc) r_ = INVALID_CONTEXT; /* NULL stream: the current context's */
+    /* "hEvent and hStream must be from the same context" */
+    if (!r_ && ((handle *)e)->dev != dev) r_ = INVALID_HANDLE;
+    if (!r_) {
+        ((handle *)e)->recorded_on = hid(s);
+        memcpy(((handle *)e)->vc, vc, MAX_SLOTS * sizeof *vc);
+    }
     LEAVE("cuEventRecord event=e%d stream=s%d -> %d", hid(e), hid(s), r_);
 }
 
 static CUresult f_stream_wait(void *s, void *e, unsigned flags) {
     ENTER("cuStreamWaitEvent");
     if (!r_ && (hid(e) <= 0 || hid(s) < 0)) r_ = INVALID_VALUE;
+    if (!r_ && flags != 0 && flags != 1) r_ = INVALID_VALUE;
+    /* the event may be of another context or device ("hEvent may be from a different
+     * context or device than hStream") */
+    int slot, dev;
+    unsigned *vc = r_ ? NULL : clock_of(s, &slot, &dev);
+    if (!r_ && !vc) r_ = INVALID_CONTEXT;
+    if (!r_) vc_merge(vc, ((handle *)e)->vc);
     LEAVE("cuStreamWaitEvent stream=s%d event=e%d flags=%u -> %d", hid(s), hid(e), flags, r_);
 }
 
 static CUresult f_event_query(void *e) {
     ENTER("cuEventQuery");
+    if (!r_ && hid(e) <= 0) r_ = INVALID_HANDLE;
+    if (!r_) vc_merge(host_vc, ((handle *)e)->vc); /* nothing runs: always complete */
     LEAVE("cuEventQuery event=e%d -> %d", hid(e), r_);
 }
 
 static CUresult f_event_sync(void *e) {
     ENTER("cuEventSynchronize");
+    if (!r_ && hid(e) <= 0) r_ = INVALID_HANDLE;
+    if (!r_) vc_merge(host_vc, ((handle *)e)->vc);
     LEAVE("cuEventSynchronize event=e%d -> %d", hid(e), r_);
 }
 
@@ -431,6 +582,7 @@ static CUresult getproc(const char *sym, void **pfn, int ver, unsigned long long
         {"cuDevicePrimaryCtxRelease", 7000, (void *)f_primary_release},
         {"cuCtxGetCurrent", 4000, (void *)f_ctx_get},
         {"cuCtxSetCurrent", 4000, (void *)f_ctx_set},
+        {"cuCtxGetDevice", 2000, (void *)f_ctx_get_device},
         {"cuMemAllocManaged", 6000, (void *)f_alloc_managed},
         {"cuMemFree", 3020, (void *)f_mem_free},
         {"cuStreamCreate", 2000, (void *)f_stream_create},
@@ -467,13 +619,24 @@ EXPORT CUresult cuGetProcAddress(const char *sym, void **pfn, int ver, unsigned 
 }
 
 /* ---- test control (ctypes) ---- */
-/* a stream as the application would have made it (for the "compute stream" of tests) */
-EXPORT void *fake_cuda_stream_create(void) {
+EXPORT void *fake_cuda_stream_create_on(int dev) {
     pthread_mutex_lock(&mu);
-    handle *h = new_handle('s');
-    if (h) logf_("app stream s%d", h->id);
+    handle *h = new_handle('s', dev);
+    if (h) logf_("app stream dev=%d s%d", dev, h->id);
     pthread_mutex_unlock(&mu);
     return h;
+}
+
+/* a stream as the application would have made it (for the "compute stream" of tests) */
+EXPORT void *fake_cuda_stream_create(void) { return fake_cuda_stream_create_on(0); }
+
+/* what a kernel of the application does: a stream-ordered use of [p, p+n) on stream */
+EXPORT int fake_cuda_touch(void *stream, unsigned long long p, size_t n) {
+    pthread_mutex_lock(&mu);
+    CUresult r = range_op('p', stream, (uintptr_t)p, (uintptr_t)p + n);
+    logf_("app touch ptr=0x%llx bytes=%zu stream=s%d -> %d", p, n, hid(stream), r);
+    pthread_mutex_unlock(&mu);
+    return r;
 }
 
 EXPORT const char *fake_cuda_log(void) { return logbuf ? logbuf : ""; }

@@ -59,6 +59,47 @@ class Fake:
     def live_allocations(self) -> int:
         return self.lib.fake_cuda_live_allocations()
 
+    def proc(self, name: str, *argtypes, version: int = 13000):
+        """The fake's entry point ``name`` as resolved by cuGetProcAddress_v2 at ABI
+        ``version``, callable from ctypes (returns the CUresult)."""
+        fn = ctypes.c_void_p()
+        status = ctypes.c_int()
+        self.lib.cuGetProcAddress_v2.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p),
+                                                 ctypes.c_int, ctypes.c_ulonglong,
+                                                 ctypes.POINTER(ctypes.c_int)]
+        rc = self.lib.cuGetProcAddress_v2(name.encode(), ctypes.byref(fn), version, 0,
+                                          ctypes.byref(status))
+        assert rc == 0 and fn.value, f"the fake has no {name} at ABI {version}"
+        return ctypes.CFUNCTYPE(ctypes.c_int, *argtypes)(fn.value)
+
+    def app_stream(self, device: int = 0) -> int:
+        """A stream of ``device``'s context, as the application would have made it."""
+        self.lib.fake_cuda_stream_create_on.restype = ctypes.c_void_p
+        return self.lib.fake_cuda_stream_create_on(device)
+
+    def touch(self, stream: int, ptr: int, nbytes: int) -> int:
+        """A kernel of the application using [ptr, ptr+nbytes) on stream: the CUresult
+        (1 = it may run at the same time as a discard of the range)."""
+        self.lib.fake_cuda_touch.argtypes = [ctypes.c_void_p, ctypes.c_ulonglong, ctypes.c_size_t]
+        return self.lib.fake_cuda_touch(stream or None, ptr, nbytes)
+
+    def primary(self, device: int) -> int:
+        """The primary context of ``device`` (retained)."""
+        ctx = ctypes.c_void_p()
+        retain = self.proc("cuDevicePrimaryCtxRetain", ctypes.POINTER(ctypes.c_void_p), ctypes.c_int)
+        assert retain(ctypes.byref(ctx), device) == 0
+        return ctx.value
+
+    def set_current(self, ctx: int | None) -> None:
+        """Make ``ctx`` current on the calling thread (None: no context)."""
+        assert self.proc("cuCtxSetCurrent", ctypes.c_void_p)(ctx) == 0
+
+    def current_device(self) -> int | None:
+        """The device of the calling thread's current context (None: no context)."""
+        d = ctypes.c_int()
+        rc = self.proc("cuCtxGetDevice", ctypes.POINTER(ctypes.c_int))(ctypes.byref(d))
+        return d.value if rc == 0 else None
+
 
 FAKE_ENV = ("FAKE_CUDA_VERSION", "FAKE_CUDA_DEVICES", "FAKE_CUDA_FAIL", "FAKE_CUDA_NO_DISCARD")
 UVM_ENV = ("UVM_SCHED_LIBCUDA", "UVM_SCHED_BACKEND", "UVM_SCHED_LIMIT_BYTES",

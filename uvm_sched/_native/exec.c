@@ -18,8 +18,11 @@
  * Discards drop dead data so the driver never copies it back: a discard naming the block
  * that the triggering event has just freed is issued (nothing can have reused it yet; this
  * is where the planner puts them), as is one naming a live block.  It runs on a third side
- * stream (the driver refuses the legacy NULL stream) after the queued compute, and the
- * compute stream then waits for it, so a later reuse of the address cannot race it.  Only
+ * stream (the driver refuses the legacy NULL stream) after the queued compute and after
+ * the prefetches queued so far on both copy streams (cuda.h: "any reads, writes or
+ * prefetches to any part of the memory range that occur simultaneously with the discard
+ * operation result in undefined behavior"), and the compute stream then waits for it, so
+ * a later reuse of the address, or a prefetch ordered after compute, cannot race it.  Only
  * blocks that own whole 2 MiB pages (> 1 MiB) are discarded, up to the end of their last
  * page; the pages of a slab are shared by other blocks, so those discards are skipped.
  * Arming mid-iteration (uvm_exec_arm_at, phase k > 0): the executor counts on from event
@@ -79,7 +82,8 @@ static void drop_streams(uvm_exec *x) {
     if (x->aux) x->prim->stream_destroy(x->aux);
     if (x->ev) x->prim->event_destroy(x->ev);
     if (x->ev_aux) x->prim->event_destroy(x->ev_aux);
-    x->h2d = x->d2h = x->aux = x->ev = x->ev_aux = NULL;
+    if (x->ev_copies) x->prim->event_destroy(x->ev_copies);
+    x->h2d = x->d2h = x->aux = x->ev = x->ev_aux = x->ev_copies = NULL;
 }
 
 static int ensure_streams(uvm_exec *x, int device) {
@@ -90,6 +94,7 @@ static int ensure_streams(uvm_exec *x, int device) {
     if (s == UVM_OK) s = x->prim->stream_create(device, &x->aux);
     if (s == UVM_OK) s = x->prim->event_create(device, &x->ev);
     if (s == UVM_OK) s = x->prim->event_create(device, &x->ev_aux);
+    if (s == UVM_OK) s = x->prim->event_create(device, &x->ev_copies);
     if (s != UVM_OK) {
         drop_streams(x);
         return s;
@@ -258,6 +263,7 @@ static bool resolve(uvm_exec *x, const uvm_plan_row *row, const uvm_block *trig,
 
 static void fire(uvm_exec *x, uint64_t k, void *stream, const uvm_block *trig, int trig_kind) {
     bool ordered = false, h2d_waits = false, d2h_waits = false, aux_waits = false;
+    bool aux_after_copies = false;
     for (uint64_t i = x->row_start[k]; i < x->row_start[k + 1]; i++) {
         const uvm_plan_row *row = &x->rows[i];
         int64_t ri = (int64_t)x->row_idx[i];
@@ -299,12 +305,25 @@ static void fire(uvm_exec *x, uint64_t k, void *stream, const uvm_block *trig, i
                 s = x->prim->stream_wait_event(queue, x->ev);
                 *waits = s == UVM_OK;
             }
+            if (s == UVM_OK && act == UVM_ACT_DISCARD && !aux_after_copies) {
+                /* after every prefetch queued so far (one event, recorded and waited on
+                 * in turn: a wait uses the record made before it) */
+                s = x->prim->event_record(x->ev_copies, x->h2d);
+                if (s == UVM_OK) s = x->prim->stream_wait_event(queue, x->ev_copies);
+                if (s == UVM_OK) s = x->prim->event_record(x->ev_copies, x->d2h);
+                if (s == UVM_OK) s = x->prim->stream_wait_event(queue, x->ev_copies);
+                aux_after_copies = s == UVM_OK;
+            }
             if (s == UVM_OK && act == UVM_ACT_DISCARD) {
                 s = x->prim->discard(x->device, p, bytes, queue);
                 if (s == UVM_OK) s = x->prim->event_record(x->ev_aux, queue);
                 if (s == UVM_OK) s = x->prim->stream_wait_event(stream, x->ev_aux);
+                /* a prefetch later in this tick is ordered after the discard through the
+                 * compute stream, which now waits for it: record there again */
+                ordered = h2d_waits = d2h_waits = false;
             } else if (s == UVM_OK) {
                 s = x->prim->prefetch(x->device, p, bytes, act == UVM_ACT_PREFETCH_TO_HOST, queue);
+                if (s == UVM_OK) aux_after_copies = false; /* a discard must wait for it too */
             }
         } else {
             int adv = act == UVM_ACT_ADVISE_PREFERRED_HOST ? UVM_ADV_PREFERRED_HOST

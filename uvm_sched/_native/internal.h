@@ -107,6 +107,7 @@ static inline void uvm_ring_push(uvm_ring *r, uint64_t tick, int32_t kind, uint6
 #define UVM_MIN_ALIGN 512
 #define UVM_NCLASSES 40
 #define UVM_MAX_STREAMS 128
+#define UVM_MAX_DEVICES 64
 #define UVM_NBINS 256
 
 struct uvm_arena;
@@ -183,7 +184,9 @@ typedef struct uvm_pool {
     uint64_t arena_bytes; /* default reservation size */
     uint64_t limit_bytes; /* cap on reserved bytes */
     uint64_t next_ordinal;
-    void *sync_event; /* for cross-stream reclaim */
+    /* for cross-stream reclaim, one per device (made on first use): an event may only be
+     * recorded on a stream of its own context */
+    void *sync_event[UVM_MAX_DEVICES];
     uvm_pool_stats st;
     uvm_run *run_free_list; /* recycled run descriptors */
 } uvm_pool;
@@ -240,6 +243,7 @@ typedef struct uvm_exec {
     uint64_t *iter_ord;  /* its global alloc ordinal (to tell a live block from a reuse) */
     void *h2d, *d2h, *ev; /* side streams and the event ordering them after compute */
     void *aux, *ev_aux;   /* discards: a stream of their own, and the event compute waits on */
+    void *ev_copies;      /* recorded on h2d and d2h before a discard: aux waits for them */
     const uvm_prim *prim;
     uvm_exec_stats st;
 } uvm_exec;

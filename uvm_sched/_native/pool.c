@@ -314,13 +314,28 @@ void *uvm_pool_stream_handle(uvm_pool *p, int slot) { return p->streams[slot].ha
  * recorded on that stream, then retag its runs untagged.  Empty slabs go first. */
 static void release_empty_slabs(uvm_pool *p, int except_slot);
 
+/* Wait for the work queued so far on stream (of device): UVM_OK, or the driver's status. */
+static int wait_stream(uvm_pool *p, void *stream, int device) {
+    if (device < 0 || device >= UVM_MAX_DEVICES) {
+        uvm_set_error("device %d is outside 0..%d", device, UVM_MAX_DEVICES - 1);
+        return UVM_EINVAL;
+    }
+    void **ev = &p->sync_event[device];
+    int s = *ev ? UVM_OK : p->prim->event_create(device, ev);
+    if (s != UVM_OK) {
+        *ev = NULL;
+        return s;
+    }
+    s = p->prim->event_record(*ev, stream);
+    return s == UVM_OK ? p->prim->event_sync(*ev) : s;
+}
+
 static void reclaim(uvm_pool *p, int slot) {
     release_empty_slabs(p, -1);
     for (int t = 1; t < UVM_MAX_STREAMS && p->streams[t].used; t++) {
         uvm_stream_slot *T = &p->streams[t];
         if (t == slot || T->free_pages == 0) continue;
-        if (p->prim->event_record(p->sync_event, T->handle) != UVM_OK ||
-            p->prim->event_sync(p->sync_event) != UVM_OK) {
+        if (wait_stream(p, T->handle, T->device) != UVM_OK) {
             p->st.err_driver++;
             continue;
         }
@@ -480,9 +495,7 @@ int uvm_pool_init(uvm_pool *p, const uvm_prim *prim) {
     p->streams[0].used = true;
     p->streams[0].bins = calloc(1, sizeof(uvm_bins));
     if (!p->streams[0].bins) return UVM_ENOMEM;
-    int s = prim->event_create(0, &p->sync_event);
-    if (s != UVM_OK) p->sync_event = NULL;
-    return s;
+    return UVM_OK;
 }
 
 void uvm_pool_fini(uvm_pool *p) {
@@ -508,7 +521,8 @@ void uvm_pool_fini(uvm_pool *p) {
         free(r);
         r = nx;
     }
-    if (p->sync_event) p->prim->event_destroy(p->sync_event);
+    for (int d = 0; d < UVM_MAX_DEVICES; d++)
+        if (p->sync_event[d]) p->prim->event_destroy(p->sync_event[d]);
     memset(p, 0, sizeof *p);
 }
 
@@ -707,6 +721,10 @@ int uvm_pool_free(uvm_pool *p, void *ptr, size_t size, int device, void *stream,
     }
     int tag = owner;
     if (!own_stream) {
+        /* the stream is one of the block's device (a free names no other; the caller's
+         * device argument may be a default) */
+        (void)device;
+        device = b->device;
         int user = slot_of(p, stream, device);
         if (user > 0 && user != owner) {
             /* last used on another stream: a large block simply becomes that stream's
@@ -714,9 +732,7 @@ int uvm_pool_free(uvm_pool *p, void *ptr, size_t size, int device, void *stream,
              * stream first.  Rare: PyTorch frees on the allocation stream. */
             p->st.cross_stream_frees++;
             if (r->state == RUN_SLAB) {
-                if (p->prim->event_record(p->sync_event, stream) != UVM_OK ||
-                    p->prim->event_sync(p->sync_event) != UVM_OK)
-                    p->st.err_driver++;
+                if (wait_stream(p, stream, device) != UVM_OK) p->st.err_driver++;
             } else {
                 tag = user;
             }

@@ -6,8 +6,20 @@
  * cuMemDiscardBatchAsync is asked for when present (CUDA 13.0 drivers); without it a
  * discard returns UVM_EUNSUPPORTED, which the executor counts.
  *
+ * Contexts: every call that needs one runs with the primary context of its device
+ * current (what the CUDA runtime, and so PyTorch, CuPy and Numba, use), and puts back the
+ * caller's context when it had to change it: a thread whose current context belongs to
+ * another device (one process driving two GPUs) keeps it.  Events are ours, so each
+ * carries its device; a record or wait runs in that device's context, as "hEvent and
+ * hStream must be from the same context" (cuda.h, cuEventRecord) requires.
+ *
+ * Discards: cuda.h says of cuMemDiscardBatchAsync's hStream "Must not be legacy NULL
+ * stream"; a discard asked for on the NULL stream goes on a stream of ours, after the
+ * work queued on the NULL stream so far, and the NULL stream waits for it.
+ *
  * $UVM_SCHED_LIBCUDA names another library to load instead of libcuda.so.1 (the tests
- * point it at a fake driver that records every call). */
+ * point it at a fake driver that records every call and refuses what the real one
+ * documents as invalid: tests/native/PRECONDITIONS.md). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdio.h>
@@ -42,7 +54,6 @@ typedef struct {
 #define CU_DEVICE_CPU (-1)
 #define CU_STREAM_NON_BLOCKING 1
 #define CU_EVENT_DISABLE_TIMING 2
-#define UVM_MAX_DEVICES 64
 
 typedef CUresult (*pfn_getproc_v2)(const char *, void **, int, unsigned long long, int *);
 typedef CUresult (*pfn_getproc_v1)(const char *, void **, int, unsigned long long);
@@ -60,6 +71,7 @@ static struct {
     CUresult (*primary_release)(CUdevice);
     CUresult (*ctx_get)(CUcontext *);
     CUresult (*ctx_set)(CUcontext);
+    CUresult (*ctx_get_device)(CUdevice *);
     CUresult (*alloc_managed)(CUdeviceptr *, size_t, unsigned);
     CUresult (*mem_free)(CUdeviceptr);
     CUresult (*prefetch_v2)(CUdeviceptr, size_t, CUmemLocation, unsigned, CUstream);
@@ -77,8 +89,19 @@ static struct {
     CUresult (*event_sync)(CUevent);
     CUresult (*error_name)(CUresult, const char **);
     int n_devices;
+    int last_device; /* the device of the latest call, for calls that name none */
     CUcontext primary[UVM_MAX_DEVICES];
+    /* per device, made on the first discard asked for on the legacy NULL stream: a stream
+     * of ours and the two events that order it after and before the NULL stream */
+    CUstream discard_stream[UVM_MAX_DEVICES];
+    CUevent discard_before[UVM_MAX_DEVICES], discard_after[UVM_MAX_DEVICES];
 } D;
+
+/* Our events: the driver's handle and the device whose context made it. */
+typedef struct cu_event {
+    CUevent ev;
+    int device;
+} cu_event;
 
 static const char *err_name(CUresult r) {
     const char *s = NULL;
@@ -97,42 +120,76 @@ static int drv_fail(const char *call, CUresult r) {
         if (r_ != CUDA_SUCCESS) return drv_fail(call, r_);                                     \
     } while (0)
 
-/* The calling thread may have no context (a fresh thread); the primary context is what
- * the CUDA runtime (and so PyTorch, CuPy, Numba) uses, so we use it too. */
-static int ensure_ctx(int device) {
+/* The context a call ran in: what to put back when it is done (see the header). */
+typedef struct ctx_guard {
+    CUcontext prev;
+    int changed;
+} ctx_guard;
+
+/* Make a context of `device` current (device -1: any current context, else the primary
+ * of the last device used); *g says what ctx_leave puts back. */
+static int ctx_enter(int device, ctx_guard *g) {
     CUcontext cur = NULL;
-    if (D.ctx_get(&cur) == CUDA_SUCCESS && cur) return UVM_OK;
-    if (device < 0 || device >= D.n_devices || device >= UVM_MAX_DEVICES) {
+    g->prev = NULL;
+    g->changed = 0;
+    if (D.ctx_get(&cur) != CUDA_SUCCESS) cur = NULL;
+    if (cur && device < 0) return UVM_OK;
+    if (device < 0) device = D.last_device;
+    if (device >= D.n_devices || device >= UVM_MAX_DEVICES) {
         uvm_set_error("device %d does not exist (%d devices)", device, D.n_devices);
         return UVM_EINVAL;
     }
+    D.last_device = device;
+    CUdevice have;
+    if (cur && D.ctx_get_device(&have) == CUDA_SUCCESS && have == device) return UVM_OK;
     if (!D.primary[device]) {
         CUdevice dev;
         CHECK("cuDeviceGet", D.device_get(&dev, device));
         CHECK("cuDevicePrimaryCtxRetain", D.primary_retain(&D.primary[device], dev));
     }
     CHECK("cuCtxSetCurrent", D.ctx_set(D.primary[device]));
+    g->prev = cur;
+    g->changed = 1;
     return UVM_OK;
 }
 
-static int cu_alloc(int device, size_t bytes, void **out) {
-    int s = ensure_ctx(device);
-    if (s) return s;
+/* Put back the caller's context.  A thread that had none keeps the primary, as the CUDA
+ * runtime leaves it. */
+static void ctx_leave(const ctx_guard *g) {
+    if (g->changed && g->prev) D.ctx_set(g->prev);
+}
+
+/* `expr` (a uvm status) with `device`'s context current */
+#define IN_CTX(device, expr)                                                                   \
+    do {                                                                                       \
+        ctx_guard g_;                                                                          \
+        int s_ = ctx_enter((device), &g_);                                                     \
+        if (s_ == UVM_OK) s_ = (expr);                                                         \
+        ctx_leave(&g_);                                                                        \
+        return s_;                                                                             \
+    } while (0)
+
+static int st(const char *call, CUresult r) { return r == CUDA_SUCCESS ? UVM_OK : drv_fail(call, r); }
+
+static int alloc_in_ctx(size_t bytes, void **out) {
     CUdeviceptr p = 0;
     CHECK("cuMemAllocManaged", D.alloc_managed(&p, bytes, CU_MEM_ATTACH_GLOBAL));
     *out = (void *)(uintptr_t)p;
     return UVM_OK;
 }
 
-static int cu_free(void *p, size_t bytes) {
-    (void)bytes;
-    CHECK("cuMemFree", D.mem_free((CUdeviceptr)(uintptr_t)p));
-    return UVM_OK;
+static int cu_alloc(int device, size_t bytes, void **out) {
+    IN_CTX(device, alloc_in_ctx(bytes, out));
 }
 
-static int cu_prefetch(int device, void *p, size_t bytes, int to_host, void *stream) {
-    int s = ensure_ctx(device);
-    if (s) return s;
+/* cuMemFree needs a current context (CUDA_ERROR_INVALID_CONTEXT without one); managed
+ * memory is one address space, so any device's will do. */
+static int cu_free(void *p, size_t bytes) {
+    (void)bytes;
+    IN_CTX(-1, st("cuMemFree", D.mem_free((CUdeviceptr)(uintptr_t)p)));
+}
+
+static int prefetch_in_ctx(int device, void *p, size_t bytes, int to_host, void *stream) {
     CUdeviceptr d = (CUdeviceptr)(uintptr_t)p;
     if (D.prefetch_v2) {
         CUmemLocation loc = {to_host ? CU_MEM_LOCATION_TYPE_HOST : CU_MEM_LOCATION_TYPE_DEVICE,
@@ -145,9 +202,11 @@ static int cu_prefetch(int device, void *p, size_t bytes, int to_host, void *str
     return UVM_OK;
 }
 
-static int cu_advise(int device, void *p, size_t bytes, int advice) {
-    int s = ensure_ctx(device);
-    if (s) return s;
+static int cu_prefetch(int device, void *p, size_t bytes, int to_host, void *stream) {
+    IN_CTX(device, prefetch_in_ctx(device, p, bytes, to_host, stream));
+}
+
+static int advise_in_ctx(int device, void *p, size_t bytes, int advice) {
     CUdeviceptr d = (CUdeviceptr)(uintptr_t)p;
     int code;
     CUmemLocation loc = {CU_MEM_LOCATION_TYPE_DEVICE, device};
@@ -185,70 +244,121 @@ static int cu_advise(int device, void *p, size_t bytes, int advice) {
     return UVM_OK;
 }
 
+static int cu_advise(int device, void *p, size_t bytes, int advice) {
+    IN_CTX(device, advise_in_ctx(device, p, bytes, advice));
+}
+
+/* the context of `device` is current */
+static int discard_in_ctx(int device, void *p, size_t bytes, void *stream) {
+    CUdeviceptr d = (CUdeviceptr)(uintptr_t)p;
+    size_t n = bytes;
+    if (stream) return st("cuMemDiscardBatchAsync", D.discard_batch(&d, &n, 1, 0, stream));
+    if (!D.discard_stream[device]) {
+        CUstream q = NULL;
+        CUevent a = NULL, b = NULL;
+        CUresult r = D.stream_create(&q, CU_STREAM_NON_BLOCKING);
+        if (r == CUDA_SUCCESS) r = D.event_create(&a, CU_EVENT_DISABLE_TIMING);
+        if (r == CUDA_SUCCESS) r = D.event_create(&b, CU_EVENT_DISABLE_TIMING);
+        if (r != CUDA_SUCCESS) {
+            if (b) D.event_destroy(b);
+            if (a) D.event_destroy(a);
+            if (q) D.stream_destroy(q);
+            return drv_fail("cuStreamCreate/cuEventCreate (discard stream)", r);
+        }
+        D.discard_stream[device] = q;
+        D.discard_before[device] = a;
+        D.discard_after[device] = b;
+    }
+    CUstream q = D.discard_stream[device];
+    /* after the NULL stream's queued work, and before its next */
+    CHECK("cuEventRecord", D.event_record(D.discard_before[device], NULL));
+    CHECK("cuStreamWaitEvent", D.stream_wait_event(q, D.discard_before[device], 0));
+    CHECK("cuMemDiscardBatchAsync", D.discard_batch(&d, &n, 1, 0, q));
+    CHECK("cuEventRecord", D.event_record(D.discard_after[device], q));
+    CHECK("cuStreamWaitEvent", D.stream_wait_event(NULL, D.discard_after[device], 0));
+    return UVM_OK;
+}
+
 static int cu_discard(int device, void *p, size_t bytes, void *stream) {
     if (!D.discard_batch) {
         uvm_set_error("this driver (version %d) has no cuMemDiscardBatchAsync", D.version);
         return UVM_EUNSUPPORTED;
     }
-    int s = ensure_ctx(device);
-    if (s) return s;
-    CUdeviceptr d = (CUdeviceptr)(uintptr_t)p;
-    size_t n = bytes;
-    CHECK("cuMemDiscardBatchAsync", D.discard_batch(&d, &n, 1, 0, (CUstream)stream));
-    return UVM_OK;
+    IN_CTX(device, discard_in_ctx(device, p, bytes, stream));
 }
 
 static int cu_stream_create(int device, void **out) {
-    int s = ensure_ctx(device);
-    if (s) return s;
     /* non-blocking: the side streams must not serialise with the legacy default stream,
      * which is where a program that never made a stream runs its kernels. */
-    CHECK("cuStreamCreate", D.stream_create((CUstream *)out, CU_STREAM_NON_BLOCKING));
+    IN_CTX(device, st("cuStreamCreate", D.stream_create((CUstream *)out, CU_STREAM_NON_BLOCKING)));
+}
+
+static int cu_stream_destroy(void *stream) {
+    CHECK("cuStreamDestroy", D.stream_destroy((CUstream)stream));
     return UVM_OK;
 }
 
-static int cu_stream_destroy(void *st) {
-    CHECK("cuStreamDestroy", D.stream_destroy((CUstream)st));
+static int event_create_in_ctx(int device, void **out) {
+    cu_event *e = calloc(1, sizeof *e);
+    if (!e) {
+        uvm_set_error("out of host memory for an event");
+        return UVM_ENOMEM;
+    }
+    CUresult r = D.event_create(&e->ev, CU_EVENT_DISABLE_TIMING);
+    if (r != CUDA_SUCCESS) {
+        free(e);
+        return drv_fail("cuEventCreate", r);
+    }
+    e->device = device;
+    *out = e;
     return UVM_OK;
 }
 
 static int cu_event_create(int device, void **out) {
-    int s = ensure_ctx(device);
-    if (s) return s;
-    CHECK("cuEventCreate", D.event_create((CUevent *)out, CU_EVENT_DISABLE_TIMING));
-    return UVM_OK;
+    IN_CTX(device, event_create_in_ctx(device, out));
 }
 
 static int cu_event_destroy(void *ev) {
-    CHECK("cuEventDestroy", D.event_destroy((CUevent)ev));
-    return UVM_OK;
+    cu_event *e = ev;
+    CUresult r = D.event_destroy(e->ev);
+    free(e);
+    return st("cuEventDestroy", r);
 }
 
+/* A record on the NULL stream means the current context's: the event's. */
 static int cu_event_record(void *ev, void *stream) {
-    CHECK("cuEventRecord", D.event_record((CUevent)ev, (CUstream)stream));
-    return UVM_OK;
+    cu_event *e = ev;
+    IN_CTX(e->device, st("cuEventRecord", D.event_record(e->ev, (CUstream)stream)));
 }
 
 static int cu_stream_wait(void *stream, void *ev) {
-    CHECK("cuStreamWaitEvent", D.stream_wait_event((CUstream)stream, (CUevent)ev, 0));
-    return UVM_OK;
+    cu_event *e = ev;
+    IN_CTX(e->device,
+           st("cuStreamWaitEvent", D.stream_wait_event((CUstream)stream, e->ev, 0)));
 }
 
 static int cu_event_query(void *ev) {
-    CUresult r = D.event_query((CUevent)ev);
+    CUresult r = D.event_query(((cu_event *)ev)->ev);
     if (r == CUDA_SUCCESS) return UVM_OK;
     if (r == CUDA_ERROR_NOT_READY) return 1;
     return drv_fail("cuEventQuery", r);
 }
 
 static int cu_event_sync(void *ev) {
-    CHECK("cuEventSynchronize", D.event_sync((CUevent)ev));
+    CHECK("cuEventSynchronize", D.event_sync(((cu_event *)ev)->ev));
     return UVM_OK;
 }
 
 static void cu_shutdown(void) {
     /* The driver stays loaded: PyTorch or another user may hold the same library, and
-     * unloading libcuda in a live process is never safe. */
+     * unloading libcuda in a live process is never safe.  Our discard streams go. */
+    for (int d = 0; d < UVM_MAX_DEVICES; d++) {
+        if (D.discard_stream[d]) D.stream_destroy(D.discard_stream[d]);
+        if (D.discard_before[d]) D.event_destroy(D.discard_before[d]);
+        if (D.discard_after[d]) D.event_destroy(D.discard_after[d]);
+        D.discard_stream[d] = NULL;
+        D.discard_before[d] = D.discard_after[d] = NULL;
+    }
 }
 
 static const uvm_prim uvm_prim_cuda = {
@@ -292,6 +402,7 @@ int uvm_prim_cuda_load(const uvm_prim **out, char *why, size_t why_len) {
         snprintf(why, why_len, "cannot load the CUDA driver %s: %s", path, dlerror());
         return UVM_ENOBACKEND;
     }
+    if (D.lib) cu_shutdown(); /* the previous start's discard streams */
     memset(&D, 0, sizeof D);
     D.lib = lib;
     D.getproc2 = (pfn_getproc_v2)dlsym(lib, "cuGetProcAddress_v2");
@@ -322,6 +433,7 @@ int uvm_prim_cuda_load(const uvm_prim **out, char *why, size_t why_len) {
         {"cuDevicePrimaryCtxRelease", 11000, (void **)&D.primary_release, 0},
         {"cuCtxGetCurrent", 4000, (void **)&D.ctx_get, 1},
         {"cuCtxSetCurrent", 4000, (void **)&D.ctx_set, 1},
+        {"cuCtxGetDevice", 2000, (void **)&D.ctx_get_device, 1},
         {"cuMemAllocManaged", 6000, (void **)&D.alloc_managed, 1},
         {"cuMemFree", 3020, (void **)&D.mem_free, 1},
         {"cuStreamCreate", 2000, (void **)&D.stream_create, 1},
