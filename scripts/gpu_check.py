@@ -15,11 +15,23 @@ libcuda.so.1`` when ``make -C tests/native`` has built it, else compiled into
 ``OUTDIR/fake_cuda/``, else the host backend: the step says which), and GPU steps report
 "skipped: no GPU" with the reason.
 
-Steps: build, library (loads the library and makes each direct driver call once: the
-backend and its reason are recorded), gpu-tests, calibrate, e2e (the training runs),
-predict. ``--only library,predict`` runs those alone; ``--deadline`` (seconds, default
-480) bounds the whole kit: a step's time limit is cut to what is left, and a step that
-would get under 10 s is recorded as skipped, so the kit ends inside one device call.
+Steps, in the order they run: the ones that prove the product come first, so a lease cut
+short still brings them back: build, library (loads the library and makes each direct
+driver call once: the backend and its reason are recorded), e2e (first GPT with PyTorch's
+allocator, then GPT under the Scheduler, at half its memory with ``--oversubscribe``),
+predict (the simulator's prediction beside those runs); then gpu-tests, calibrate, the
+rest of the e2e matrix and a final predict over every run.  ``LIMITS`` holds each step's
+time limit (the proving steps fit the default deadline together).  ``--only
+library,predict`` runs those alone; ``--deadline`` (seconds, default 480) bounds the whole
+kit: a step's time limit is cut to what is left, and a step that would get under 10 s is
+recorded as skipped, so the kit ends inside one device call.
+
+A step never crashes the kit: it passes (``ok``), fails with the reason, times out, or is
+skipped with the reason — no GPU, or the packages it needs that this Python lacks (a GPU
+image may have only torch, numpy and this project installed with ``--no-deps``; a step
+that stops on a missing module is recorded the same way).  Each step runs in a process
+group of its own, killed whole at its limit (pytest's or a training run's children
+included), and reports through a JSON file, never by parsing its output.
 
 Oversubscription (asking for more managed memory than the device has free) is off unless
 ``--oversubscribe`` is given: some shared GPU machines forbid it because a driver that
@@ -31,9 +43,12 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import importlib.util
 import json
 import os
 import platform
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -51,10 +66,37 @@ E2E_MODES = ("default", "uvm", "uvm-oblivious", "uvm-sampled")
 
 STEPS = ("build", "library", "gpu-tests", "calibrate", "e2e", "predict")
 
+# Time limit of each step (seconds), before the deadline cuts it.  The proving steps
+# (build, library, the first two e2e runs, predict) add up to 360 s, inside the default
+# 480 s deadline; test_gpu_kit checks that sum.
+LIMITS = {"build": 120, "library": 30, "e2e": 60, "e2e-budget": 90, "predict": 60,
+          "gpu-tests": 90, "calibrate": 120}
+PROVING = ("build", "library", "e2e", "e2e-budget", "predict")
+
+# The packages each step imports (beyond the standard library and numpy); a step whose
+# packages are missing is skipped and says which.
+NEEDS = {"build": ("pip", "setuptools"), "library": (), "gpu-tests": ("pytest", "torch"),
+         "calibrate": ("numba",), "e2e": ("torch",), "predict": ("torch", "pandas")}
+
+# The gpu-marked tests live in these modules; collecting only them keeps a module that
+# needs hypothesis or pandas from stopping the collection (and the rest run even so:
+# --continue-on-collection-errors).
+GPU_TEST_FILES = ("tests/test_gpu_e2e.py", "tests/test_gpu_kernels.py",
+                  "tests/test_gpu_measure.py", "tests/test_native_conformance.py",
+                  "tests/test_integrations.py")
+
+# Does numba's CUDA target find libNVVM (calibration compiles its kernels with it)?  torch's
+# cu130 wheels bring no libNVVM: numba-cuda needs the cuda-nvcc / nvidia-cuda-nvcc wheels.
+NVVM_PROBE = r"""
+from numba.cuda.cudadrv import nvvm
+nvvm.NVVM()
+"""
+
 # What the library step runs in a fresh process: allocate, make each direct driver call
-# once (the calibration's own calls), free, and report the backend and its counters.
+# once (the calibration's own calls), free, and report the backend and its counters in
+# the JSON file named by argv[1].
 LIBRARY_PROBE = r"""
-import json, uvm_sched
+import json, sys, uvm_sched
 from uvm_sched import native
 n = 4 << 20
 p = uvm_sched.malloc(n)
@@ -70,27 +112,57 @@ except native.UnsupportedError as e:
 native.synchronize()
 uvm_sched.free(p)
 released = native.release_cached()
-print(json.dumps({"backend": native.backend(), "backend_reason": native.backend_reason(),
-                  "library": native.library_path(), "discard": discard,
-                  "released_bytes": released, "stats": uvm_sched.stats()}, default=str))
+doc = {"backend": native.backend(), "backend_reason": native.backend_reason(),
+       "library": native.library_path(), "discard": discard,
+       "released_bytes": released, "stats": uvm_sched.stats()}
+open(sys.argv[1], "w").write(json.dumps(doc, default=str))
 """
 
 
+def missing(packages) -> list[str]:
+    """The ones of ``packages`` (import names) this Python cannot import."""
+    out = []
+    for p in packages:
+        try:
+            if importlib.util.find_spec(p) is None:
+                out.append(p)
+        except (ImportError, ValueError):
+            out.append(p)
+    return out
+
+
+_NO_MODULE = re.compile(r"ModuleNotFoundError: No module named '([^'.]+)")
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass  # already gone
+
+
 def _run(cmd: list[str], timeout: float, env: dict | None = None) -> tuple[int, str, float]:
-    """Run ``cmd`` with a hard time limit; return (returncode, output tail, seconds).
-    returncode 124 means the limit was hit, 127 that the program could not be started."""
+    """Run ``cmd`` with a hard time limit in a process group of its own; return
+    (returncode, output tail, seconds).  returncode 124 means the limit was hit, 127 that
+    the program could not be started.  At the limit, and after the command ends, the whole
+    group is killed: a child it left behind (pytest's workers, a training run's data
+    loaders) must not hold the GPU while the next step runs."""
     t0 = time.monotonic()
     try:
-        r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True,
-                           timeout=timeout)
-        out = (r.stdout + r.stderr)[-6000:]
-        return r.returncode, out, time.monotonic() - t0
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, errors="replace",
+                                start_new_session=True)
     except OSError as e:  # the program itself is missing or not executable
         return 127, f"cannot run {cmd[0]}: {e}", time.monotonic() - t0
-    except subprocess.TimeoutExpired as e:
-        out = ((e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes)
-               else (e.stdout or "")) + " [killed at the time limit]"
-        return 124, out[-6000:], time.monotonic() - t0
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+        rc = proc.returncode
+    except subprocess.TimeoutExpired:
+        _kill_group(proc.pid)
+        out, _ = proc.communicate()
+        out, rc = (out or "") + " [killed at the time limit]", 124
+    _kill_group(proc.pid)
+    return rc, (out or "")[-6000:], time.monotonic() - t0
 
 
 class Kit:
@@ -107,6 +179,7 @@ class Kit:
         self.t0 = time.monotonic()
         self.deadline_s = deadline_s
         self.only = only  # None = every step
+        out.mkdir(parents=True, exist_ok=True)
 
     def wanted(self, step: str) -> bool:
         """Whether ``step`` (one of STEPS) runs in this invocation (``--only``)."""
@@ -131,10 +204,25 @@ class Kit:
         print(f"[{status:>7}] {name} ({seconds:.1f} s) {reason}", flush=True)
         return step
 
-    def skip_without_gpu(self, name: str) -> bool:
+    def skip_without_gpu(self, name: str, step: str | None = None) -> bool:
+        """Record ``name`` as skipped when there is no GPU (the packages its step kind
+        needs that are missing are named too, so a dry run shows what a GPU run would
+        lack)."""
         if self.gpu_reason is None:
             return False
-        self.record(name, "skipped", reason=f"skipped: no GPU ({self.gpu_reason})")
+        lack = missing(NEEDS.get(step or name, ()))
+        self.record(name, "skipped", reason=f"skipped: no GPU ({self.gpu_reason})"
+                    + (f"; would also need missing package(s): {', '.join(lack)}" if lack else ""))
+        return True
+
+    def skip_without_packages(self, name: str, step: str | None = None,
+                              extra: tuple[str, ...] = ()) -> bool:
+        """Record ``name`` as skipped when a package its step kind needs is missing."""
+        lack = missing(NEEDS.get(step or name, ()) + extra)
+        if not lack:
+            return False
+        self.record(name, "skipped", reason=f"skipped: missing package(s) {', '.join(lack)} "
+                                             f"(pip install {' '.join(lack)})")
         return True
 
     def command_step(self, name: str, cmd: list[str], timeout: float, env=None,
@@ -155,9 +243,22 @@ class Kit:
         if rc == 124:
             return self.record(name, "timeout", secs, f"killed after {timeout:.0f} s", data, log)
         if rc != 0:
+            gone = _NO_MODULE.findall(log)
+            if gone:
+                return self.record(name, "skipped", secs,
+                                   f"skipped: missing package {gone[-1]} (exit {rc}; "
+                                   f"pip install {gone[-1]})", data, log)
             last = log.strip().splitlines()[-1] if log.strip() else ""
             return self.record(name, "failed", secs, f"exit {rc}: {last}", data, log)
         return self.record(name, "ok", secs, "", data, log)
+
+    def guarded(self, name: str, fn, *args) -> None:
+        """Run one step function; an error of the kit itself is that step's failure,
+        never the end of the kit."""
+        try:
+            fn(*args)
+        except Exception as e:  # noqa: BLE001 - recorded with its type and text
+            self.record(name, "failed", reason=f"kit error: {type(e).__name__}: {e}")
 
     def write(self) -> None:
         self.out.mkdir(parents=True, exist_ok=True)
@@ -208,11 +309,11 @@ def summary_markdown(doc: dict) -> str:
         lines += ["", "## Calibration", "", "| field | value |", "|---|---|"]
         for k, v in cal[0]["data"].get("fields", {}).items():
             lines.append(f"| {k} | {v:.4g} |")
-    pred = [s for s in doc["steps"] if s["name"] == "predict" and s["data"]]
+    pred = [s for s in doc["steps"] if s["name"] in ("predict", "predict:all") and s["data"]]
     if pred:
         lines += ["", "## Simulator prediction beside measurement", "",
                   "| run | predicted ms | measured ms | ratio |", "|---|---|---|---|"]
-        for row in pred[0]["data"].get("rows", []):
+        for row in pred[-1]["data"].get("rows", []):
             m, p = row.get("measured_ms"), row["predicted_ms"]
             measured = "" if m is None else f"{m:.2f}"
             ratio = "" if m is None else f"{p / m:.2f}"
@@ -268,16 +369,22 @@ def library_step(kit: Kit, env: dict, fake_arg: Path | None) -> None:
         else:
             lib_env.update(UVM_SCHED_BACKEND="host")
             lib_env.pop("UVM_SCHED_LIBCUDA", None)
-    limit = kit.time_left("library", 60)
+    limit = kit.time_left("library", LIMITS["library"])
     if limit is None:
         return
-    rc, log, secs = _run([sys.executable, "-c", LIBRARY_PROBE], limit, lib_env)
-    if rc != 0:
+    res = kit.out / "library.json"
+    res.unlink(missing_ok=True)
+    rc, log, secs = _run([sys.executable, "-c", LIBRARY_PROBE, str(res)], limit, lib_env)
+    try:
+        data = json.loads(res.read_text()) if rc == 0 else None
+    except (OSError, json.JSONDecodeError) as e:
+        rc, log = 1, log + f"\nno result from the probe: {e}"
+        data = None
+    if data is None:
         last = log.strip().splitlines()[-1] if log.strip() else ""
         kit.record("library", "timeout" if rc == 124 else "failed", secs,
                    f"exit {rc}: {last}" + (f" ({how})" if how else ""), None, log)
         return
-    data = json.loads(log.strip().splitlines()[-1])
     reason = f"backend {data['backend']}: {data['backend_reason']}"
     if kit.dry_run and how:
         reason += f" [{how}]"
@@ -313,72 +420,102 @@ def main(argv=None) -> int:
     kit = Kit(args.out, args.dry_run, gpu_reason(args.dry_run), args.deadline, only)
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
                PYTHONUNBUFFERED="1")
-
-    # 1. build the native library in place (that machine reaches no package registry).
-    if not kit.wanted("build"):
-        pass
-    elif args.dry_run:
-        kit.record("build", "skipped", reason="dry run: the library is already built")
-    else:
-        kit.command_step("build", [sys.executable, "-m", "pip", "install", "-q",
-                                   "--no-build-isolation", "--no-deps", "-e", "."], 240, env)
-
-    # 2. the library loads and drives the driver (real, or in a dry run the fake one).
-    if kit.wanted("library"):
-        library_step(kit, env, args.fake_libcuda)
-
-    # 3. the gpu-marked tests.
-    if kit.wanted("gpu-tests") and not kit.skip_without_gpu("gpu-tests"):
-        kit.command_step("gpu-tests", [sys.executable, "-m", "pytest", "-q", "-m", "gpu",
-                                       "-p", "no:cacheprovider"], 200, env)
-
-    # 4. calibration microbenchmarks -> calibration.json.
     cal_path = args.out / "calibration.json"
-    if kit.wanted("calibrate") and not kit.skip_without_gpu("calibrate"):
-        kit.command_step("calibrate", [sys.executable, "-m", "kernels.measure", str(cal_path)]
-                         + (["--oversubscribe"] if args.oversubscribe else []), 150, env,
-                         json_out=cal_path)
-
-    # 5. end-to-end training runs, each in a fresh process (PyTorch allows one allocator swap
-    #    per process, before CUDA is first used).
     steps = 8 if args.quick else 30
-    for model in E2E_MODELS if kit.wanted("e2e") else ():
-        default_losses = None
-        for mode in E2E_MODES:
-            name = f"e2e:{model}:{mode}"
-            if kit.skip_without_gpu(name):
-                continue
-            res = args.out / f"e2e_{model}_{mode}.json"
-            cmd = [sys.executable, "scripts/gpu_e2e.py", "--model", model, "--mode", mode,
-                   "--steps", str(steps), "--out", str(res)]
-            step = kit.command_step(name, cmd, 120, env, json_out=res)
-            data = step["data"] or {}
-            if mode == "default":
-                default_losses = data.get("losses")
-            elif default_losses is not None and "losses" in data:
-                data["loss_matches_default"] = data["losses"] == default_losses
-                data["loss_max_abs_diff"] = max(
-                    (abs(a - b) for a, b in zip(data["losses"], default_losses)), default=0.0)
-                kit.write()
+    e2e_done: dict[str, list | None] = {}  # model -> the default run's losses
+
+    def build() -> None:
+        # the library, built in place (that machine reaches no package registry)
+        if args.dry_run:
+            kit.record("build", "skipped", reason="dry run: the library is already built")
+        elif not kit.skip_without_packages("build"):
+            kit.command_step("build", [sys.executable, "-m", "pip", "install", "-q",
+                                       "--no-build-isolation", "--no-deps", "-e", "."],
+                             LIMITS["build"], env)
+
+    def e2e(model: str, mode: str, budget: bool = False) -> None:
+        name = f"e2e:{model}:{mode}" + (":budget50" if budget else "")
+        if kit.skip_without_gpu(name, "e2e") or kit.skip_without_packages(name, "e2e"):
+            return
+        res = args.out / f"e2e_{model}_{mode}{'_budget50' if budget else ''}.json"
+        cmd = [sys.executable, "scripts/gpu_e2e.py", "--model", model, "--mode", mode,
+               "--steps", str(steps), "--out", str(res)] + (["--budget", "50%"] if budget else [])
+        step = kit.command_step(name, cmd, LIMITS["e2e-budget" if budget else "e2e"], env,
+                                json_out=res)
+        data = step["data"] or {}
+        if mode == "default":
+            e2e_done[model] = data.get("losses")
+        elif e2e_done.get(model) is not None and "losses" in data and not budget:
+            data["loss_matches_default"] = data["losses"] == e2e_done[model]
+            data["loss_max_abs_diff"] = max(
+                (abs(a - b) for a, b in zip(data["losses"], e2e_done[model])), default=0.0)
+            kit.write()
+
+    def budgeted(model: str, mode: str) -> None:
         if args.oversubscribe and kit.gpu_reason is None:
-            for mode in ("uvm", "uvm-oblivious"):
-                name = f"e2e:{model}:{mode}:budget50"
-                res = args.out / f"e2e_{model}_{mode}_budget50.json"
-                kit.command_step(name, [sys.executable, "scripts/gpu_e2e.py", "--model", model,
-                                        "--mode", mode, "--steps", str(steps), "--budget", "50%",
-                                        "--out", str(res)], 150, env, json_out=res)
+            e2e(model, mode, budget=True)
         elif kit.gpu_reason is None:
-            kit.record(f"e2e:{model}:budget50", "skipped",
+            kit.record(f"e2e:{model}:{mode}:budget50", "skipped",
                        reason="oversubscription not allowed (pass --oversubscribe)")
 
-    # 6. the simulator's prediction for the same runs (runs on CPU too).
-    if kit.wanted("predict"):
+    def predict(name: str) -> None:
+        # the simulator's prediction for the runs so far (runs on CPU too)
+        if kit.skip_without_packages(name, "predict"):
+            return
         pred = args.out / "prediction.json"
         cmd = [sys.executable, "scripts/gpu_e2e.py", "--predict", "--out", str(pred),
                "--results", str(args.out)]
         if cal_path.exists():
             cmd += ["--calibration", str(cal_path)]
-        kit.command_step("predict", cmd, 180, env, json_out=pred)
+        kit.command_step(name, cmd, LIMITS["predict"], env, json_out=pred)
+
+    def gpu_tests() -> None:
+        if kit.skip_without_gpu("gpu-tests") or kit.skip_without_packages("gpu-tests"):
+            return
+        files = [f for f in GPU_TEST_FILES if (REPO / f).exists()]
+        kit.command_step("gpu-tests", [sys.executable, "-m", "pytest", "-q", "-m", "gpu",
+                                       "-p", "no:cacheprovider",
+                                       "--continue-on-collection-errors", *files],
+                         LIMITS["gpu-tests"], env)
+
+    def calibrate() -> None:
+        if kit.skip_without_gpu("calibrate") or kit.skip_without_packages("calibrate"):
+            return
+        rc, log, secs = _run([sys.executable, "-c", NVVM_PROBE], 60, env)
+        if rc != 0:
+            last = log.strip().splitlines()[-1] if log.strip() else f"exit {rc}"
+            kit.record("calibrate", "skipped", secs,
+                       f"skipped: numba finds no libNVVM to compile the kernels ({last}); "
+                       "pip install the CUDA toolkit's nvcc wheel for this CUDA "
+                       "(nvidia-cuda-nvcc / cuda-toolkit[nvcc]), torch's wheels bring none",
+                       log=log)
+            return
+        kit.command_step("calibrate", [sys.executable, "-m", "kernels.measure", str(cal_path)]
+                         + (["--oversubscribe"] if args.oversubscribe else []),
+                         LIMITS["calibrate"], env, json_out=cal_path)
+
+    first = E2E_MODELS[0]
+    plan = []  # (name, wanted step, function, args): proving steps first
+    plan += [("build", "build", build, ()), ("library", "library", library_step,
+                                             (kit, env, args.fake_libcuda))]
+    plan += [(f"e2e:{first}:default", "e2e", e2e, (first, "default")),
+             (f"e2e:{first}:uvm-oblivious:budget50", "e2e", budgeted, (first, "uvm-oblivious")),
+             ("predict", "predict", predict, ("predict",))]
+    plan += [("gpu-tests", "gpu-tests", gpu_tests, ()), ("calibrate", "calibrate", calibrate, ())]
+    for model in E2E_MODELS:
+        for mode in E2E_MODES:
+            if (model, mode) != (first, "default"):
+                plan.append((f"e2e:{model}:{mode}", "e2e", e2e, (model, mode)))
+        for mode in ("uvm", "uvm-oblivious"):
+            if (model, mode) != (first, "uvm-oblivious"):
+                plan.append((f"e2e:{model}:{mode}:budget50", "e2e", budgeted, (model, mode)))
+    for name, step, fn, fargs in plan:
+        if kit.wanted(step):
+            kit.guarded(name, fn, *fargs)
+    # the prediction again, beside every run the kit made after the first one
+    ran = {s["name"] for s in kit.steps if s["name"].startswith("e2e:") and s["status"] == "ok"}
+    if kit.wanted("predict") and len(ran) > 2:
+        kit.guarded("predict:all", predict, "predict:all")
     kit.write()
     print(f"wrote {args.out / 'results.json'} and {args.out / 'summary.md'}")
     return 0

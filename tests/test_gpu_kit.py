@@ -1,8 +1,12 @@
 """The GPU validation kit's logic runs on CPU in dry mode: every GPU step says
 "skipped: no GPU" with its reason, CPU steps run, results.json and summary.md are written."""
 import json
+import os
+import re
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -122,3 +126,128 @@ def test_only_and_deadline(tmp_path):
     assert all(s["status"] == "skipped" and "kit deadline" in s["reason"] for s in steps.values())
     r = _kit(tmp_path, "--only", "librar")
     assert r.returncode == 2 and "unknown step(s) librar" in r.stderr
+
+
+# ---- a GPU image is not this machine: what the kit must survive ---------------------------
+
+def _gpu_check():
+    sys.path.insert(0, str(REPO / "scripts"))
+    import gpu_check
+
+    return gpu_check
+
+
+@pytest.fixture
+def pretend_gpu(monkeypatch, tmp_path):
+    """The kit with a GPU 'present' and every command recorded and answered by ``answer``
+    (cmd -> (returncode, output)); nothing is run."""
+    gpu_check = _gpu_check()
+    ran = []
+    answer = {"fn": lambda cmd: (0, "")}
+
+    def fake_run(cmd, timeout, env=None):
+        ran.append((cmd, timeout))
+        rc, out = answer["fn"](cmd)
+        return rc, out, 0.01
+
+    monkeypatch.setattr(gpu_check, "gpu_reason", lambda dry_run: None)
+    monkeypatch.setattr(gpu_check, "_run", fake_run)
+    return gpu_check, ran, answer, tmp_path
+
+
+def test_the_proving_steps_run_first_and_fit_the_deadline(pretend_gpu):
+    gpu_check, ran, _, out = pretend_gpu
+    assert sum(gpu_check.LIMITS[s] for s in gpu_check.PROVING) <= 480
+    assert gpu_check.main([str(out), "--oversubscribe"]) == 0
+    names = list(_steps(out))
+    assert names[:5] == ["build", "library", "e2e:gpt:default",
+                         "e2e:gpt:uvm-oblivious:budget50", "predict"]
+    assert names.index("gpu-tests") > 4 and names.index("calibrate") > 4
+    assert names[-1] == "predict:all"
+    budget_cmd = next(c for c, _ in ran if "--budget" in c)
+    assert budget_cmd[budget_cmd.index("--mode") + 1] == "uvm-oblivious"
+
+
+def test_gpu_tests_collect_only_the_gpu_modules_and_survive_collection_errors(pretend_gpu):
+    gpu_check, ran, _, out = pretend_gpu
+    gpu_check.main([str(out), "--only", "gpu-tests"])
+    (cmd, _), = ran
+    assert "--continue-on-collection-errors" in cmd and cmd[cmd.index("-m", 3) + 1] == "gpu"
+    listed = {c for c in cmd if c.startswith("tests/")}
+    gpu_mark = re.compile(r"^@pytest\.mark\.gpu|marks=pytest\.mark\.gpu", re.M)
+    marked = {f"tests/{p.name}" for p in (REPO / "tests").glob("test_*.py")
+              if gpu_mark.search(p.read_text())}
+    assert len(marked) >= 4
+    assert marked <= listed and listed <= set(gpu_check.GPU_TEST_FILES)
+
+
+def test_a_step_whose_package_is_missing_is_skipped_naming_it(pretend_gpu, monkeypatch):
+    gpu_check, ran, answer, out = pretend_gpu
+    real = gpu_check.missing
+    monkeypatch.setattr(gpu_check, "missing",
+                        lambda pkgs: [p for p in pkgs if p in ("pytest", "numba")] + real(pkgs))
+    answer["fn"] = lambda cmd: ((1, "Traceback...\nModuleNotFoundError: No module named "
+                                    "'pandas'\n") if "--predict" in cmd else (0, ""))
+    gpu_check.main([str(out), "--only", "gpu-tests,calibrate,predict"])
+    steps = _steps(out)
+    assert steps["gpu-tests"]["status"] == "skipped"
+    assert "missing package(s) pytest" in steps["gpu-tests"]["reason"]
+    assert "missing package(s) numba" in steps["calibrate"]["reason"]
+    assert steps["predict"]["status"] == "skipped"
+    assert "missing package pandas" in steps["predict"]["reason"]
+    assert not any("pytest" in c for c, _ in ran)
+
+
+def test_calibration_without_libnvvm_is_skipped_with_the_reason(pretend_gpu, monkeypatch):
+    gpu_check, ran, answer, out = pretend_gpu
+    monkeypatch.setattr(gpu_check, "missing", lambda pkgs: [])
+    answer["fn"] = lambda cmd: ((1, "NvvmSupportError: libNVVM cannot be found.")
+                                if gpu_check.NVVM_PROBE in cmd else (0, ""))
+    gpu_check.main([str(out), "--only", "calibrate"])
+    cal = _steps(out)["calibrate"]
+    assert cal["status"] == "skipped" and "libNVVM" in cal["reason"]
+    assert not any("kernels.measure" in c for c, _ in ran)
+
+
+def test_a_timed_out_step_is_killed_with_its_children(tmp_path):
+    gpu_check = _gpu_check()
+    pid_file = tmp_path / "child.pid"
+    code = ("import subprocess, sys, time; "
+            "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+            f"open({str(pid_file)!r}, 'w').write(str(c.pid)); time.sleep(60)")
+    rc, out, secs = gpu_check._run([sys.executable, "-c", code], 3)
+    assert rc == 124 and "killed at the time limit" in out
+    pid = int(pid_file.read_text())
+    status = Path(f"/proc/{pid}/status")
+    for _ in range(100):  # SIGKILL is delivered asynchronously
+        if not status.exists() or "State:\tZ" in status.read_text():
+            break  # gone (or a zombie waiting for init)
+        time.sleep(0.05)
+    else:
+        raise AssertionError(f"the step's child {pid} outlived it: {status.read_text()[:80]}")
+
+
+def test_the_library_step_ignores_what_the_probe_prints(tmp_path, monkeypatch):
+    gpu_check = _gpu_check()
+    monkeypatch.setattr(gpu_check, "LIBRARY_PROBE", gpu_check.LIBRARY_PROBE
+                        + "\nprint('a warning on stderr', file=sys.stderr)\n")
+    kit = gpu_check.Kit(tmp_path, True, "dry run requested")
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    gpu_check.library_step(kit, env, tmp_path / "no-fake.so")
+    lib = _steps(tmp_path)["library"]
+    assert lib["status"] == "ok", lib
+    assert lib["data"]["backend"] == "host"
+
+
+def test_a_kit_error_in_one_step_is_recorded_and_the_kit_goes_on(pretend_gpu, monkeypatch):
+    gpu_check, _, _, out = pretend_gpu
+
+    def boom(*a):
+        raise RuntimeError("the disk is full")
+
+    monkeypatch.setattr(gpu_check, "library_step", boom)
+    assert gpu_check.main([str(out), "--only", "library,predict"]) == 0
+    steps = _steps(out)
+    assert steps["library"]["status"] == "failed"
+    assert steps["library"]["reason"] == "kit error: RuntimeError: the disk is full"
+    assert "predict" in steps
