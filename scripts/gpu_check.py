@@ -86,7 +86,7 @@ GPU_TEST_FILES = ("tests/test_gpu_e2e.py", "tests/test_gpu_kernels.py",
                   "tests/test_integrations.py")
 
 # Does numba's CUDA target find libNVVM (calibration compiles its kernels with it)?  torch's
-# cu130 wheels bring no libNVVM: numba-cuda needs the cuda-nvcc / nvidia-cuda-nvcc wheels.
+# cu130 wheels bring no libNVVM: numba-cuda's [cu13] extra does (cuda-toolkit[nvvm]).
 NVVM_PROBE = r"""
 from numba.cuda.cudadrv import nvvm
 nvvm.NVVM()
@@ -486,8 +486,8 @@ def main(argv=None) -> int:
             last = log.strip().splitlines()[-1] if log.strip() else f"exit {rc}"
             kit.record("calibrate", "skipped", secs,
                        f"skipped: numba finds no libNVVM to compile the kernels ({last}); "
-                       "pip install the CUDA toolkit's nvcc wheel for this CUDA "
-                       "(nvidia-cuda-nvcc / cuda-toolkit[nvcc]), torch's wheels bring none",
+                       "pip install 'numba-cuda[cu13]' (it brings cuda-toolkit[nvvm]; "
+                       "torch's cu130 wheels bring no libNVVM)",
                        log=log)
             return
         kit.command_step("calibrate", [sys.executable, "-m", "kernels.measure", str(cal_path)]

@@ -129,3 +129,28 @@ def test_pytorch_abi_logs_instead_of_raising():
     assert r.stdout.split() == ["1", "1", "1"]
     assert "double free detected of block" in r.stderr
     assert "0x3039" in r.stderr and "malloc of 9223372036854775808 bytes failed" in r.stderr
+
+
+def test_the_library_built_for_this_python_is_loaded_not_a_stale_one(tmp_path, monkeypatch):
+    import importlib.machinery
+
+    here = tmp_path / "_native"
+    here.mkdir()
+    stale = here / "_uvm_sched.cpython-310-x86_64-linux-gnu.so"  # sorts first
+    ours = here / f"_uvm_sched{importlib.machinery.EXTENSION_SUFFIXES[0]}"
+    stale.write_bytes(b"")
+    monkeypatch.setattr(native, "__file__", str(tmp_path / "native.py"))
+    with pytest.raises(native.UvmSchedError, match="not built for this Python.*cpython-310"):
+        native.library_path()
+    ours.write_bytes(b"")
+    assert native.library_path() == str(ours)
+
+
+def test_gpu_extras_are_for_cuda_13():
+    import tomllib
+
+    extras = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())[
+        "project"]["optional-dependencies"]
+    assert extras["cupy"] == ["cupy-cuda13x"] and extras["cupy-cuda12"] == ["cupy-cuda12x"]
+    # numba-cuda 0.21 supports CUDA 13; its cu13 extra brings libNVVM (cuda-toolkit[nvvm])
+    assert extras["numba"] == ["numba-cuda[cu13]>=0.21"]

@@ -32,6 +32,8 @@ ordinal of the allocator event they follow (a mark: of the next one).
 from __future__ import annotations
 
 import ctypes
+import importlib.machinery
+import sys
 import threading
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -120,14 +122,18 @@ _STATS_NAMES: list[str] = []
 
 def library_path() -> str:
     """Absolute path of the native shared library (what PyTorch's pluggable allocator
-    loads)."""
+    loads): the build for this Python (its extension suffix, e.g.
+    ``.cpython-311-x86_64-linux-gnu.so``), never a stale one left by another."""
     here = Path(__file__).resolve().parent / "_native"
-    found = sorted(here.glob("_uvm_sched*.so"))
-    if not found:
-        raise UvmSchedError(
-            f"the native library is not built (no _uvm_sched*.so in {here}); install the "
-            "package with `pip install -e .` (needs a C compiler, not CUDA)")
-    return str(found[0])
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        if (here / f"_uvm_sched{suffix}").is_file():
+            return str(here / f"_uvm_sched{suffix}")
+    found = sorted(p.name for p in here.glob("_uvm_sched*.so"))
+    raise UvmSchedError(
+        f"the native library is not built for this Python ({sys.implementation.cache_tag}: "
+        f"no _uvm_sched{importlib.machinery.EXTENSION_SUFFIXES[0]} in {here}"
+        + (f"; found only {', '.join(found)}, built for another Python" if found else "")
+        + "); install the package with `pip install -e .` (needs a C compiler, not CUDA)")
 
 
 def _load() -> ctypes.CDLL:

@@ -29,7 +29,7 @@ def cupy_allocator():
         import cupy
     except ImportError as e:
         raise RuntimeError("uvm_sched.cupy_allocator() needs CuPy "
-                           "(pip install cupy-cuda12x or cupy-cuda13x)") from e
+                           "(pip install cupy-cuda13x for a CUDA 13 driver, cupy-cuda12x for 12.x)") from e
 
     def malloc(nbytes: int):
         device = cupy.cuda.Device().id
