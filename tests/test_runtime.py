@@ -305,3 +305,36 @@ def test_sampled_mode_can_measure_its_plan_against_the_oblivious_one(host):
         assert s.plan.meta["mode"] == ("oblivious" if s.tuning["oblivious"] < s.tuning["auto"]
                                        else "sampled")
     loop.close()
+
+
+def test_a_missing_planner_package_never_reaches_the_training_loop(host, monkeypatch):
+    # installed --no-deps (a GPU image), pandas may be absent: planning fails, the loop
+    # goes on unplanned and the Scheduler says what to install
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pandas", None)  # `import pandas` now fails
+    loop = Loop()
+    with Scheduler(budget="60%", warmup_iters=2, hook=False) as s:
+        _run(s, loop, batch=8, iters=5)
+        st = s.stats()
+        assert s.state == "recording" and st["learn_failures"] >= 1
+        assert "pandas" in st["last_error"] and "pip install pandas" in st["last_error"]
+    loop.close()
+
+
+def test_the_scheduler_runs_on_the_given_device_or_torchs_current_one(host, monkeypatch):
+    import sys
+    import types
+
+    fake_torch = types.SimpleNamespace(cuda=types.SimpleNamespace(
+        is_available=lambda: True, current_device=lambda: 1))
+    monkeypatch.setitem(sys.modules, "torch", fake_torch)
+    monkeypatch.setenv("RANK", "3")
+    s = Scheduler(hook=False).start()
+    assert (s.device, s.rank) == (1, 3)
+    s.close()
+    s = Scheduler(hook=False, device=2).start()
+    assert s.device == 2 and s.stats()["device"] == 2
+    s.close()
+    with pytest.raises(ValueError, match="device must be"):
+        Scheduler(device=-1)

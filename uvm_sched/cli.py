@@ -432,16 +432,27 @@ def cmd_record(args, out: _Out) -> int:
 
 
 def cmd_analyze(args, out: _Out) -> int:
-    trace = _load_trace(args.trace)
+    # one trace per rank (a multi-GPU run saves one per process): each reported on its own
+    traces = [_load_trace(path) for path in args.trace]
     analyze = _part("uvm_sched.pattern", "analyze", "pattern analysis")
-    with out.progress(description="analysing") as bar:
-        bar.step("learning the iteration pattern")
-        pattern = analyze(trace)
-    info = _trace_info(trace)
+    reports = []
+    with out.progress(total=len(traces), description="analysing") as bar:
+        for path, trace in zip(args.trace, traces):
+            bar.step(f"learning the iteration pattern of {path}")
+            reports.append((path, trace, analyze(trace)))
+            bar.advance()
     if out.json:
-        out.emit_json(_clean({"trace": info, "pattern": pattern.summary()}))
-    else:
-        out.stdout.print(_trace_line(info), markup=False)
+        docs = [{"trace": _trace_info(t), "pattern": p.summary()} for _, t, p in reports]
+        out.emit_json(_clean(docs[0] if len(docs) == 1 else
+                             {"ranks": [dict(d, path=path, rank=t.meta.get("rank"),
+                                             device=t.meta.get("device"))
+                                        for d, (path, t, _) in zip(docs, reports)]}))
+        return EXIT_OK
+    for path, trace, pattern in reports:
+        if len(reports) > 1:
+            out.stdout.print(f"== rank {trace.meta.get('rank', '?')}, device "
+                             f"{trace.meta.get('device', '?')}: {path}", markup=False)
+        out.stdout.print(_trace_line(_trace_info(trace)), markup=False)
         out.stdout.print(str(pattern), markup=False)
     return EXIT_OK
 
@@ -926,8 +937,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Parquet trace to write (default MODEL.parquet)")
 
     p = add("analyze", cmd_analyze, "characterise a trace: period, block classes, lifetimes",
-            "  uvm-sched analyze gpt2.parquet\n  uvm-sched analyze snapshot.pickle --json\n")
-    p.add_argument("trace", metavar="TRACE")
+            "  uvm-sched analyze gpt2.parquet\n  uvm-sched analyze snapshot.pickle --json\n"
+            "  uvm-sched analyze trace0.parquet trace1.parquet   (one per rank)\n")
+    p.add_argument("trace", metavar="TRACE", nargs="+",
+                   help="trace file(s); several: one per rank, reported per rank")
 
     p = add("plan", cmd_plan, "plan prefetches and evictions for a memory budget",
             "  uvm-sched plan gpt2.parquet --budget 50% -o plan.json\n"

@@ -19,6 +19,7 @@ unplanned and is reported in ``stats()["last_error"]``.
 """
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -63,13 +64,21 @@ class Scheduler:
     def __init__(self, budget: Any = "100%", hw: Any = "h200-pcie5", warmup_iters: int = 3,
                  mode: str = "oblivious", *, relearn_after: int = 2, hook: Any = "auto",
                  plan_opts: dict | None = None, min_period_events: int = 64,
-                 touch_device: str = "cuda", tune: Any = None, tune_iters: int = 2) -> None:
+                 touch_device: str = "cuda", tune: Any = None, tune_iters: int = 2,
+                 device: int | None = None) -> None:
         if warmup_iters < 1:
             raise ValueError(f"warmup_iters must be >= 1, got {warmup_iters}")
         if relearn_after < 1:
             raise ValueError(f"relearn_after must be >= 1, got {relearn_after}")
         if tune_iters < 1:
             raise ValueError(f"tune_iters must be >= 1, got {tune_iters}")
+        if device is not None and int(device) < 0:
+            raise ValueError(f"device must be a CUDA device ordinal >= 0, got {device}")
+        # the device whose memory the plan moves (None: torch's current device at start());
+        # one process per GPU (torchrun) runs one Scheduler per rank, each on its own device
+        self.device: int | None = None if device is None else int(device)
+        self.rank: int = 0
+        self._learnt_trace = None  # the trace the armed plan was made from
         self.tune = tuple(tune) if tune else ()
         if self.tune:
             from .planner import tuning_candidates
@@ -136,6 +145,9 @@ class Scheduler:
             if self.state != "idle":
                 return self
             self.state = "recording"
+            if self.device is None:
+                self.device = _current_device()
+            self.rank = _rank()
             self._install_hook()
             self._start_touches()
             self.poll()
@@ -266,9 +278,12 @@ class Scheduler:
                         f"the warm-up ({len(self._touches.clocks):,} touches recorded); are "
                         "the model's tensors there, allocated through uvm_sched.allocator()?")
             p = plan(trace, self.budget, self.hw, mode=self.mode, pattern=pat, **opts)
-        except (PatternError, PlanError, ValueError) as e:
+        except (PatternError, PlanError, ValueError, ImportError) as e:
+            # ImportError: a --no-deps install without pandas; the loop runs on, unplanned
             self._counters["learn_failures"] += 1
-            self.last_error = f"{type(e).__name__}: {e}"
+            self.last_error = f"{type(e).__name__}: {e}" + (
+                f" (planning needs it: pip install {e.name})"
+                if isinstance(e, ImportError) and e.name else "")
             if self._marks >= self.warmup_iters + 1:
                 self._restart_recording()  # try again on fresh iterations
             return
@@ -298,7 +313,10 @@ class Scheduler:
             start_now = True
         else:
             start_now = at_marker
-        native.arm_plan(p, addrs, start_now=start_now, phase=phase, phase_allocs=phase_allocs)
+        p.meta.update(device=self.device, rank=self.rank)
+        self._learnt_trace = trace
+        native.arm_plan(p, addrs, device=self.device, start_now=start_now, phase=phase,
+                        phase_allocs=phase_allocs)
         self.plan, self.pattern, self._addrs = p, pat, addrs
         self._start_tuning(trace, pat, opts)
         self.samples = opts.get("samples") if self.mode == "sampled" else None
@@ -370,7 +388,8 @@ class Scheduler:
             if p is self.plan:
                 return
         native.disarm()
-        native.arm_plan(p, self._addrs, start_now=True)  # at a marker: an iteration starts
+        p.meta.update(device=self.device, rank=self.rank)
+        native.arm_plan(p, self._addrs, device=self.device, start_now=True)  # at a marker
         self.plan = p
 
     def _watch(self, ev: np.ndarray) -> None:
@@ -408,6 +427,23 @@ class Scheduler:
         self._div_iters = self._iter_div = 0
 
     # -- reporting ----------------------------------------------------------------------
+    def trace(self):
+        """The allocator events as a ``Trace`` whose meta names this process's ``device``
+        and ``rank`` (save one per rank: ``sched.trace().save(f"trace{rank}.parquet")``):
+        while recording, those recorded so far; once a plan is armed, the ones it was
+        learnt from."""
+        from .trace._native import trace_from_events
+
+        with self._lock:
+            self.poll()
+            events = self._recorded()
+            if self.state == "recording" or self._learnt_trace is None:
+                trace = trace_from_events(events)
+            else:
+                trace = self._learnt_trace
+            trace.meta.update(source="uvm_sched.Scheduler", device=self.device, rank=self.rank)
+            return trace
+
     def stats(self) -> dict[str, Any]:
         """State, counters (plans, relearns, iterations armed, divergences seen, learn
         failures, planning time in s), the plan's prediction and the native counters."""
@@ -416,7 +452,8 @@ class Scheduler:
         with self._lock:
             self.poll()  # counters as of now
             out: dict[str, Any] = {"state": self.state, **self._counters,
-                                   "last_error": self.last_error}
+                                   "last_error": self.last_error, "device": self.device,
+                                   "rank": self.rank}
             if self.plan is not None:
                 out["plan_actions"] = len(self.plan)
                 out["budget_bytes"] = int(self.plan.meta["budget_bytes"])
@@ -435,3 +472,21 @@ class Scheduler:
     def __repr__(self) -> str:
         return (f"<Scheduler {self.state} mode={self.mode} budget={self.budget!r} "
                 f"plans={self._counters['plans']} relearns={self._counters['relearns']}>")
+
+
+def _current_device() -> int:
+    """torch's current CUDA device when torch is loaded and sees CUDA, else 0."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        return int(torch.cuda.current_device())
+    return 0
+
+
+def _rank() -> int:
+    """This process's rank: torch.distributed's when initialised, else $RANK (torchrun
+    sets it), else 0."""
+    torch = sys.modules.get("torch")
+    dist = getattr(torch, "distributed", None) if torch is not None else None
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return int(dist.get_rank())
+    return int(os.environ.get("RANK", "0") or 0)
