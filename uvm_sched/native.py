@@ -128,7 +128,7 @@ def library_path() -> str:
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
         if (here / f"_uvm_sched{suffix}").is_file():
             return str(here / f"_uvm_sched{suffix}")
-    found = sorted(p.name for p in here.glob("_uvm_sched*.so"))
+    found = sorted(p.name for p in here.glob("_uvm_sched.*.so"))
     raise UvmSchedError(
         f"the native library is not built for this Python ({sys.implementation.cache_tag}: "
         f"no _uvm_sched{importlib.machinery.EXTENSION_SUFFIXES[0]} in {here}"

@@ -56,6 +56,7 @@ typedef struct handle {
     int slot;        /* stream: its vector-clock slot */
     int recorded_on; /* event: stream id of the last record */
     unsigned *vc;    /* stream: its clock; event: the clock captured by the last record */
+    int capturing;   /* stream: inside a graph capture (fake_cuda_capture) */
 } handle;
 
 enum { OK = 0, INVALID_VALUE = 1, OUT_OF_MEMORY = 2, NOT_INITIALIZED = 3, NO_DEVICE = 100,
@@ -566,6 +567,14 @@ static CUresult f_event_sync(void *e) {
     LEAVE("cuEventSynchronize event=e%d -> %d", hid(e), r_);
 }
 
+static CUresult f_stream_is_capturing(void *s, int *status) {
+    ENTER("cuStreamIsCapturing");
+    if (!r_ && hid(s) < 0) r_ = INVALID_HANDLE;
+    if (!r_ && !s && !current_ctx) r_ = INVALID_CONTEXT;
+    if (!r_) *status = s ? ((handle *)s)->capturing : 0;
+    LEAVE("cuStreamIsCapturing stream=s%d -> %d", hid(s), r_);
+}
+
 static CUresult getproc(const char *sym, void **pfn, int ver, unsigned long long flags,
                         int *status) {
     (void)flags;
@@ -593,6 +602,7 @@ static CUresult getproc(const char *sym, void **pfn, int ver, unsigned long long
         {"cuStreamWaitEvent", 3020, (void *)f_stream_wait},
         {"cuEventQuery", 2000, (void *)f_event_query},
         {"cuEventSynchronize", 2000, (void *)f_event_sync},
+        {"cuStreamIsCapturing", 10000, (void *)f_stream_is_capturing},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (!strcmp(sym, table[i].name) && ver >= table[i].since) f = table[i].fn;
@@ -637,6 +647,14 @@ EXPORT int fake_cuda_touch(void *stream, unsigned long long p, size_t n) {
     logf_("app touch ptr=0x%llx bytes=%zu stream=s%d -> %d", p, n, hid(stream), r);
     pthread_mutex_unlock(&mu);
     return r;
+}
+
+/* what cuStreamBeginCapture / cuStreamEndCapture would do to the capture status */
+EXPORT void fake_cuda_capture(void *stream, int on) {
+    pthread_mutex_lock(&mu);
+    if (hid(stream) > 0) ((handle *)stream)->capturing = on != 0;
+    logf_("app capture stream=s%d on=%d", hid(stream), on);
+    pthread_mutex_unlock(&mu);
 }
 
 EXPORT const char *fake_cuda_log(void) { return logbuf ? logbuf : ""; }

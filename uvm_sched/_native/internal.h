@@ -44,6 +44,8 @@ typedef struct uvm_prim {
     /* UVM_OK when the work before the record is done, 1 when not yet */
     int (*event_query)(void *ev);
     int (*event_sync)(void *ev);
+    /* 1 when stream (of device) is capturing a CUDA graph, 0 when not, < 0 on error */
+    int (*stream_capturing)(int device, void *stream);
     void (*shutdown)(void);
 } uvm_prim;
 

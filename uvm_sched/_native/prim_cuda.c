@@ -87,6 +87,7 @@ static struct {
     CUresult (*stream_wait_event)(CUstream, CUevent, unsigned);
     CUresult (*event_query)(CUevent);
     CUresult (*event_sync)(CUevent);
+    CUresult (*stream_is_capturing)(CUstream, int *);
     CUresult (*error_name)(CUresult, const char **);
     int n_devices;
     int last_device; /* the device of the latest call, for calls that name none */
@@ -349,6 +350,17 @@ static int cu_event_sync(void *ev) {
     return UVM_OK;
 }
 
+static int capturing_in_ctx(void *stream) {
+    int status = 0; /* CU_STREAM_CAPTURE_STATUS_NONE, _ACTIVE = 1, _INVALIDATED = 2 */
+    CHECK("cuStreamIsCapturing", D.stream_is_capturing((CUstream)stream, &status));
+    return status != 0;
+}
+
+static int cu_stream_capturing(int device, void *stream) {
+    if (!D.stream_is_capturing) return 0; /* a driver before graphs: nothing captures */
+    IN_CTX(device, capturing_in_ctx(stream));
+}
+
 static void cu_shutdown(void) {
     /* The driver stays loaded: PyTorch or another user may hold the same library, and
      * unloading libcuda in a live process is never safe.  Our discard streams go. */
@@ -376,6 +388,7 @@ static const uvm_prim uvm_prim_cuda = {
     .stream_wait_event = cu_stream_wait,
     .event_query = cu_event_query,
     .event_sync = cu_event_sync,
+    .stream_capturing = cu_stream_capturing,
     .shutdown = cu_shutdown,
 };
 
@@ -445,6 +458,7 @@ int uvm_prim_cuda_load(const uvm_prim **out, char *why, size_t why_len) {
         {"cuEventQuery", 2000, (void **)&D.event_query, 1},
         {"cuEventSynchronize", 2000, (void **)&D.event_sync, 1},
         {"cuMemDiscardBatchAsync", 13000, (void **)&D.discard_batch, 0},
+        {"cuStreamIsCapturing", 10000, (void **)&D.stream_is_capturing, 0},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         *want[i].slot = getproc(want[i].sym, want[i].version);

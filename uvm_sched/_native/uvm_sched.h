@@ -110,9 +110,13 @@ typedef struct uvm_plan_row {
  * torch calls exactly:  void* alloc(size_t size, int device, cudaStream_t stream)
  *                       void  free(void* ptr, size_t size, int device, cudaStream_t stream)
  * (the 4-argument free; nothing checks these signatures, keep them as they are).
- * malloc returns NULL when it cannot serve (torch then raises its OOM error; stats and
- * the ring say why); size 0 gives NULL.  free of NULL does nothing; a bad free is
- * counted, logged and refused, the pool is left untouched. */
+ * malloc returns NULL when it cannot serve (stats and the ring say why); size 0 gives
+ * NULL.  torch's CUDAPluggableAllocator::malloc does NOT check for NULL (a tensor at
+ * address 0 would kill the context at its first kernel), so PyTorch is given
+ * uvm_sched_torch_malloc from the C++ library _uvm_sched_torch (torch_shim.cpp), which
+ * throws with the reason instead; see also torch_abi.c (record_stream, empty_cache, graph
+ * capture).  free of NULL does nothing; a bad free is counted, logged and refused, the
+ * pool is left untouched. */
 UVM_API void *uvm_sched_malloc(size_t size, int device, void *stream);
 UVM_API void uvm_sched_free(void *ptr, size_t size, int device, void *stream);
 UVM_API int uvm_sched_abi_version(void);

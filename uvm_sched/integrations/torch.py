@@ -5,13 +5,23 @@
     # or: uvm_sched.integrations.torch.install()
 
 PyTorch's own memory statistics raise under a pluggable allocator; read
-``uvm_sched.stats()`` instead.
+``uvm_sched.stats()`` instead.  ``torch.cuda.empty_cache()`` returns uvm_sched's cached
+arenas to the driver; ``Tensor.record_stream`` is honoured (the block's free waits for the
+recorded streams); capturing a CUDA graph is refused with a clear error at the first
+allocation in the capture, and an allocation that cannot be served raises (RuntimeError
+naming the bytes, the device and why) instead of handing torch a NULL.
 """
 from __future__ import annotations
 
+import ctypes
+import importlib.machinery
+import logging
 import threading
+from pathlib import Path
 
-from ..native import event_clock, library_path, step
+from ..native import UvmSchedError, _load, event_clock, library_path, step
+
+_log = logging.getLogger(__name__)
 
 __all__ = ["allocator", "install", "mark_optimizer_steps", "TouchRecorder"]
 
@@ -52,9 +62,47 @@ def allocator():
                 "which cannot be swapped any more; install uvm_sched's allocator before the "
                 "first CUDA tensor or call (e.g. at the top of the script)")
         if _ALLOCATOR is None:
-            _ALLOCATOR = torch.cuda.memory.CUDAPluggableAllocator(
-                library_path(), "uvm_sched_malloc", "uvm_sched_free")
+            _ALLOCATOR = _pluggable(torch)
         return _ALLOCATOR
+
+
+def _shim_path() -> str:
+    """The C++ library torch loads (torch_shim.cpp), built for this Python."""
+    here = Path(library_path()).parent
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        if (here / f"_uvm_sched_torch{suffix}").is_file():
+            return str(here / f"_uvm_sched_torch{suffix}")
+    raise UvmSchedError(f"the PyTorch allocator library _uvm_sched_torch is not built in "
+                        f"{here}; reinstall the package (`pip install -e .`, needs a C++ "
+                        "compiler)")
+
+
+def _pluggable(torch):
+    """The CUDAPluggableAllocator over the shim, bound to the core, with empty_cache and
+    record_stream wired where this torch lets us."""
+    core = _load()
+    shim = ctypes.CDLL(_shim_path())
+    addr = lambda f: ctypes.cast(f, ctypes.c_void_p).value  # noqa: E731
+    shim.uvm_sched_torch_bind.argtypes = [ctypes.c_void_p] * 3
+    if shim.uvm_sched_torch_bind(addr(core.uvm_sched_torch_malloc_status),
+                                 addr(core.uvm_sched_torch_free),
+                                 addr(core.uvm_sched_last_error)) != 0:
+        raise UvmSchedError("cannot bind the PyTorch allocator library to the core")
+    alloc = torch.cuda.memory.CUDAPluggableAllocator(
+        _shim_path(), "uvm_sched_torch_malloc", "uvm_sched_torch_free_shim")
+    inner = alloc.allocator() if hasattr(alloc, "allocator") else getattr(alloc, "_allocator", None)
+    for setter, fn, what in (("set_reset_fn", core.uvm_sched_torch_empty_cache,
+                              "torch.cuda.empty_cache() will not release uvm_sched's cache"),
+                             ("set_record_stream_fn", core.uvm_sched_torch_record_stream,
+                              "Tensor.record_stream is ignored: free only what its "
+                              "allocation stream is done with")):
+        set_fn = getattr(inner, setter, None)
+        if callable(set_fn):
+            set_fn(addr(fn))
+        else:
+            _log.warning("this PyTorch (%s) has no CUDAPluggableAllocator.%s: %s",
+                         torch.__version__, setter, what)
+    return alloc
 
 
 def install():
