@@ -364,6 +364,35 @@ static void test_direct(const char *backend) {
     CHECK(uvm_sched_release_cached() > 0 && stat_of("direct_releases") == 1, "release");
 }
 
+/* streams come and go (CuPy and Numba make them per task): 128 slots must serve any
+ * number of streams over time, as long as fewer than 128 hold memory at once */
+static void test_many_streams(const char *backend) {
+    CHECK(uvm_sched_reset(backend, 1) == UVM_OK, "reset %s", backend);
+    void *keep = uvm_sched_malloc(3 << 20, 0, (void *)(uintptr_t)0x1000);
+    int ok = 0;
+    for (uintptr_t s = 1; s <= 600; s++) {
+        void *stream = (void *)(0x10000 + s * 64);
+        size_t n = s % 2 ? 4096 : (3 << 20);
+        void *p = uvm_sched_malloc(n, 0, stream);
+        ok += p != NULL;
+        uvm_sched_free(p, n, 0, stream);
+    }
+    CHECK(ok == 600, "%d of 600 streams served", ok);
+    CHECK(stat_of("allocated_blocks") == 1, "accounting");
+    uvm_sched_free(keep, 3 << 20, 0, (void *)(uintptr_t)0x1000);
+    /* 200 streams holding a block each at once cannot all have a slot: refused, counted */
+    void *held[200];
+    int served = 0;
+    for (int s = 0; s < 200; s++) {
+        held[s] = uvm_sched_malloc(4096, 0, (void *)(uintptr_t)(0x900000 + s * 64));
+        served += held[s] != NULL;
+    }
+    CHECK(served == UVM_MAX_STREAMS - 1, "%d streams at once served", served);
+    for (int s = 0; s < 200; s++)
+        if (held[s]) uvm_sched_free(held[s], 4096, 0, (void *)(uintptr_t)(0x900000 + s * 64));
+    CHECK(stat_of("allocated_blocks") == 0, "all freed");
+}
+
 static void test_fake_faults(const char *fake) {
     if (!fake) {
         printf("fake driver cases skipped (UVM_SCHED_LIBCUDA not set)\n");
@@ -408,6 +437,7 @@ int main(int argc, char **argv) {
     test_ring_overflow();
     test_executor("host");
     test_direct("host");
+    test_many_streams("host");
     test_fake_faults(getenv("UVM_SCHED_LIBCUDA"));
     test_threads(seconds);
     uvm_sched_reset("host", 1);

@@ -163,6 +163,7 @@ typedef struct uvm_stream_slot {
     uvm_bins *bins;               /* free runs owned by this stream */
     uvm_slab *partial[UVM_NCLASSES]; /* slabs with free slots */
     uint64_t free_pages;          /* pages in this slot's bins */
+    uint64_t live;                /* live blocks allocated on this slot's stream */
 } uvm_stream_slot;
 
 typedef struct uvm_pool_stats {

@@ -282,6 +282,25 @@ static void arena_destroy(uvm_pool *p, size_t idx) {
 }
 
 /* ---- streams ---------------------------------------------------------------------------- */
+static void reclaim(uvm_pool *p, int slot);
+static void release_empty_slabs(uvm_pool *p, int except_slot);
+
+/* A slot that owns nothing: no live block, no free pages, no slab (NULL if none). */
+static uvm_stream_slot *idle_slot(uvm_pool *p) {
+    for (int i = 1; i < UVM_MAX_STREAMS; i++) {
+        uvm_stream_slot *S = &p->streams[i];
+        if (S->live || S->free_pages) continue;
+        bool slabs = false;
+        for (int c = 0; c < UVM_NCLASSES && !slabs; c++) slabs = S->partial[c] != NULL;
+        if (!slabs) return S;
+    }
+    return NULL;
+}
+
+/* The slot of (stream handle, device), made on first use.  Slots are never unused again
+ * (the loops over them stop at the first unused one); when all are taken, one that owns
+ * nothing is given to the new stream: streams come and go (CuPy, Numba make them per
+ * task), and a handle the driver reuses for a new stream is a new stream to us too. */
 static int slot_of(uvm_pool *p, void *handle, int device) {
     int s = p->last_slot;
     if (s && p->streams[s].handle == handle && p->streams[s].device == device) return s;
@@ -304,15 +323,28 @@ static int slot_of(uvm_pool *p, void *handle, int device) {
             return i;
         }
     }
-    uvm_set_error("more than %d streams used with this allocator", UVM_MAX_STREAMS - 1);
-    return -1;
+    /* all taken: free the empty slabs, then (waiting for their streams) the cached pages */
+    release_empty_slabs(p, -1);
+    uvm_stream_slot *S = idle_slot(p);
+    if (!S) {
+        reclaim(p, -1);
+        S = idle_slot(p);
+    }
+    if (!S) {
+        uvm_set_error("more than %d streams hold memory of this allocator at once",
+                      UVM_MAX_STREAMS - 1);
+        return -1;
+    }
+    S->handle = handle;
+    S->device = device;
+    p->last_slot = (int)(S - p->streams);
+    return p->last_slot;
 }
 
 void *uvm_pool_stream_handle(uvm_pool *p, int slot) { return p->streams[slot].handle; }
 
 /* Make the free memory of every other stream usable by anyone: wait for an event
  * recorded on that stream, then retag its runs untagged.  Empty slabs go first. */
-static void release_empty_slabs(uvm_pool *p, int except_slot);
 
 /* Wait for the work queued so far on stream (of device): UVM_OK, or the driver's status. */
 static int wait_stream(uvm_pool *p, void *stream, int device) {
@@ -571,6 +603,7 @@ int uvm_pool_malloc(uvm_pool *p, size_t size, int device, void *stream, uvm_bloc
     p->st.allocated_bytes += size;
     if (p->st.allocated_bytes > p->st.peak_allocated_bytes)
         p->st.peak_allocated_bytes = p->st.allocated_bytes;
+    p->streams[slot].live++;
     b->addr = addr;
     b->req = size;
     b->ordinal = ord;
@@ -752,6 +785,7 @@ int uvm_pool_free(uvm_pool *p, void *ptr, size_t size, int device, void *stream,
     } else {
         give_pages(p, r, tag);
     }
+    p->streams[owner].live--;
     p->st.n_free++;
     p->st.allocated_blocks--;
     p->st.allocated_bytes -= b->req;
