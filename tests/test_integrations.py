@@ -195,6 +195,39 @@ def test_torch_trains_a_few_steps_on_uvm_sched():
 
 
 @pytest.mark.gpu
+def test_torch_gets_an_error_not_a_null_tensor_and_graph_capture_is_refused():
+    # torch's CUDAPluggableAllocator::malloc does not check for NULL: the shim raises
+    pytest.importorskip("torch")
+    r = _fresh("""
+        import torch, uvm_sched
+        torch.cuda.memory.change_current_allocator(uvm_sched.allocator())
+        a = torch.ones(1 << 20, device="cuda")
+        try:
+            torch.empty(1 << 30, dtype=torch.uint8, device="cuda")  # over the 256M limit
+            raise SystemExit("no error for an allocation past the limit")
+        except RuntimeError as e:
+            assert "uvm_sched: CUDA out of memory" in str(e) and "1073741824 bytes" in str(e), e
+        assert float(a.sum()) == 1 << 20  # the context is alive
+        side = torch.cuda.Stream()
+        b = torch.ones(1 << 20, device="cuda")
+        with torch.cuda.stream(side):
+            c = b * 2
+        b.record_stream(side)
+        del b
+        torch.cuda.empty_cache()
+        g = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(g):
+                torch.ones(1 << 20, device="cuda")
+            raise SystemExit("graph capture was not refused")
+        except RuntimeError as e:
+            assert "graph capture" in str(e), e
+        print("ok", float(c.sum()))
+    """, UVM_SCHED_LIMIT_BYTES="256M")
+    assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.gpu
 def test_torch_refuses_the_swap_after_cuda_is_initialised():
     pytest.importorskip("torch")
     r = _fresh("""
