@@ -4,6 +4,7 @@ allocator-level prefetch/evict schedules.
 Runtime (native allocator): ``allocator()`` (PyTorch), ``cupy_allocator()``,
 ``NUMBA_CUDA_MEMORY_MANAGER=uvm_sched.numba``, ``malloc``/``free``/``stats``/``step``/
 ``drain_events``/``backend``/``library_path``, ``Scheduler``.
+Errors: ``Error`` (base of every exception raised here), ``Warning``.
 Offline advisor: ``uvm_sched.trace``, ``uvm_sched.pattern``, ``plan``/``Plan``,
 ``uvm_sched.sim``, ``uvm_sched.viz``, the ``uvm-sched`` command.
 
@@ -13,6 +14,8 @@ any framework.
 from __future__ import annotations
 
 import importlib
+
+from ._errors import Error, Warning  # noqa: A004 -- uvm_sched.Warning, like numpy's
 
 __version__ = "0.1.0"
 
@@ -33,7 +36,7 @@ _EXPORTS = {
 }
 _SUBMODULES = {"trace", "pattern", "planner", "sim", "hw", "viz", "native", "integrations"}
 
-__all__ = sorted(_EXPORTS) + sorted(_SUBMODULES) + ["__version__"]
+__all__ = sorted(_EXPORTS) + sorted(_SUBMODULES) + ["Error", "Warning", "__version__"]
 
 
 def __getattr__(name: str):

@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
+from ._errors import Error
 from ._fmt import fmt_bytes, fmt_count, fmt_pct, fmt_ratio, fmt_seconds
 
 __all__ = ["main", "build_parser"]
@@ -39,11 +40,11 @@ EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
 # ----------------------------------------------------------------------------------------
 # errors
-class UsageError(Exception):
+class UsageError(Error):
     """Bad input from the user (a file, a budget, a name): exit code 2, one line."""
 
 
-class PartMissing(Exception):
+class PartMissing(Error):
     """A part of uvm_sched this subcommand needs is not in this build (exit code 1)."""
 
 

@@ -38,6 +38,8 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
+from ._errors import Error
+
 __all__ = [
     "malloc", "free", "stats", "step", "drain_events", "backend", "backend_reason",
     "library_path", "release_cached", "set_tracing", "block_info",
@@ -80,11 +82,12 @@ EVENT_KINDS: dict[int, str] = {
 _ACTION_BASE = 16
 
 
-class UvmSchedError(RuntimeError):
+class UvmSchedError(Error, RuntimeError):
     """The native core refused a request (driver error, no backend, bad state)."""
 
 
-class OutOfMemoryError(MemoryError):
+# MemoryError before Error: its own __new__ must come first for unpickling to create one.
+class OutOfMemoryError(MemoryError, Error):
     """An allocation cannot be served. ``size``: bytes asked for; ``reserved``: bytes the
     pool holds from the driver; ``limit``: the cap on reserved bytes (None = no cap)."""
 
@@ -102,7 +105,7 @@ class UnsupportedError(UvmSchedError):
     """The driver lacks the call (``discard`` needs a CUDA 13 driver)."""
 
 
-class FreeError(ValueError):
+class FreeError(Error, ValueError):
     """A free that the pool refused (unknown pointer, double free, wrong size); the pool
     is unchanged. ``ptr``, ``size`` and ``reason`` (``unknown``/``double_free``/``size``)."""
 

@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
+from .._errors import Error
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -22,7 +24,7 @@ __all__ = ["HardwareProfile", "load_profile", "profile_names", "ProfileError"]
 _DIR = Path(__file__).with_name("profiles")
 
 
-class ProfileError(ValueError):
+class ProfileError(Error, ValueError):
     """A hardware profile is missing, malformed, or has an impossible number."""
 
 

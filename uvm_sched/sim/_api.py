@@ -6,6 +6,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from .. import _errors
 from .._budget import resolve_budget
 from ..hw import load_profile
 from ..planner import Plan
@@ -313,7 +314,7 @@ def compare(trace, hw: Any = "h200-pcie5", budgets: Iterable[Any] = ("100%", "75
         policies = [p for p in POLICIES if p != "uvm-sched" or hasattr(planner, "plan")]
         if "uvm-sched" not in policies:
             warnings.warn("uvm_sched.planner.plan is not available: compare() leaves out "
-                          "'uvm-sched'", RuntimeWarning, stacklevel=2)
+                          "'uvm-sched'", _errors.Warning, stacklevel=2)
     policies = list(policies)
     cache: dict = {}
     peak = trace.peak_bytes

@@ -21,10 +21,12 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from .._errors import Error
+
 __all__ = ["EventKind", "AccessMode", "Trace", "TraceBuilder", "TraceError", "COLUMNS"]
 
 
-class TraceError(ValueError):
+class TraceError(Error, ValueError):
     """A trace (or a file holding one) is inconsistent; the message names the first bad row."""
 
 
