@@ -4,7 +4,7 @@ allocator-level prefetch/evict schedules.
 Runtime (native allocator): ``allocator()`` (PyTorch), ``cupy_allocator()``,
 ``NUMBA_CUDA_MEMORY_MANAGER=uvm_sched.numba``, ``malloc``/``free``/``stats``/``step``/
 ``drain_events``/``backend``/``library_path``, ``Scheduler``.
-Errors: ``Error`` (base of every exception raised here), ``Warning``.
+Errors: ``Error`` (base of every exception class defined here), ``Warning``.
 Offline advisor: ``uvm_sched.trace``, ``uvm_sched.pattern``, ``plan``/``Plan``,
 ``uvm_sched.sim``, ``uvm_sched.viz``, the ``uvm-sched`` command.
 
@@ -14,10 +14,16 @@ any framework.
 from __future__ import annotations
 
 import importlib
+import logging
 
 from ._errors import Error, Warning  # noqa: A004 -- uvm_sched.Warning, like numpy's
 
 __version__ = "0.1.0"
+
+# Log records go to the "uvm_sched.*" loggers (transitions at INFO, per-iteration detail at
+# DEBUG); the library adds no handler but this one, so nothing reaches the terminal until
+# the application configures logging (e.g. logging.basicConfig(level=logging.INFO)).
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 # public name -> module that defines it
 _EXPORTS = {

@@ -9,7 +9,8 @@ a device, else the host emulation).  Other settings, read when the backend start
 ``UVM_SCHED_ARENA_BYTES`` (size of each managed reservation, default 1 GiB; units K/M/G),
 ``UVM_SCHED_LIMIT_BYTES`` (cap on reserved bytes), ``UVM_SCHED_RING_EVENTS`` (ring
 capacity, default 2**20 records), ``UVM_SCHED_TRACE=0`` (no event recording),
-``UVM_SCHED_VERBOSE`` (0 silences errors logged from the PyTorch ABI).
+``UVM_SCHED_VERBOSE`` (0 silences errors logged from the PyTorch ABI; they go to the
+``uvm_sched.native`` logger at WARNING, as do the library's load and backend at INFO).
 
 Event kinds in :func:`drain_events` (``EVENT_KINDS`` maps code -> name): ``alloc`` (0) and
 ``free`` (1) with the block's requested bytes and its global alloc ordinal in ``arg``;
@@ -31,7 +32,9 @@ ordinal of the allocator event they follow (a mark: of the next one).
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
+import logging
 import threading
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -116,6 +119,7 @@ class FreeError(Error, ValueError):
 
 
 # ---- loading -------------------------------------------------------------------------
+_log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _LIB: ctypes.CDLL | None = None
 _STATS_NAMES: list[str] = []
@@ -186,8 +190,54 @@ def _load() -> ctypes.CDLL:
             f = getattr(lib, name)
             f.restype, f.argtypes = res, args
         _STATS_NAMES = [n for n in lib.uvm_sched_stats_names().decode().split(",") if n]
+        _capture_log(lib)
         _LIB = lib
+        _log.info("loaded the native library %s (ABI %d)", path, got)
         return lib
+
+
+# ---- the C core's log -------------------------------------------------------------------
+# Errors met on the PyTorch ABI (uvm_sched_malloc/free: no caller to return them to) are
+# kept by the C core and moved to the "uvm_sched.native" logger at WARNING whenever Python
+# reads the library (drain_events, stats, an error) and at exit; not written to stderr.
+_LOG_CAP = 4097  # the C buffer's 4 KiB and its NUL
+_backend_logged: tuple[str, str] | None = None
+
+
+def _capture_log(lib: ctypes.CDLL) -> None:
+    lib.uvm_sched_log_capture.restype, lib.uvm_sched_log_capture.argtypes = (
+        ctypes.c_int, [ctypes.c_int])
+    lib.uvm_sched_take_log.restype = ctypes.c_size_t
+    lib.uvm_sched_take_log.argtypes = [ctypes.c_char_p, ctypes.c_size_t,
+                                       ctypes.POINTER(ctypes.c_uint64)]
+    lib.uvm_sched_log_capture(1)
+    atexit.register(_flush_log)
+
+
+def _flush_log() -> None:
+    """Move the C core's buffered log lines to Python's logging."""
+    lib = _LIB
+    if lib is None:
+        return
+    buf = ctypes.create_string_buffer(_LOG_CAP)
+    dropped = ctypes.c_uint64(0)
+    n = lib.uvm_sched_take_log(buf, _LOG_CAP, ctypes.byref(dropped))
+    for line in buf.raw[:n].decode(errors="replace").splitlines():
+        _log.warning("native core: %s", line)
+    if dropped.value:
+        _log.warning("native core: %d log lines lost (more than 4 KiB between two reads)",
+                     dropped.value)
+
+
+def _note_backend(name: str) -> None:
+    """Log the backend once, when Python first sees it (and again after a reset)."""
+    global _backend_logged
+    if name == "none":
+        return
+    reason = backend_reason()
+    if _backend_logged != (name, reason):
+        _backend_logged = (name, reason)
+        _log.info("native backend: %s (%s)", name, reason)
 
 
 def _last_error() -> str:
@@ -198,6 +248,7 @@ def _raise(status: int, what: str) -> None:
     if status == _OK:
         return
     detail = _last_error()
+    _flush_log()
     if status == _ENOBACKEND:
         raise UvmSchedError(f"{what}: no backend: {detail or backend_reason()}")
     if status == _EINVAL:
@@ -397,6 +448,7 @@ def backend() -> str:
     name = _load().uvm_sched_backend_name().decode()
     if name == "none":
         raise UvmSchedError(f"no backend could be started: {backend_reason()}")
+    _note_backend(name)
     return name
 
 
@@ -416,6 +468,8 @@ def stats() -> dict[str, Any]:
     lib.uvm_sched_stats(buf, len(_STATS_NAMES))
     d: dict[str, Any] = dict(zip(_STATS_NAMES, (int(v) for v in buf)))
     d["backend"] = lib.uvm_sched_backend_name().decode()
+    _note_backend(d["backend"])
+    _flush_log()
     d["fragmentation"] = (1.0 - d["allocated_bytes"] / d["in_use_bytes"]) if d["in_use_bytes"] else 0.0
     return d
 
@@ -447,6 +501,7 @@ def drain_events() -> np.ndarray:
         parts.append(out[:got])
         if got < n:
             break
+    _flush_log()
     if not parts:
         return np.empty(0, EVENT_DTYPE)
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
