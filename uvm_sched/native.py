@@ -129,7 +129,8 @@ def library_path() -> str:
     """Absolute path of the native shared library (what PyTorch's pluggable allocator
     loads)."""
     here = Path(__file__).resolve().parent / "_native"
-    found = sorted(here.glob("_uvm_sched*.so"))
+    # _uvm_sched.so first: builds before it was named so left _uvm_sched.cpython-*.so
+    found = sorted(here.glob("_uvm_sched*.so"), key=lambda f: (f.name != "_uvm_sched.so", f.name))
     if not found:
         raise UvmSchedError(
             f"the native library is not built (no _uvm_sched*.so in {here}); install the "
