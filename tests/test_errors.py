@@ -128,3 +128,9 @@ def test_warnings_can_be_made_errors_by_the_family():
         warnings.simplefilter("error", uvm_sched.Warning)
         with pytest.raises(uvm_sched.Warning):
             warnings.warn("x", uvm_sched.Warning)
+
+
+def test_the_version_is_the_installed_distributions():
+    import importlib.metadata
+
+    assert uvm_sched.__version__ == importlib.metadata.version("uvm_sched")

@@ -14,11 +14,15 @@ any framework.
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import logging
 
 from ._errors import Error, Warning  # noqa: A004 -- uvm_sched.Warning, like numpy's
 
-__version__ = "0.1.0"
+try:  # the version is written once, in pyproject.toml; installing records it
+    __version__ = importlib.metadata.version("uvm_sched")
+except importlib.metadata.PackageNotFoundError:  # sources on sys.path, never installed
+    __version__ = "0+unknown"
 
 # Log records go to the "uvm_sched.*" loggers (transitions at INFO, per-iteration detail at
 # DEBUG); the library adds no handler but this one, so nothing reaches the terminal until
