@@ -380,7 +380,8 @@ class Trace:
 
 
 class TraceBuilder:
-    """Appends events one by one (for importers and the recorder), then ``build()``s a Trace.
+    """Appends events one by one (for importers and the recorder), then builds a Trace
+    (``build()``).
 
     Ticks only move forward: ``next_tick(ns)`` closes the current tick with its device
     time in ns. Block ids are minted by ``alloc`` (or given explicitly).
