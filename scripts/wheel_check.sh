@@ -27,10 +27,10 @@ case "$(basename "$wheel")" in
     *) echo "wheel_check: unexpected wheel tag: $(basename "$wheel")" >&2; exit 1 ;;
 esac
 
-# the fake CUDA driver is test equipment, not the package: built while a compiler is here
-mkdir "$work/fake"
-make -s -C "$src/tests/native" BUILD="$work/fake" "$work/fake/libcuda.so.1"
-export UVM_SCHED_FAKE_CUDA="$work/fake/libcuda.so.1"
+# the fake CUDA driver is test equipment, not the package: built while a compiler is here,
+# where the tests (UVM_SCHED_FAKE_CUDA) and the GPU kit's dry run (tests/native/build) look
+make -s -C "$src/tests/native" build/libcuda.so.1
+export UVM_SCHED_FAKE_CUDA="$src/tests/native/build/libcuda.so.1"
 
 python -m venv --system-site-packages "$work/venv"
 "$work/venv/bin/python" -m pip install -q --no-deps --no-index "$wheel"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+from typing import Any
 
 from numba.cuda.cudadrv import driver
 
@@ -21,7 +22,7 @@ class UvmSchedMemoryManager(driver.GetIpcHandleMixin, driver.HostOnlyCUDAMemoryM
     def initialize(self) -> None:
         native.backend()  # start the library (and pick its backend) now, not mid-kernel
 
-    def memalloc(self, size: int):
+    def memalloc(self, size: int) -> Any:
         """``size`` bytes for the current context's device; freed when Numba drops it."""
         device = self.context.device.id
         ptr = native.malloc(size, device=device)
@@ -35,7 +36,7 @@ class UvmSchedMemoryManager(driver.GetIpcHandleMixin, driver.HostOnlyCUDAMemoryM
 
         return driver.MemoryPointer(self.context, dptr, size, finalizer=finalizer)
 
-    def get_memory_info(self):
+    def get_memory_info(self) -> Any:
         """The pool's view (bytes): ``total`` reserved, ``free`` reserved but unused."""
         s = native.stats()
         return driver.MemoryInfo(free=max(0, s["reserved_bytes"] - s["allocated_bytes"]),
@@ -45,7 +46,7 @@ class UvmSchedMemoryManager(driver.GetIpcHandleMixin, driver.HostOnlyCUDAMemoryM
         super().reset()
         native.release_cached()
 
-    def defer_cleanup(self):
+    def defer_cleanup(self) -> Any:
         return contextlib.nullcontext()
 
     @property

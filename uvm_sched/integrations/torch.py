@@ -10,8 +10,12 @@ PyTorch's own memory statistics raise under a pluggable allocator; read
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING, Any
 
 from ..native import event_clock, library_path, step
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["allocator", "install", "mark_optimizer_steps", "TouchRecorder"]
 
@@ -38,7 +42,7 @@ def _torch_with_cuda():
     return torch
 
 
-def allocator():
+def allocator() -> Any:
     """The ``torch.cuda.memory.CUDAPluggableAllocator`` over the uvm_sched library
     (``uvm_sched_malloc`` / ``uvm_sched_free``), created once per process. Raises
     ``RuntimeError`` on a CPU-only torch, or when CUDA is already initialised with
@@ -57,7 +61,7 @@ def allocator():
         return _ALLOCATOR
 
 
-def install():
+def install() -> Any:
     """Make uvm_sched PyTorch's CUDA allocator for this process (idempotent); returns it."""
     global _INSTALLED
     alloc = allocator()
@@ -69,7 +73,7 @@ def install():
     return alloc
 
 
-def mark_optimizer_steps():
+def mark_optimizer_steps() -> Any:
     """Call ``uvm_sched.step()`` after every ``torch.optim`` optimizer step (iteration
     markers for the executor and the tracer); returns the hook handle (``.remove()``)."""
     from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -91,20 +95,20 @@ class TouchRecorder:
         self.device_type = device_type
         self._clocks: list[int] = []
         self._addrs: list[int] = []
-        self._mode = None
+        self._mode: Any = None  # the dispatch mode while recording
 
     @property
     def active(self) -> bool:
         return self._mode is not None
 
     @property
-    def clocks(self):
+    def clocks(self) -> np.ndarray:
         import numpy as np
 
         return np.asarray(self._clocks, np.int64)
 
     @property
-    def addresses(self):
+    def addresses(self) -> np.ndarray:
         import numpy as np
 
         return np.asarray(self._addrs, np.uint64)

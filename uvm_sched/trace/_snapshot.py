@@ -33,7 +33,7 @@ import io
 import pickle
 import warnings
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -72,7 +72,7 @@ class _SafeUnpickler(pickle.Unpickler):
 
 
 @contextlib.contextmanager
-def gc_paused():
+def gc_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector while millions of small containers are made
     (unpickling, JSON): the data holds no cycles, and the collector's passes over the
     growing heap would otherwise cost several times the work itself."""

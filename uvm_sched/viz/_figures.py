@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 
 from .._budget import resolve_budget
+from .._fmt import byte_unit, fmt_bytes, fmt_ms
 from ..trace._model import Trace
 from . import _data
-from ._units import byte_unit, fmt_bytes, fmt_ms
 
 BACKENDS = ("plotly", "matplotlib")
 
@@ -54,7 +54,7 @@ def _check_result(result: Any, need: tuple[str, ...]) -> None:
 
 
 def memory_timeline(trace: Trace, *, result: Any = None, budget: Any = None,
-                    backend: str = "plotly", pattern: Any = None, max_points: int = 10_000):
+                    backend: str = "plotly", pattern: Any = None, max_points: int = 10_000) -> Any:
     """Bytes in use over ticks, stacked by block class (persistent, activation, workspace,
     transient), with the budget as a line and, given a ``SimResult``, the simulated
     device-resident bytes over its measured window.
@@ -101,7 +101,7 @@ def memory_timeline(trace: Trace, *, result: Any = None, budget: Any = None,
 
 
 def lifetimes(trace: Trace, *, plan: Any = None, max_blocks: int = 50_000, backend: str = "plotly",
-              pattern: Any = None):
+              pattern: Any = None) -> Any:
     """Block lifetime chart: one row per block in allocation order, a faint bar from its
     allocation to its free, solid where the kernel accesses it (so idle gaps show), coloured
     by class; with a ``Plan``, its prefetch/evict/discard/advise actions as marks where the
@@ -139,7 +139,7 @@ def lifetimes(trace: Trace, *, plan: Any = None, max_blocks: int = 50_000, backe
     return draw.lifetimes(spec)
 
 
-def copy_engines(result: Any, *, backend: str = "plotly", max_transfers: int = 100_000):
+def copy_engines(result: Any, *, backend: str = "plotly", max_transfers: int = 100_000) -> Any:
     """Copy-engine occupancy per direction over the simulator's measured window: one bar per
     transfer (host->device above, device->host below; overlapping transfers on separate
     lanes), coloured by cause (plan, fault, evict, alloc); the title gives each direction's
@@ -158,7 +158,7 @@ def copy_engines(result: Any, *, backend: str = "plotly", max_transfers: int = 1
     return draw.copy_engines(spec)
 
 
-def stalls(result: Any, *, backend: str = "plotly", max_points: int = 5_000):
+def stalls(result: Any, *, backend: str = "plotly", max_points: int = 5_000) -> Any:
     """Stall time per tick of the measured window, stacked by cause (fault, eviction, link),
     in ms; the title gives the totals from ``result.stall_breakdown``. Returns a plotly or
     matplotlib ``Figure``."""
@@ -176,7 +176,7 @@ def stalls(result: Any, *, backend: str = "plotly", max_points: int = 5_000):
     return draw.stalls(spec)
 
 
-def frontier(compare_df, *, backend: str = "plotly"):
+def frontier(compare_df, *, backend: str = "plotly") -> Any:
     """Memory saved (% of peak) against slowdown (x ideal) per policy, one line per policy
     across the budgets of a ``uvm_sched.sim.compare`` frame; ``ideal`` is drawn as the 1.0x
     line. Returns a plotly or matplotlib ``Figure``."""

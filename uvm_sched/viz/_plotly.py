@@ -7,7 +7,8 @@ import textwrap
 import numpy as np
 import plotly.graph_objects as go
 
-from ._units import CAUSE_COLORS, CLASS_COLORS, MARK_STYLE, STALL_COLORS, fmt_bytes
+from .._fmt import fmt_bytes
+from ._units import CAUSE_COLORS, CLASS_COLORS, MARK_STYLE, STALL_COLORS
 
 # Above this many line segments a trace is drawn with WebGL (scattergl) to stay responsive.
 _GL_SEGMENTS = 5_000

@@ -10,14 +10,14 @@ from __future__ import annotations
 import html
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
+from .._fmt import fmt_bytes, fmt_ms
 from ..trace._model import EventKind, Trace
 from . import _data
 from ._figures import _backend, copy_engines, frontier, lifetimes, memory_timeline, stalls, trace_name
-from ._units import fmt_bytes, fmt_ms
 
 _CSS = """
 body{font-family:Helvetica,Arial,sans-serif;margin:24px auto;max-width:1200px;color:#222;padding:0 16px}
@@ -100,7 +100,8 @@ def _frame_table(df) -> str:
     names = {"budget_bytes": "budget", "budget_pct": "budget (% of peak)", "iteration_time_s": "iteration",
              "slowdown": "slowdown vs ideal", "stall_time_s": "stall", "bytes_h2d": "host→device",
              "bytes_d2h": "device→host"}
-    fmt = {"budget_bytes": fmt_bytes, "bytes_h2d": fmt_bytes, "bytes_d2h": fmt_bytes,
+    fmt: dict[str, Callable[[Any], str]] = {
+           "budget_bytes": fmt_bytes, "bytes_h2d": fmt_bytes, "bytes_d2h": fmt_bytes,
            "budget_pct": lambda v: f"{float(v):.0f}%", "iteration_time_s": lambda v: fmt_ms(float(v)),
            "stall_time_s": lambda v: fmt_ms(float(v)), "slowdown": lambda v: f"{float(v):.3f}×",
            "faults": lambda v: f"{int(v):,}", "policy": str}
