@@ -31,6 +31,14 @@ def _backend(backend: str):
     return importlib.import_module("._plotly" if backend == "plotly" else "._mpl", __package__)
 
 
+def _draw(draw: Any, name: str, spec: dict) -> Any:
+    """``draw.<name>(spec)``; a plotly figure also gets its static twin (``_plotly.Figure``)."""
+    fig = getattr(draw, name)(spec)
+    if hasattr(draw, "with_static_twin"):
+        fig = draw.with_static_twin(fig, name, spec)
+    return fig
+
+
 def trace_name(trace: Trace) -> str:
     m = trace.meta
     name = m.get("name") or m.get("model") or m.get("source") or "trace"
@@ -97,7 +105,7 @@ def memory_timeline(trace: Trace, *, result: Any = None, budget: Any = None,
         "resident": None if resident is None else (resident[0], resident[1] / div, resident[2]),
         "marks": trace.iteration_starts,
     }
-    return draw.memory_timeline(spec)
+    return _draw(draw, "memory_timeline", spec)
 
 
 def lifetimes(trace: Trace, *, plan: Any = None, max_blocks: int = 50_000, backend: str = "plotly",
@@ -136,7 +144,7 @@ def lifetimes(trace: Trace, *, plan: Any = None, max_blocks: int = 50_000, backe
         "div": div,
         "n_ticks": trace.n_ticks,
     }
-    return draw.lifetimes(spec)
+    return _draw(draw, "lifetimes", spec)
 
 
 def copy_engines(result: Any, *, backend: str = "plotly", max_transfers: int = 100_000) -> Any:
@@ -155,7 +163,7 @@ def copy_engines(result: Any, *, backend: str = "plotly", max_transfers: int = 1
         "transfers": df,
         "window_ms": (t1 - t0) * 1e3,
     }
-    return draw.copy_engines(spec)
+    return _draw(draw, "copy_engines", spec)
 
 
 def stalls(result: Any, *, backend: str = "plotly", max_points: int = 5_000) -> Any:
@@ -173,7 +181,7 @@ def stalls(result: Any, *, backend: str = "plotly", max_points: int = 5_000) -> 
         "notes": [note] if note else [],
         "table": df,
     }
-    return draw.stalls(spec)
+    return _draw(draw, "stalls", spec)
 
 
 def frontier(compare_df, *, backend: str = "plotly") -> Any:
@@ -193,4 +201,4 @@ def frontier(compare_df, *, backend: str = "plotly") -> Any:
         "notes": [],
         "table": df[df["policy"] != "ideal"],
     }
-    return draw.frontier(spec)
+    return _draw(draw, "frontier", spec)
