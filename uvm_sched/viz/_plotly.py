@@ -82,7 +82,7 @@ def with_static_twin(fig: go.Figure, name: str, spec: dict) -> Figure:
     # large lifetime charts); Figure adds no state but one attribute
     fig.__class__ = Figure
     fig._uvm_static = (name, spec)
-    return fig  # type: ignore[return-value]
+    return fig
 
 
 def _note_lines(spec) -> list[str]:
