@@ -142,7 +142,8 @@ class Scheduler:
             self._install_hook()
             self._start_touches()
             _log.info("recording: %d warm-up iterations, then a %s plan for budget %r on %s "
-                      "(markers: %s)", self.warmup_iters, self.mode, self.budget, self.hw,
+                      "(markers: %s)", self.warmup_iters, self.mode, self.budget,
+                      getattr(self.hw, "name", self.hw),
                       "optimizer hook" if self._hook_handle is not None
                       else "step() or the learned period")
             self.poll()
@@ -282,10 +283,13 @@ class Scheduler:
             self._counters["learn_failures"] += 1
             self.last_error = f"{type(e).__name__}: {e}"
             retry = self._marks >= self.warmup_iters + 1
-            _log.warning("learning failed (%d so far), the allocator runs unplanned; %s: %s",
-                         self._counters["learn_failures"],
-                         "recording fresh iterations" if retry else "recording on",
-                         self.last_error)
+            # after a full warm-up it is a failure to see; before one (no markers, the
+            # period tried at each doubling of the events) it is a step of recording
+            _log.log(logging.WARNING if retry else logging.INFO,
+                     "learning failed (%d so far), the allocator runs unplanned; %s: %s",
+                     self._counters["learn_failures"],
+                     "recording fresh iterations" if retry else "recording on",
+                     self.last_error)
             if retry:
                 self._restart_recording()  # try again on fresh iterations
             return
