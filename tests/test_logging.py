@@ -139,3 +139,23 @@ def _env() -> dict:
     import os
 
     return {**os.environ, "UVM_SCHED_BACKEND": "host"}
+
+
+def test_c_log_lines_beyond_its_buffer_are_counted_as_lost(monkeypatch, caplog):
+    monkeypatch.setenv("UVM_SCHED_VERBOSE", "2")  # log every error, not only the first 20
+    native._reset("host", force=True)
+    try:
+        caplog.set_level(logging.WARNING, logger="uvm_sched.native")
+        lib = native._load()
+        native.drain_events()
+        for i in range(200):  # ~60 bytes each: more than the C core's 4 KiB between reads
+            lib.uvm_sched_free(ctypes.c_void_p(0x10000 + 16 * i), 8, 0, None)
+        native.drain_events()
+        msgs = [r.getMessage() for r in caplog.records if r.name == "uvm_sched.native"]
+        kept = [m for m in msgs if "0x1" in m and "lost" not in m]
+        lost = [m for m in msgs if "log lines lost" in m]
+        assert 0 < len(kept) < 200 and len(lost) == 1
+        assert int(lost[0].split("native core: ")[1].split()[0]) == 200 - len(kept)
+    finally:
+        monkeypatch.delenv("UVM_SCHED_VERBOSE")
+        native._reset("host", force=True)
