@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -54,3 +55,28 @@ def test_notebook_runs_top_to_bottom(path, kernel, monkeypatch, tmp_path):
     assert not errors
     ran = [c for c in nb.cells if c.cell_type == "code"]
     assert all(c.execution_count for c in ran)
+    _check_every_figure_travels(nb, path)
+
+
+# Figures each notebook draws when run on a CPU (the GPU notebook draws its live-run figures
+# only on a GPU; on a CPU the replayed executor log and the plan's lifetime chart).
+FIGURES_ON_CPU = {"01_explore_a_trace.ipynb": 4, "02_plan_and_simulate.ipynb": 5,
+                  "03_on_a_gpu.ipynb": 2}
+
+
+def _check_every_figure_travels(nb, path) -> None:
+    """Every figure output carries a PNG (what exported HTML, nbviewer and repository
+    viewers show: they render no plotly JSON), and the page nbconvert exports shows one
+    image per figure."""
+    figures = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
+               if o.output_type in ("display_data", "execute_result")
+               and ({"application/vnd.plotly.v1+json", "image/png"} & set(o.get("data", {})))]
+    without_png = [o for o in figures if "image/png" not in o["data"]]
+    assert not without_png, f"{path.name}: figures without a static image: {without_png[:1]}"
+    from conftest import cuda_device_reason
+
+    if cuda_device_reason() is not None or path.name != "03_on_a_gpu.ipynb":
+        assert len(figures) == FIGURES_ON_CPU[path.name], (path.name, len(figures))
+    nbconvert = pytest.importorskip("nbconvert")
+    page, _ = nbconvert.HTMLExporter().from_notebook_node(nb)
+    assert len(re.findall(r'<img [^>]*src="data:image/png;base64,', page)) == len(figures)

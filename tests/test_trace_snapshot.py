@@ -145,7 +145,6 @@ def test_time_going_backwards_is_clamped_and_missing_time_counts_events(tmp_path
          "double free"),
         (lambda s: s["device_traces"][0].append(ev("free_completed", BASE + 2048, 99, 200)),
          "allocated with 2,000 bytes"),
-        (lambda s: s["device_traces"][0].append(ev("teleport", 1, 1, 200)), "unknown action"),
         (lambda s: s["device_traces"][0][1].update(size=1.5), "integer addr/size"),
         (lambda s: s["device_traces"][0][1].update(size=-1), "out of range"),
         (lambda s: s["device_traces"][0][1].update(time_us="x"), "time_us"),
@@ -159,6 +158,48 @@ def test_inconsistent_snapshots_raise(tmp_path, mutate, match):
     mutate(snap)
     with pytest.raises(TraceError, match=match):
         load(write(tmp_path, snap))
+
+
+def test_unknown_action_warns_and_the_rest_loads(tmp_path):
+    import uvm_sched
+
+    expected = load(write(tmp_path, documented_snapshot()))
+    snap = documented_snapshot()
+    snap["device_traces"][0][3:3] = [ev("teleport", 1, 1, 200), ev("teleport", 2, 1, 201)]
+    with pytest.warns(uvm_sched.Warning, match=r"actions.*'teleport' \(2x\)"):
+        t = load(write(tmp_path, snap))
+    assert t.kind.tolist() == expected.kind.tolist() and t.size.tolist() == expected.size.tolist()
+
+
+def test_unknown_entry_field_warns_and_the_rest_loads(tmp_path):
+    import uvm_sched
+
+    expected = load(write(tmp_path, documented_snapshot()))
+    snap = documented_snapshot()
+    for e in snap["device_traces"][0]:
+        e["stack_id"] = 7
+    with pytest.warns(uvm_sched.Warning, match=r"entry fields.*'stack_id'"):
+        t = load(write(tmp_path, snap))
+    assert t.kind.tolist() == expected.kind.tolist() and t.size.tolist() == expected.size.tolist()
+
+
+def test_unknown_top_level_field_warns_and_the_rest_loads(tmp_path):
+    import uvm_sched
+
+    expected = load(write(tmp_path, documented_snapshot()))
+    snap = documented_snapshot()
+    snap["memory_pools"] = []
+    with pytest.warns(uvm_sched.Warning, match=r"top-level fields.*'memory_pools'"):
+        t = load(write(tmp_path, snap))
+    assert t.kind.tolist() == expected.kind.tolist()
+
+
+def test_a_snapshot_with_only_known_fields_loads_without_warning(tmp_path):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load(write(tmp_path, documented_snapshot()))
 
 
 def test_foreign_pickles_raise(tmp_path):

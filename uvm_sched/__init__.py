@@ -4,6 +4,7 @@ allocator-level prefetch/evict schedules.
 Runtime (native allocator): ``allocator()`` (PyTorch), ``cupy_allocator()``,
 ``NUMBA_CUDA_MEMORY_MANAGER=uvm_sched.numba``, ``malloc``/``free``/``stats``/``step``/
 ``drain_events``/``backend``/``library_path``, ``Scheduler``.
+Errors: ``Error`` (base of every exception class defined here), ``Warning``.
 Offline advisor: ``uvm_sched.trace``, ``uvm_sched.pattern``, ``plan``/``Plan``,
 ``uvm_sched.sim``, ``uvm_sched.viz``, the ``uvm-sched`` command.
 
@@ -13,8 +14,20 @@ any framework.
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
+import logging
 
-__version__ = "0.1.0"
+from ._errors import Error, Warning  # noqa: A004 -- uvm_sched.Warning, like numpy's
+
+try:  # the version is written once, in pyproject.toml; installing records it
+    __version__ = importlib.metadata.version("uvm_sched")
+except importlib.metadata.PackageNotFoundError:  # sources on sys.path, never installed
+    __version__ = "0+unknown"
+
+# Log records go to the "uvm_sched.*" loggers (transitions at INFO, per-iteration detail at
+# DEBUG); the library adds no handler but this one, so nothing reaches the terminal until
+# the application configures logging (e.g. logging.basicConfig(level=logging.INFO)).
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 # public name -> module that defines it
 _EXPORTS = {
@@ -33,7 +46,7 @@ _EXPORTS = {
 }
 _SUBMODULES = {"trace", "pattern", "planner", "sim", "hw", "viz", "native", "integrations"}
 
-__all__ = sorted(_EXPORTS) + sorted(_SUBMODULES) + ["__version__"]
+__all__ = sorted(_EXPORTS) + sorted(_SUBMODULES) + ["Error", "Warning", "__version__"]
 
 
 def __getattr__(name: str):

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["fmt_bytes", "fmt_seconds", "fmt_ratio", "fmt_pct", "fmt_count"]
+__all__ = ["fmt_bytes", "fmt_seconds", "fmt_ms", "fmt_ratio", "fmt_pct", "fmt_count", "byte_unit"]
 
 _MISSING = "-"
+_BYTE_UNITS = (("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10),
+               ("B", 1))
 
 
 def _missing(x) -> bool:
@@ -57,6 +59,24 @@ def fmt_seconds(s, *, digits: int = 3) -> str:
             decimals = max(0, digits - 1 - int(math.floor(math.log10(v))) if v > 0 else 0)
             return f"{sign}{v:.{decimals}f} {unit}"
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def fmt_ms(s, *, digits: int = 3) -> str:
+    """Seconds as milliseconds with ``digits`` decimals (``"12.345 ms"``): one unit for a
+    column or a title whose durations are compared with each other."""
+    if _missing(s):
+        return _MISSING
+    return f"{float(s) * 1e3:,.{digits}f} ms"
+
+
+def byte_unit(max_bytes) -> tuple[str, int]:
+    """The largest binary unit in which ``max_bytes`` is at least 1, as (name, bytes):
+    ``("GiB", 2**30)``; ``("B", 1)`` for 0 or NaN. For an axis that shows many sizes."""
+    m = 0.0 if _missing(max_bytes) else abs(float(max_bytes))
+    for name, div in _BYTE_UNITS:
+        if m >= div:
+            return name, div
+    return "B", 1
 
 
 def fmt_ratio(x, *, digits: int = 2) -> str:

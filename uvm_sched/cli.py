@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
+from ._errors import Error
 from ._fmt import fmt_bytes, fmt_count, fmt_pct, fmt_ratio, fmt_seconds
 
 __all__ = ["main", "build_parser"]
@@ -39,11 +40,11 @@ EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
 # ----------------------------------------------------------------------------------------
 # errors
-class UsageError(Exception):
+class UsageError(Error):
     """Bad input from the user (a file, a budget, a name): exit code 2, one line."""
 
 
-class PartMissing(Exception):
+class PartMissing(Error):
     """A part of uvm_sched this subcommand needs is not in this build (exit code 1)."""
 
 
@@ -705,7 +706,8 @@ def cmd_report(args, out: _Out) -> int:
     with out.progress(description="report") as bar:
         bar.step("drawing the report")
         title = args.title or f"uvm_sched: {trace.meta.get('name') or Path(args.trace).name}"
-        html = report(trace, plan=plan, results=results or None, title=title)
+        html = report(trace, plan=plan, results=results or None, title=title,
+                      plotly=args.plotly)
     _write_text(dest, html)
     if out.json:
         out.emit_json({"path": str(dest), "bytes": dest.stat().st_size, "budget_bytes": budget,
@@ -995,6 +997,9 @@ def build_parser() -> argparse.ArgumentParser:
                                       "(default demand,uvm-sched)")
     p.add_argument("--no-sim", action="store_true", help="draw the trace (and plan) only")
     p.add_argument("--title", help="page title")
+    p.add_argument("--plotly", choices=("inline", "cdn"), default="inline",
+                   help="plotly.js inlined (default: the page opens offline) or linked from "
+                        "cdn.plot.ly (~4.8 MB smaller, needs the network)")
     p.add_argument("-o", "--output", default="report.html", metavar="FILE",
                    help="HTML file to write (default report.html)")
 

@@ -9,7 +9,8 @@ a device, else the host emulation).  Other settings, read when the backend start
 ``UVM_SCHED_ARENA_BYTES`` (size of each managed reservation, default 1 GiB; units K/M/G),
 ``UVM_SCHED_LIMIT_BYTES`` (cap on reserved bytes), ``UVM_SCHED_RING_EVENTS`` (ring
 capacity, default 2**20 records), ``UVM_SCHED_TRACE=0`` (no event recording),
-``UVM_SCHED_VERBOSE`` (0 silences errors logged from the PyTorch ABI).
+``UVM_SCHED_VERBOSE`` (0 silences errors logged from the PyTorch ABI; they go to the
+``uvm_sched.native`` logger at WARNING, as do the library's load and backend at INFO).
 
 Event kinds in :func:`drain_events` (``EVENT_KINDS`` maps code -> name): ``alloc`` (0) and
 ``free`` (1) with the block's requested bytes and its global alloc ordinal in ``arg``;
@@ -31,14 +32,16 @@ ordinal of the allocator event they follow (a mark: of the next one).
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
-import importlib.machinery
-import sys
+import logging
 import threading
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import numpy as np
+
+from ._errors import Error
 
 __all__ = [
     "malloc", "free", "stats", "step", "drain_events", "backend", "backend_reason",
@@ -82,11 +85,12 @@ EVENT_KINDS: dict[int, str] = {
 _ACTION_BASE = 16
 
 
-class UvmSchedError(RuntimeError):
+class UvmSchedError(Error, RuntimeError):
     """The native core refused a request (driver error, no backend, bad state)."""
 
 
-class OutOfMemoryError(MemoryError):
+# MemoryError before Error: its own __new__ must come first for unpickling to create one.
+class OutOfMemoryError(MemoryError, Error):
     """An allocation cannot be served. ``size``: bytes asked for; ``reserved``: bytes the
     pool holds from the driver; ``limit``: the cap on reserved bytes (None = no cap)."""
 
@@ -104,7 +108,7 @@ class UnsupportedError(UvmSchedError):
     """The driver lacks the call (``discard`` needs a CUDA 13 driver)."""
 
 
-class FreeError(ValueError):
+class FreeError(Error, ValueError):
     """A free that the pool refused (unknown pointer, double free, wrong size); the pool
     is unchanged. ``ptr``, ``size`` and ``reason`` (``unknown``/``double_free``/``size``)."""
 
@@ -115,6 +119,7 @@ class FreeError(ValueError):
 
 
 # ---- loading -------------------------------------------------------------------------
+_log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _LIB: ctypes.CDLL | None = None
 _STATS_NAMES: list[str] = []
@@ -122,17 +127,17 @@ _STATS_NAMES: list[str] = []
 
 def library_path() -> str:
     """Absolute path of the native shared library (what PyTorch's pluggable allocator
-    loads): the build for this Python (its extension suffix, e.g.
-    ``.cpython-311-x86_64-linux-gnu.so``), never a stale one left by another."""
+    loads): ``_native/_uvm_sched.so``, one build for every Python (it links no Python
+    symbol), never a stale ``_uvm_sched.cpython-*.so`` left by an older build."""
     here = Path(__file__).resolve().parent / "_native"
-    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        if (here / f"_uvm_sched{suffix}").is_file():
-            return str(here / f"_uvm_sched{suffix}")
-    found = sorted(p.name for p in here.glob("_uvm_sched.*.so"))
+    ours = here / "_uvm_sched.so"
+    if ours.is_file():
+        return str(ours)
+    # builds from before the library lost its Python ABI tag may linger; never load one
+    stale = sorted(p.name for p in here.glob("_uvm_sched.*.so"))
     raise UvmSchedError(
-        f"the native library is not built for this Python ({sys.implementation.cache_tag}: "
-        f"no _uvm_sched{importlib.machinery.EXTENSION_SUFFIXES[0]} in {here}"
-        + (f"; found only {', '.join(found)}, built for another Python" if found else "")
+        f"the native library is not built (no _uvm_sched.so in {here}"
+        + (f"; found only {', '.join(stale)}, a stale build" if stale else "")
         + "); install the package with `pip install -e .` (needs a C compiler, not CUDA)")
 
 
@@ -189,8 +194,54 @@ def _load() -> ctypes.CDLL:
             f = getattr(lib, name)
             f.restype, f.argtypes = res, args
         _STATS_NAMES = [n for n in lib.uvm_sched_stats_names().decode().split(",") if n]
+        _capture_log(lib)
         _LIB = lib
+        _log.info("loaded the native library %s (ABI %d)", path, got)
         return lib
+
+
+# ---- the C core's log -------------------------------------------------------------------
+# Errors met on the PyTorch ABI (uvm_sched_malloc/free: no caller to return them to) are
+# kept by the C core and moved to the "uvm_sched.native" logger at WARNING whenever Python
+# reads the library (drain_events, stats, an error) and at exit; not written to stderr.
+_LOG_CAP = 4097  # the C buffer's 4 KiB and its NUL
+_backend_logged: tuple[str, str] | None = None
+
+
+def _capture_log(lib: ctypes.CDLL) -> None:
+    lib.uvm_sched_log_capture.restype, lib.uvm_sched_log_capture.argtypes = (
+        ctypes.c_int, [ctypes.c_int])
+    lib.uvm_sched_take_log.restype = ctypes.c_size_t
+    lib.uvm_sched_take_log.argtypes = [ctypes.c_char_p, ctypes.c_size_t,
+                                       ctypes.POINTER(ctypes.c_uint64)]
+    lib.uvm_sched_log_capture(1)
+    atexit.register(_flush_log)
+
+
+def _flush_log() -> None:
+    """Move the C core's buffered log lines to Python's logging."""
+    lib = _LIB
+    if lib is None:
+        return
+    buf = ctypes.create_string_buffer(_LOG_CAP)
+    dropped = ctypes.c_uint64(0)
+    n = lib.uvm_sched_take_log(buf, _LOG_CAP, ctypes.byref(dropped))
+    for line in buf.raw[:n].decode(errors="replace").splitlines():
+        _log.warning("native core: %s", line)
+    if dropped.value:
+        _log.warning("native core: %d log lines lost (more than 4 KiB between two reads)",
+                     dropped.value)
+
+
+def _note_backend(name: str) -> None:
+    """Log the backend once, when Python first sees it (and again after a reset)."""
+    global _backend_logged
+    if name == "none":
+        return
+    reason = backend_reason()
+    if _backend_logged != (name, reason):
+        _backend_logged = (name, reason)
+        _log.info("native backend: %s (%s)", name, reason)
 
 
 def _last_error() -> str:
@@ -201,6 +252,7 @@ def _raise(status: int, what: str) -> None:
     if status == _OK:
         return
     detail = _last_error()
+    _flush_log()
     if status == _ENOBACKEND:
         raise UvmSchedError(f"{what}: no backend: {detail or backend_reason()}")
     if status == _EINVAL:
@@ -400,6 +452,7 @@ def backend() -> str:
     name = _load().uvm_sched_backend_name().decode()
     if name == "none":
         raise UvmSchedError(f"no backend could be started: {backend_reason()}")
+    _note_backend(name)
     return name
 
 
@@ -419,6 +472,8 @@ def stats() -> dict[str, Any]:
     lib.uvm_sched_stats(buf, len(_STATS_NAMES))
     d: dict[str, Any] = dict(zip(_STATS_NAMES, (int(v) for v in buf)))
     d["backend"] = lib.uvm_sched_backend_name().decode()
+    _note_backend(d["backend"])
+    _flush_log()
     d["fragmentation"] = (1.0 - d["allocated_bytes"] / d["in_use_bytes"]) if d["in_use_bytes"] else 0.0
     return d
 
@@ -450,6 +505,7 @@ def drain_events() -> np.ndarray:
         parts.append(out[:got])
         if got < n:
             break
+    _flush_log()
     if not parts:
         return np.empty(0, EVENT_DTYPE)
     return parts[0] if len(parts) == 1 else np.concatenate(parts)

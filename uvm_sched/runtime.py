@@ -19,6 +19,7 @@ unplanned and is reported in ``stats()["last_error"]``.
 """
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
@@ -28,6 +29,8 @@ from typing import Any
 import numpy as np
 
 __all__ = ["Scheduler"]
+
+_log = logging.getLogger(__name__)
 
 # event kinds of the native ring (uvm_sched.native.EVENT_KINDS)
 _ALLOC, _FREE, _MARK, _ITER, _DIVERGENCE = 0, 1, 3, 4, 37
@@ -150,6 +153,11 @@ class Scheduler:
             self.rank = _rank()
             self._install_hook()
             self._start_touches()
+            _log.info("recording: %d warm-up iterations, then a %s plan for budget %r on %s "
+                      "(markers: %s)", self.warmup_iters, self.mode, self.budget,
+                      getattr(self.hw, "name", self.hw),
+                      "optimizer hook" if self._hook_handle is not None
+                      else "step() or the learned period")
             self.poll()
         return self
 
@@ -169,9 +177,11 @@ class Scheduler:
                 from . import native
 
                 native.disarm()
+                _log.info("disarmed: the scheduler was closed")
             self._remove_hook()
             self._stop_touches()
             self.state = "closed"
+            _log.info("closed: %s", self._summary())
 
     def __enter__(self) -> "Scheduler":
         return self.start()
@@ -262,6 +272,9 @@ class Scheduler:
             trace, addresses = trace_from_events(events, return_addresses=True)
             pat = analyze(trace)
             if pat.source != "markers" and len(pat.iterations) < self.warmup_iters:
+                _log.debug("period %d events learned from %d iterations, fewer than the %d "
+                           "warm-up iterations: recording on", pat.period_events,
+                           len(pat.iterations), self.warmup_iters)
                 return  # not enough repetitions yet to trust a learned period
             opts = dict(self.plan_opts)
             if self._touches is not None:
@@ -284,7 +297,15 @@ class Scheduler:
             self.last_error = f"{type(e).__name__}: {e}" + (
                 f" (planning needs it: pip install {e.name})"
                 if isinstance(e, ImportError) and e.name else "")
-            if self._marks >= self.warmup_iters + 1:
+            retry = self._marks >= self.warmup_iters + 1
+            # after a full warm-up it is a failure to see; before one (no markers, the
+            # period tried at each doubling of the events) it is a step of recording
+            _log.log(logging.WARNING if retry else logging.INFO,
+                     "learning failed (%d so far), the allocator runs unplanned; %s: %s",
+                     self._counters["learn_failures"],
+                     "recording fresh iterations" if retry else "recording on",
+                     self.last_error)
+            if retry:
                 self._restart_recording()  # try again on fresh iterations
             return
         self._counters["plan_time_s"] += time.perf_counter() - t0
@@ -327,6 +348,19 @@ class Scheduler:
         self._chunks = []
         self._prefix = []
         self.last_error = None
+        _log.info("learned: period %d allocator events (from %s, %d iterations), mode %s; "
+                  "planned %d actions for a budget of %s bytes (planning so far: %.3f s)",
+                  int(p.meta["period_events"]), pat.source, len(pat.iterations), self.mode,
+                  len(p), f"{int(p.meta['budget_bytes']):,}",
+                  self._counters["plan_time_s"])
+        _log.info("armed: plan %d, sync on %s%s", self._counters["plans"], p.meta.get("sync"),
+                  f" at phase {phase} of the period" if phase else "")
+        if self.tuning_skipped:
+            _log.info("tuning skipped: %s", self.tuning_skipped)
+        elif self._tuner is not None:
+            _log.info("tuning: %d candidates, %d timed iterations each: %s",
+                      len(self._tuner["cands"]), self.tune_iters,
+                      ", ".join(str(label) for label, _ in self._tuner["cands"]))
 
     # -- tuning the guard by the clock -------------------------------------------------------
     def _start_tuning(self, trace, pat, opts: dict) -> None:
@@ -378,13 +412,17 @@ class Scheduler:
         if tu["i"] < len(tu["cands"]):
             p = tu["cands"][tu["i"]][1]
             tu.update(last=None, skip=1, bad=False)
+            _log.info("tuning: armed candidate %s", tu["cands"][tu["i"]][0])
         else:
             import statistics
 
             self.tuning = {label: statistics.median(t)
                            for (label, _), t in zip(tu["cands"], tu["times"])}
-            p = dict(tu["cands"])[min(self.tuning, key=self.tuning.get)]
+            best = min(self.tuning, key=self.tuning.get)
+            p = dict(tu["cands"])[best]
             self._tuner = None
+            _log.info("tuned: keeping %s (median s per iteration: %s)", best, ", ".join(
+                f"{label}: {t:.6f}" for label, t in self.tuning.items()))
             if p is self.plan:
                 return
         native.disarm()
@@ -404,11 +442,16 @@ class Scheduler:
             # a new iteration starts: judge the one that ended
             self._counters["iterations_armed"] += 1
             self._div_iters = self._div_iters + 1 if self._iter_div else 0
+            _log.debug("armed iteration %d ended: %d divergences (%d iterations in a row "
+                       "with one)", self._counters["iterations_armed"], self._iter_div,
+                       self._div_iters)
             self._iter_div = 0
         if self._div_iters >= self.relearn_after:
             from . import native
 
             native.disarm()
+            _log.info("disarmed: %d iterations in a row diverged from the learned one "
+                      "(relearn_after=%d); relearning", self._div_iters, self.relearn_after)
             self._counters["relearns"] += 1
             self.plan = None
             self._tuner = None
@@ -468,6 +511,12 @@ class Scheduler:
                 out["predicted"] = dict(self.plan.meta.get("predicted", {}))
             out["native"] = native.stats()
             return out
+
+    def _summary(self) -> str:
+        c = self._counters
+        return (f"{c['plans']} plans, {c['relearns']} relearns, {c['iterations_armed']} "
+                f"iterations armed, {c['divergences']} divergences, "
+                f"{c['learn_failures']} learn failures")
 
     def __repr__(self) -> str:
         return (f"<Scheduler {self.state} mode={self.mode} budget={self.budget!r} "

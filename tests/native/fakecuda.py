@@ -15,7 +15,11 @@ _BUILT: dict[str, str] = {}
 
 
 def fake_path() -> str:
-    """Path of a freshly built fake libcuda.so.1 (gcc; one build per process)."""
+    """Path of a freshly built fake libcuda.so.1 (gcc; one build per process), or of the
+    one $UVM_SCHED_FAKE_CUDA names (built beforehand: scripts/wheel_check.sh tests the
+    installed wheel with no compiler on PATH)."""
+    if "path" not in _BUILT and os.environ.get("UVM_SCHED_FAKE_CUDA"):
+        _BUILT["path"] = os.environ["UVM_SCHED_FAKE_CUDA"]
     if "path" not in _BUILT:
         cc = os.environ.get("CC", "gcc")
         if shutil.which(cc) is None:

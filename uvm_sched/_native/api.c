@@ -23,21 +23,67 @@ void uvm_set_error(const char *fmt, ...) {
     va_end(ap);
 }
 
-/* Errors that reach the PyTorch ABI have no caller to report them, so they go to stderr:
- * the first 20, then only counted (UVM_SCHED_VERBOSE=0 silences, 2 logs all). */
+/* Messages kept for Python's logging once uvm_sched.native has asked for them
+ * (uvm_sched_log_capture(1)); it takes them with uvm_sched_take_log.  Python is not called
+ * back from here: the caller may hold uvm_g.lock while a thread holding the GIL waits for
+ * it.  A fixed buffer (no allocation; its own lock, held only to copy): a message that
+ * does not fit until the next take is counted in log_dropped. */
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+static char log_buf[4096];
+static size_t log_len;
+static uint64_t log_dropped;
+static _Atomic int log_capture;
+
+static void log_line(const char *msg) {
+    if (!atomic_load(&log_capture)) {
+        fprintf(stderr, "uvm_sched: %s\n", msg);
+        return;
+    }
+    size_t n = strlen(msg);
+    pthread_mutex_lock(&log_lock);
+    if (log_len + n + 1 < sizeof log_buf) {
+        memcpy(log_buf + log_len, msg, n);
+        log_len += n;
+        log_buf[log_len++] = '\n';
+    } else {
+        log_dropped++;
+    }
+    pthread_mutex_unlock(&log_lock);
+}
+
+/* Errors that reach the PyTorch ABI have no caller to report them, so they are logged (to
+ * stderr, or to Python's logging, see above): the first 20, then only counted
+ * (UVM_SCHED_VERBOSE=0 silences, 2 logs all). */
 void uvm_log(const char *fmt, ...) {
     if (verbose <= 0) return;
     uint64_t n = atomic_fetch_add(&logged, 1);
     if (verbose < 2 && n >= 20) {
-        if (n == 20) fputs("uvm_sched: further errors are counted in stats, not logged\n", stderr);
+        if (n == 20) log_line("further errors are counted in stats, not logged");
         return;
     }
+    char msg[384];
     va_list ap;
     va_start(ap, fmt);
-    fputs("uvm_sched: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    log_line(msg);
+}
+
+int uvm_sched_log_capture(int on) { return atomic_exchange(&log_capture, on ? 1 : 0); }
+
+size_t uvm_sched_take_log(char *buf, size_t cap, uint64_t *dropped) {
+    pthread_mutex_lock(&log_lock);
+    size_t n = log_len < cap ? log_len : (cap ? cap - 1 : 0);
+    if (cap) {
+        memcpy(buf, log_buf, n);
+        buf[n] = '\0';
+    }
+    memmove(log_buf, log_buf + n, log_len - n);
+    log_len -= n;
+    if (dropped) *dropped = log_dropped;
+    log_dropped = 0;
+    pthread_mutex_unlock(&log_lock);
+    return n;
 }
 
 const char *uvm_sched_last_error(void) { return last_error; }
@@ -47,8 +93,10 @@ const char *uvm_sched_last_error(void) { return last_error; }
 static void fork_prepare(void) {
     pthread_mutex_lock(&uvm_g.lock);
     pthread_mutex_lock(&drain_lock);
+    pthread_mutex_lock(&log_lock);
 }
 static void fork_release(void) {
+    pthread_mutex_unlock(&log_lock);
     pthread_mutex_unlock(&drain_lock);
     pthread_mutex_unlock(&uvm_g.lock);
 }

@@ -134,6 +134,13 @@ UVM_API const char *uvm_sched_backend_name(void);
 UVM_API const char *uvm_sched_backend_reason(void);
 /* Thread-local text of the last error on this thread ("" if none). */
 UVM_API const char *uvm_sched_last_error(void);
+/* Where the errors logged from the PyTorch ABI go: stderr (on = 0, the default) or a
+ * buffer of up to 4 KiB of '\n'-terminated lines (on = 1) that uvm_sched_take_log empties
+ * (Python's logging).  Returns the previous setting. */
+UVM_API int uvm_sched_log_capture(int on);
+/* Move up to cap - 1 bytes of buffered log lines into buf (NUL-terminated); *dropped (if
+ * not NULL) = lines lost to a full buffer since the last take.  Returns the bytes moved. */
+UVM_API size_t uvm_sched_take_log(char *buf, size_t cap, uint64_t *dropped);
 
 UVM_API int uvm_sched_malloc_status(size_t size, int device, void *stream, void **out);
 /* stream: the stream the block was last used on; own_stream=1 ignores it and uses the

@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
+from .._errors import Error
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -22,7 +24,7 @@ __all__ = ["HardwareProfile", "load_profile", "profile_names", "ProfileError"]
 _DIR = Path(__file__).with_name("profiles")
 
 
-class ProfileError(ValueError):
+class ProfileError(Error, ValueError):
     """A hardware profile is missing, malformed, or has an impossible number."""
 
 
@@ -68,14 +70,14 @@ class HardwareProfile:
         "source": "...", "date": "..."}`` (the GPU calibration kit writes one). Unknown
         field names are rejected.
         """
-        if not isinstance(measurements, Mapping):
-            measurements = json.loads(Path(measurements).read_text())
-        fields = measurements.get("fields")
+        data: Mapping[str, Any] = (measurements if isinstance(measurements, Mapping)
+                                   else json.loads(Path(measurements).read_text()))
+        fields = data.get("fields")
         if not isinstance(fields, Mapping):
             raise ProfileError("calibration JSON needs a 'fields' object of name -> value")
         known = {f.name: f for f in dataclasses.fields(self)} 
-        src = measurements.get("source", "calibration measurement")
-        date = measurements.get("date", "")
+        src = data.get("source", "calibration measurement")
+        date = data.get("date", "")
         changes: dict[str, Any] = {}
         sources = dict(self.sources)
         for k, v in fields.items():
@@ -135,7 +137,7 @@ def load_profile(name_or_path: "str | Path | HardwareProfile") -> HardwareProfil
             values[f.name] = entry
         else:
             raise ProfileError(f"{p}: {f.name} must be {{value = ..., source = \"...\"}}")
-    typed = {
+    typed: dict[str, Any] = {
         f.name: (int(values[f.name]) if f.type in ("int", int) else
                  float(values[f.name]) if f.type in ("float", float) else values[f.name])
         for f in dataclasses.fields(HardwareProfile) if f.name != "sources"

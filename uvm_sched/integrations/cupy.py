@@ -2,6 +2,8 @@
 CUDA Unified Memory through uvm_sched."""
 from __future__ import annotations
 
+from typing import Any
+
 from .. import native
 
 __all__ = ["cupy_allocator"]
@@ -22,7 +24,7 @@ class _Owner:
             pass
 
 
-def cupy_allocator():
+def cupy_allocator() -> Any:
     """An allocator function for ``cupy.cuda.set_allocator``: bytes -> ``MemoryPointer``
     on the current device and stream. Raises ``RuntimeError`` without CuPy."""
     try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+from typing import Any, Iterator
 
 from numba.cuda.cudadrv import driver
 
@@ -36,7 +37,7 @@ class UvmSchedMemoryManager(driver.HostOnlyCUDAMemoryManager):
     def initialize(self) -> None:
         native.backend()  # start the library (and pick its backend) now, not mid-kernel
 
-    def memalloc(self, size: int):
+    def memalloc(self, size: int) -> Any:
         """``size`` bytes for the current context's device; freed when Numba drops it."""
         device = self.context.device.id
         ptr = native.malloc(size, device=device)
@@ -48,7 +49,7 @@ class UvmSchedMemoryManager(driver.HostOnlyCUDAMemoryManager):
 
         return driver.MemoryPointer(self.context, dptr, size, finalizer=finalizer)
 
-    def get_memory_info(self):
+    def get_memory_info(self) -> Any:
         """The device's free and total memory in bytes (``cuMemGetInfo``), what Numba's
         own manager reports: managed memory comes out of the same device memory (and may
         exceed it; the pool's own figures are in ``uvm_sched.stats()``)."""
@@ -60,7 +61,7 @@ class UvmSchedMemoryManager(driver.HostOnlyCUDAMemoryManager):
         driver.driver.cuMemGetInfo(ctypes.byref(free), ctypes.byref(total))
         return driver.MemoryInfo(free=free.value, total=total.value)
 
-    def get_ipc_handle(self, memory):
+    def get_ipc_handle(self, memory: Any) -> Any:
         """Refused: CUDA IPC (``cuIpcGetMemHandle``) does not share managed memory."""
         raise NotImplementedError(
             f"uvm_sched: cannot export {memory.size:,} bytes at "
@@ -73,7 +74,7 @@ class UvmSchedMemoryManager(driver.HostOnlyCUDAMemoryManager):
         native.release_cached()
 
     @contextlib.contextmanager
-    def defer_cleanup(self):
+    def defer_cleanup(self) -> Iterator[None]:
         """Numba's deferral of pinned host frees (the parent's, which the EMM interface
         says a plugin must enter); our device frees return memory to the pool at once."""
         with super().defer_cleanup():

@@ -14,14 +14,17 @@ naming the bytes, the device and why) instead of handing torch a NULL.
 from __future__ import annotations
 
 import ctypes
-import importlib.machinery
 import logging
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ..native import UvmSchedError, _load, event_clock, library_path, step
 
 _log = logging.getLogger(__name__)
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["allocator", "install", "mark_optimizer_steps", "TouchRecorder"]
 
@@ -48,7 +51,7 @@ def _torch_with_cuda():
     return torch
 
 
-def allocator():
+def allocator() -> Any:
     """The ``torch.cuda.memory.CUDAPluggableAllocator`` over the uvm_sched library
     (``uvm_sched_malloc`` / ``uvm_sched_free``), created once per process. Raises
     ``RuntimeError`` on a CPU-only torch, or when CUDA is already initialised with
@@ -67,17 +70,16 @@ def allocator():
 
 
 def _shim_path() -> str:
-    """The C++ library torch loads (torch_shim.cpp), built for this Python."""
+    """The C++ library torch loads (torch_shim.cpp), beside the core library."""
     here = Path(library_path()).parent
-    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        if (here / f"_uvm_sched_torch{suffix}").is_file():
-            return str(here / f"_uvm_sched_torch{suffix}")
+    if (here / "_uvm_sched_torch.so").is_file():
+        return str(here / "_uvm_sched_torch.so")
     raise UvmSchedError(f"the PyTorch allocator library _uvm_sched_torch is not built in "
                         f"{here}; reinstall the package (`pip install -e .`, needs a C++ "
                         "compiler)")
 
 
-def _pluggable(torch):
+def _pluggable(torch: Any) -> Any:
     """The CUDAPluggableAllocator over the shim, bound to the core, with empty_cache and
     record_stream wired where this torch lets us."""
     core = _load()
@@ -105,7 +107,7 @@ def _pluggable(torch):
     return alloc
 
 
-def install():
+def install() -> Any:
     """Make uvm_sched PyTorch's CUDA allocator for this process (idempotent); returns it."""
     global _INSTALLED
     alloc = allocator()
@@ -117,7 +119,7 @@ def install():
     return alloc
 
 
-def mark_optimizer_steps():
+def mark_optimizer_steps() -> Any:
     """Call ``uvm_sched.step()`` after every ``torch.optim`` optimizer step (iteration
     markers for the executor and the tracer); returns the hook handle (``.remove()``)."""
     from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -139,20 +141,20 @@ class TouchRecorder:
         self.device_type = device_type
         self._clocks: list[int] = []
         self._addrs: list[int] = []
-        self._mode = None
+        self._mode: Any = None  # the dispatch mode while recording
 
     @property
     def active(self) -> bool:
         return self._mode is not None
 
     @property
-    def clocks(self):
+    def clocks(self) -> np.ndarray:
         import numpy as np
 
         return np.asarray(self._clocks, np.int64)
 
     @property
-    def addresses(self):
+    def addresses(self) -> np.ndarray:
         import numpy as np
 
         return np.asarray(self._addrs, np.uint64)

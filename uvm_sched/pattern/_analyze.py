@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from .._errors import Error
 from ..trace._model import EventKind, Trace
 from ._period import COVERAGE_TOL, detect_period, make_hash, tokenize
 
@@ -54,7 +55,7 @@ ACTIVATION_SHARE = 0.25  # a block living >= 25% of the iteration is an activati
 _PCTS = (50, 90, 99, 100)
 
 
-class PatternError(ValueError):
+class PatternError(Error, ValueError):
     """The trace cannot be analysed (e.g. it has no allocations)."""
 
 

@@ -21,6 +21,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from .._errors import Error
+
 __all__ = ["Plan", "PlanError", "ACTIONS", "PLAN_VERSION"]
 
 PLAN_VERSION = 1
@@ -45,7 +47,7 @@ _COLUMNS = {
 }
 
 
-class PlanError(ValueError):
+class PlanError(Error, ValueError):
     """A plan is malformed, of an unknown version, or does not fit the trace/runtime."""
 
 

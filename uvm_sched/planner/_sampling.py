@@ -23,7 +23,12 @@ sampling (``sample_rate`` < 1) recovers the touches one iteration missed.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["SAMPLE_COLUMNS", "TOUCH_COLUMNS", "draw_samples", "merge_samples",
            "samples_from_touches"]
@@ -33,7 +38,7 @@ TOUCH_COLUMNS = ("block", "persistent", "tick")
 
 
 def draw_samples(trace, pattern, *, sample_rate: float = 1.0, noise: float = 0.0,
-                 seed: int = 0):
+                 seed: int = 0) -> pd.DataFrame:
     """Samples of the representative iteration drawn from ``trace``'s ACCESS rows.
 
     ``sample_rate`` (0..1]: probability that one access is observed. ``noise``: standard
@@ -89,7 +94,7 @@ def draw_samples(trace, pattern, *, sample_rate: float = 1.0, noise: float = 0.0
     return out.reset_index()
 
 
-def samples_from_touches(trace, addresses, pattern, clocks, touched_addrs, *, k0: int):
+def samples_from_touches(trace, addresses, pattern, clocks, touched_addrs, *, k0: int) -> pd.DataFrame:
     """Touch-form samples (module doc) from observed touches of a live run.
 
     ``trace``/``addresses``: ``trace_from_events(events, return_addresses=True)`` of the

@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import warnings
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
 
+from .. import _errors
 from .._budget import resolve_budget
 from ..hw import load_profile
 from ..planner import Plan
@@ -14,6 +15,9 @@ from ._engine import DISCARD, Engine
 from ._policies import PlanSchedule, PrefetchOnAlloc, Schedule, SwapActivations
 from ._prep import prepare
 from ._result import BudgetError, SimResult
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["simulate", "compare", "POLICIES"]
 
@@ -220,7 +224,7 @@ def _run(prep, hw, B, sched: Schedule, name: str, pool: bool, zero_fill: bool,
          to_end: bool = False) -> SimResult:
     eng = Engine(prep, hw, B, pool=pool, zero_fill_faults=zero_fill)
     ws, we = prep.window
-    rows = []
+    rows: list = []
     t_start = 0.0
     div0 = 0
     ev_ptr, ev_kind, ev_block, dur = prep.ev_ptr, prep.ev_kind, prep.ev_block, prep.dur_s
@@ -298,7 +302,7 @@ def _window_result(eng, prep, hw, B, sched, name, pool, rows, t_start, div0, sf,
 
 
 def compare(trace, hw: Any = "h200-pcie5", budgets: Iterable[Any] = ("100%", "75%", "50%", "30%"),
-            policies: Iterable[Any] | None = None, **opts):
+            policies: Iterable[Any] | None = None, **opts) -> pd.DataFrame:
     """One row per (budget, policy): ``budget_bytes, budget_pct`` (of the trace's peak),
     ``policy, iteration_time_s, slowdown`` (over ``ideal``), ``stall_time_s, bytes_h2d,
     bytes_d2h, faults``. ``policies`` default to ``POLICIES`` (``uvm-sched`` left out with
@@ -313,7 +317,7 @@ def compare(trace, hw: Any = "h200-pcie5", budgets: Iterable[Any] = ("100%", "75
         policies = [p for p in POLICIES if p != "uvm-sched" or hasattr(planner, "plan")]
         if "uvm-sched" not in policies:
             warnings.warn("uvm_sched.planner.plan is not available: compare() leaves out "
-                          "'uvm-sched'", RuntimeWarning, stacklevel=2)
+                          "'uvm-sched'", _errors.Warning, stacklevel=2)
     policies = list(policies)
     cache: dict = {}
     peak = trace.peak_bytes

@@ -53,7 +53,7 @@ class Engine:
     tuples (``block`` dense; ``lo``/``hi`` byte range) issued at tick ``t``."""
 
     def __init__(self, prep: Prepared, hw, budget: int, *, pool: bool = True,
-                 zero_fill_faults: bool = True, record_from: int = 0):
+                 zero_fill_faults: bool = True, record_from: int = 0) -> None:
         self.zero_fill_faults = zero_fill_faults
         self.p = prep
         self.hw = hw

@@ -28,7 +28,7 @@ class Schedule:
     divergences = 0
     plan_events = False
 
-    def at(self, t: int, stage: str) -> list[tuple[int, int, int, int]]:
+    def at(self, t: int, stage: str) -> list[tuple[int, ...]]:
         return []
 
 
@@ -36,10 +36,10 @@ class PrefetchOnAlloc(Schedule):
     """RMM's ``prefetch_resource_adaptor``: every allocation is prefetched to the device
     as it is made (for fresh memory that populates device pages without link traffic)."""
 
-    def __init__(self, prep: Prepared):
+    def __init__(self, prep: Prepared) -> None:
         self.p = prep
 
-    def at(self, t, stage):
+    def at(self, t, stage) -> list:
         if stage != "pre":
             return []
         s, e = self.p.ev_ptr[t], self.p.ev_ptr[t + 1]
@@ -79,7 +79,7 @@ class SwapActivations(Schedule):
     blocks), the tick of peak live bytes (activations pile up until forward ends).
     """
 
-    def __init__(self, prep: Prepared):
+    def __init__(self, prep: Prepared) -> None:
         self.p = prep
         self.pre: dict[int, list] = defaultdict(list)
         self.post: dict[int, list] = defaultdict(list)
@@ -117,7 +117,7 @@ class SwapActivations(Schedule):
                 self.post[int(fwd_last[b])].append((EVICT, b, 0, -1))
                 self.pre[int(bwd_first[b]) - 1].append((PREFETCH, b, 0, -1))
 
-    def at(self, t, stage):
+    def at(self, t, stage) -> list:
         return (self.pre if stage == "pre" else self.post).get(t, [])
 
 
@@ -134,7 +134,7 @@ class PlanSchedule(Schedule):
 
     plan_events = True  # at() tuples carry the event ordinal k as a fifth element
 
-    def __init__(self, plan, prep: Prepared):
+    def __init__(self, plan, prep: Prepared) -> None:
         self.p = prep
         meta = plan.meta
         self.period = int(meta["period_events"])
@@ -168,7 +168,7 @@ class PlanSchedule(Schedule):
         self.allocs = []
         self.armed = True
 
-    def at(self, t, stage):
+    def at(self, t, stage) -> list:
         if stage == "post":
             out, self._post = self._post, []
             return out
@@ -177,7 +177,8 @@ class PlanSchedule(Schedule):
         s, e = int(p.ev_ptr[t]), int(p.ev_ptr[t + 1])
         if self.sync != "period" and t in self.marks:
             self._new_iteration()
-        pre, post = [], []
+        pre: list = []
+        post: list = []
         kinds = p.ev_kind[s:e]
         blocks = p.ev_block[s:e]
         for i in range(e - s):

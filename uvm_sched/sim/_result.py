@@ -4,10 +4,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from .._errors import Error
+
 __all__ = ["SimResult", "BudgetError"]
 
 
-class BudgetError(ValueError):
+class BudgetError(Error, ValueError):
     """The budget is below the bytes one tick's kernel touches: no schedule can run it."""
 
 

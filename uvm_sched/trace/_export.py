@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from .._fmt import fmt_bytes
 from ._model import EventKind, Trace, TraceError
 from ._snapshot import gc_paused
 
@@ -216,7 +217,7 @@ def _perfetto_json(trace: Trace) -> str:
     parts = [json.dumps(e, separators=(",", ":")) for e in head]
 
     sizes = bt["size"].to_numpy()
-    fmt = {v: _fmt_bytes(v) for v in np.unique(sizes).tolist()}
+    fmt = {v: fmt_bytes(v, digits=1) for v in np.unique(sizes).tolist()}
     parts.extend(
         f'{{"ph":"X","cat":"block","name":"block {b} ({fmt[sz]})","pid":{d},"tid":{ln},'
         f'"ts":{s_ / 1e3!r},"dur":{(e_ - s_) / 1e3!r},"args":{{"block":{b},"bytes":{sz},'
@@ -244,14 +245,6 @@ def _perfetto_json(trace: Trace) -> str:
              "time_base": "device (tick_ns)" if device_time else "t_ns"}
     return ('{"traceEvents":[' + ",".join(parts) + '],"displayTimeUnit":"ns","otherData":'
             + json.dumps(other) + "}")
-
-
-def _fmt_bytes(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"  # unreachable
 
 
 def export_perfetto(trace: Trace, path) -> None:

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from ._model import TraceError
+from ._model import Trace, TraceError
 from ._snapshot import gc_paused, replay_addresses
 
 __all__ = ["is_gzip", "looks_like_json", "load_kineto", "trace_from_chrome"]
@@ -219,7 +219,7 @@ def trace_from_chrome(doc: Any, *, device: str = "cuda", where: str = "trace",
     )
 
 
-def load_kineto(path, data: bytes | None = None, *, device: str = "cuda"):
+def load_kineto(path, data: bytes | None = None, *, device: str = "cuda") -> Trace:
     """Read a Chrome/Kineto trace JSON (optionally gzip) at ``path``; see module docstring."""
     p = Path(path)
     if data is None:

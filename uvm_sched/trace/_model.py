@@ -17,14 +17,19 @@ from __future__ import annotations
 
 import json
 from enum import IntEnum
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
+
+from .._errors import Error
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["EventKind", "AccessMode", "Trace", "TraceBuilder", "TraceError", "COLUMNS"]
 
 
-class TraceError(ValueError):
+class TraceError(Error, ValueError):
     """A trace (or a file holding one) is inconsistent; the message names the first bad row."""
 
 
@@ -201,7 +206,7 @@ class Trace:
         """Ticks at which MARK events say an iteration starts (sorted, unique)."""
         return np.unique(self._cols["tick"][self._cols["kind"] == EventKind.MARK])
 
-    def block_table(self):
+    def block_table(self) -> pd.DataFrame:
         """Per-block summary as a pandas DataFrame indexed by block id: size (bytes),
         alloc_tick, free_tick (-1 if never freed), alloc_row, free_row, stream."""
         import pandas as pd
@@ -244,7 +249,7 @@ class Trace:
         """True when the trace carries ground-truth ACCESS rows."""
         return bool(np.any(self._cols["kind"] == EventKind.ACCESS))
 
-    def to_pandas(self):
+    def to_pandas(self) -> pd.DataFrame:
         """The events as a pandas DataFrame (``kind``/``mode`` as categorical names)."""
         import pandas as pd
 
@@ -378,7 +383,8 @@ class Trace:
 
 
 class TraceBuilder:
-    """Appends events one by one (for importers and the recorder), then ``build()``s a Trace.
+    """Appends events one by one (for importers and the recorder), then builds a Trace
+    (``build()``).
 
     Ticks only move forward: ``next_tick(ns)`` closes the current tick with its device
     time in ns. Block ids are minted by ``alloc`` (or given explicitly).

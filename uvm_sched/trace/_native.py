@@ -11,7 +11,7 @@ __all__ = ["trace_from_events"]
 
 
 def trace_from_events(events: np.ndarray, *, meta: Mapping[str, Any] | None = None,
-                      return_addresses: bool = False):
+                      return_addresses: bool = False) -> Any:
     """Turn drained allocator events into a Trace.
 
     One tick per allocator event: an event with ring tick ``k`` lands on trace tick

@@ -71,10 +71,11 @@ def _load_parquet(path) -> Trace:
         raise TraceError(
             f"{path}: a Parquet file, but not a uvm_sched trace (no uvm_sched.schema_version key)"
         )
+    raw = version
     try:
-        version = int(version)
+        version = int(raw)
     except ValueError:
-        raise TraceError(f"{path}: unreadable trace schema version {version[:20]!r}") from None
+        raise TraceError(f"{path}: unreadable trace schema version {raw[:20]!r}") from None
     if version > SCHEMA_VERSION:
         raise TraceError(
             f"{path}: trace schema version {version} is newer than this uvm_sched reads "

@@ -78,6 +78,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from .._errors import Error
 from ._model import COLUMNS, AccessMode, EventKind, Trace
 
 __all__ = ["record", "LAUNCH_OVERHEAD_NS"]
@@ -455,7 +456,7 @@ def _extent(t: torch.Tensor) -> tuple[int, int, int]:
 _MEMO_AFTER_NS = 150_000  # an op qualifies once its mean meta time exceeds this
 
 
-class _NoKey(Exception):
+class _NoKey(Error):
     """An argument the memo cannot key on (it is then not used for this call)."""
 
 

@@ -13,6 +13,9 @@ Mapping to a Trace (one tick per allocator event):
   device's trace has no ``free_completed`` at all (the caching allocator records both; a
   hand-made trace may record one). Segment, oom and snapshot entries are not allocator
   events of a tensor and are skipped.
+* Forward compatibility: an entry whose action this importer does not know, and fields
+  it does not know (top level, or in an entry), are skipped with one ``uvm_sched.Warning``
+  each that names them, so a snapshot from a newer PyTorch still loads.
 * Blocks alive when recording started -- a free of an address the trace never allocated,
   or an ``active_*`` block of ``segments`` that no alloc of the trace explains -- are
   allocated at tick 0, before the recorded events (which then start at tick 1).
@@ -28,11 +31,13 @@ import contextlib
 import gc
 import io
 import pickle
+import warnings
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
+from .._errors import Warning as _Warning
 from ._model import COLUMNS, EventKind, Trace, TraceError
 
 __all__ = ["is_pickle", "load_snapshot", "replay_addresses", "read_snapshot_dict", "trace_from_snapshot",
@@ -67,7 +72,7 @@ class _SafeUnpickler(pickle.Unpickler):
 
 
 @contextlib.contextmanager
-def gc_paused():
+def gc_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector while millions of small containers are made
     (unpickling, JSON): the data holds no cycles, and the collector's passes over the
     growing heap would otherwise cost several times the work itself."""
@@ -250,6 +255,20 @@ def replay_addresses(
 
 _ALLOC, _FREE_REQ, _FREE_DONE = "alloc", "free_requested", "free_completed"
 _SKIPPED = {"segment_alloc", "segment_free", "segment_map", "segment_unmap", "oom", "snapshot"}
+# Fields this importer knows (torch 2.4-2.13). A newer torch may add more: they are reported
+# in one warning and ignored, so a snapshot from a newer torch still loads (the alloc/free
+# fields it maps have kept their meaning since the format appeared).
+_TOP_FIELDS = {"segments", "device_traces", "allocator_settings", "external_annotations"}
+_ENTRY_FIELDS = {"action", "addr", "size", "stream", "time_us", "frames", "compile_context",
+                 "user_metadata", "device_free", "pool_id"}
+
+
+def _warn_unknown(where: str, what: str, names: dict[str, int]) -> None:
+    """One warning naming the ``names`` (name -> count) of ``what`` the import skipped."""
+    listed = ", ".join(f"{k!r} ({v:,}x)" for k, v in sorted(names.items()))
+    warnings.warn(f"{where}: ignored {what} this importer does not know: {listed} (a snapshot "
+                  "from a newer PyTorch?); the alloc/free entries were imported",
+                  _Warning, stacklevel=3)
 
 
 def _segment_blocks(segments: Any, device: int, where: str) -> list[tuple[int, int, int]]:
@@ -302,6 +321,12 @@ def trace_from_snapshot(
             f"{nonempty or 'none'}); pass device=<one of those>"
         )
     entries = traces[device]
+    extra_top = {str(k): 1 for k in snap if k not in _TOP_FIELDS}
+    if extra_top:
+        _warn_unknown(where, "top-level fields", extra_top)
+    unknown_actions: dict[str, int] = {}
+    seen_actions: set[str] = set()  # actions whose first entry had its fields checked
+    unknown_fields: dict[str, int] = {}
     has_completed = any(isinstance(e, dict) and e.get("action") == _FREE_DONE for e in entries)
     free_action = _FREE_DONE if has_completed else _FREE_REQ
     ops: list[int] = []
@@ -321,6 +346,10 @@ def trace_from_snapshot(
         action = e.get("action")
         if type(action) is not str:
             raise bad(i, f"has action {action!r}, expected a string")
+        if action not in seen_actions:  # fields: the first entry of each action (cheap)
+            seen_actions.add(action)
+            for k in e.keys() - _ENTRY_FIELDS:
+                unknown_fields[str(k)] = unknown_fields.get(str(k), 0) + 1
         if action == _ALLOC:
             op = 1
         elif action == free_action:
@@ -328,7 +357,8 @@ def trace_from_snapshot(
         elif action in _SKIPPED or action == _FREE_REQ or action == _FREE_DONE:
             continue
         else:
-            raise bad(i, f"has unknown action {action!r}")
+            unknown_actions[action] = unknown_actions.get(action, 0) + 1
+            continue
         addr = e.get("addr")
         size = e.get("size")
         stream = e.get("stream", 0)
@@ -351,6 +381,10 @@ def trace_from_snapshot(
         times.append(t)
         streams.append(stream)
         index.append(i)
+    if unknown_actions:
+        _warn_unknown(where, "entries with actions", unknown_actions)
+    if unknown_fields:
+        _warn_unknown(where, "entry fields (counted once per action)", unknown_fields)
     if not ops:
         raise TraceError(f"{where}: device {device} has no alloc/free entries")
     t0 = times[0] if have_time else 0

@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 
 from .._budget import resolve_budget
+from .._fmt import byte_unit, fmt_bytes, fmt_ms
 from ..trace._model import Trace
 from . import _data
-from ._units import byte_unit, fmt_bytes, fmt_ms
 
 BACKENDS = ("plotly", "matplotlib")
 
@@ -29,6 +29,14 @@ def _backend(backend: str):
             f"uvm_sched.viz needs {mod} for backend={backend!r}: pip install 'uvm_sched[viz]' "
             f"(or '{req}'), or pass backend={other!r}") from None
     return importlib.import_module("._plotly" if backend == "plotly" else "._mpl", __package__)
+
+
+def _draw(draw: Any, name: str, spec: dict) -> Any:
+    """``draw.<name>(spec)``; a plotly figure also gets its static twin (``_plotly.Figure``)."""
+    fig = getattr(draw, name)(spec)
+    if hasattr(draw, "with_static_twin"):
+        fig = draw.with_static_twin(fig, name, spec)
+    return fig
 
 
 def trace_name(trace: Trace) -> str:
@@ -54,7 +62,7 @@ def _check_result(result: Any, need: tuple[str, ...]) -> None:
 
 
 def memory_timeline(trace: Trace, *, result: Any = None, budget: Any = None,
-                    backend: str = "plotly", pattern: Any = None, max_points: int = 10_000):
+                    backend: str = "plotly", pattern: Any = None, max_points: int = 10_000) -> Any:
     """Bytes in use over ticks, stacked by block class (persistent, activation, workspace,
     transient), with the budget as a line and, given a ``SimResult``, the simulated
     device-resident bytes over its measured window.
@@ -97,11 +105,11 @@ def memory_timeline(trace: Trace, *, result: Any = None, budget: Any = None,
         "resident": None if resident is None else (resident[0], resident[1] / div, resident[2]),
         "marks": trace.iteration_starts,
     }
-    return draw.memory_timeline(spec)
+    return _draw(draw, "memory_timeline", spec)
 
 
 def lifetimes(trace: Trace, *, plan: Any = None, max_blocks: int = 50_000, backend: str = "plotly",
-              pattern: Any = None):
+              pattern: Any = None) -> Any:
     """Block lifetime chart: one row per block in allocation order, a faint bar from its
     allocation to its free, solid where the kernel accesses it (so idle gaps show), coloured
     by class; with a ``Plan``, its prefetch/evict/discard/advise actions as marks where the
@@ -136,10 +144,10 @@ def lifetimes(trace: Trace, *, plan: Any = None, max_blocks: int = 50_000, backe
         "div": div,
         "n_ticks": trace.n_ticks,
     }
-    return draw.lifetimes(spec)
+    return _draw(draw, "lifetimes", spec)
 
 
-def copy_engines(result: Any, *, backend: str = "plotly", max_transfers: int = 100_000):
+def copy_engines(result: Any, *, backend: str = "plotly", max_transfers: int = 100_000) -> Any:
     """Copy-engine occupancy per direction over the simulator's measured window: one bar per
     transfer (host->device above, device->host below; overlapping transfers on separate
     lanes), coloured by cause (plan, fault, evict, alloc); the title gives each direction's
@@ -155,10 +163,10 @@ def copy_engines(result: Any, *, backend: str = "plotly", max_transfers: int = 1
         "transfers": df,
         "window_ms": (t1 - t0) * 1e3,
     }
-    return draw.copy_engines(spec)
+    return _draw(draw, "copy_engines", spec)
 
 
-def stalls(result: Any, *, backend: str = "plotly", max_points: int = 5_000):
+def stalls(result: Any, *, backend: str = "plotly", max_points: int = 5_000) -> Any:
     """Stall time per tick of the measured window, stacked by cause (fault, eviction, link),
     in ms; the title gives the totals from ``result.stall_breakdown``. Returns a plotly or
     matplotlib ``Figure``."""
@@ -173,10 +181,10 @@ def stalls(result: Any, *, backend: str = "plotly", max_points: int = 5_000):
         "notes": [note] if note else [],
         "table": df,
     }
-    return draw.stalls(spec)
+    return _draw(draw, "stalls", spec)
 
 
-def frontier(compare_df, *, backend: str = "plotly"):
+def frontier(compare_df, *, backend: str = "plotly") -> Any:
     """Memory saved (% of peak) against slowdown (x ideal) per policy, one line per policy
     across the budgets of a ``uvm_sched.sim.compare`` frame; ``ideal`` is drawn as the 1.0x
     line. Returns a plotly or matplotlib ``Figure``."""
@@ -193,4 +201,4 @@ def frontier(compare_df, *, backend: str = "plotly"):
         "notes": [],
         "table": df[df["policy"] != "ideal"],
     }
-    return draw.frontier(spec)
+    return _draw(draw, "frontier", spec)

@@ -12,7 +12,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from ._units import CAUSE_COLORS, CLASS_COLORS, MARK_STYLE, MPL_MARKERS, STALL_COLORS, fmt_bytes
+from .._fmt import fmt_bytes
+from ._units import CAUSE_COLORS, CLASS_COLORS, MARK_STYLE, MPL_MARKERS, STALL_COLORS
 
 
 def _figure(spec, height: float = 4.2, width: float = 10.0):
@@ -74,13 +75,15 @@ def lifetimes(spec) -> Figure:
         if not len(sel):
             continue
         segs = np.stack([np.stack([sel["start"], sel["y"]], 1), np.stack([sel["end"], sel["y"]], 1)], 1)
-        ax.add_collection(LineCollection(segs, colors=color, linewidths=lw, alpha=0.3))
+        # an (n, 2, 2) array is what LineCollection takes (its stubs say Sequence only)
+        ax.add_collection(LineCollection(segs, colors=color, linewidths=lw, alpha=0.3))  # type: ignore[arg-type]
         handles.append(Line2D([], [], color=color, linewidth=4, label=cls))
         if len(spans):
             sp = spans[spans["cls"] == cls]
             if len(sp):
                 segs = np.stack([np.stack([sp["start"], sp["y"]], 1), np.stack([sp["end"], sp["y"]], 1)], 1)
-                ax.add_collection(LineCollection(segs.astype(float), colors=color, linewidths=lw))
+                ax.add_collection(LineCollection(segs.astype(float), colors=color,  # type: ignore[arg-type]
+                                                 linewidths=lw))
     marks = spec["marks"]
     if marks is not None:
         for fam, (label, symbol, color) in MARK_STYLE.items():

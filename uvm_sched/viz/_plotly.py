@@ -7,11 +7,82 @@ import textwrap
 import numpy as np
 import plotly.graph_objects as go
 
-from ._units import CAUSE_COLORS, CLASS_COLORS, MARK_STYLE, STALL_COLORS, fmt_bytes
+from .._fmt import fmt_bytes
+from ._units import CAUSE_COLORS, CLASS_COLORS, MARK_STYLE, STALL_COLORS
 
 # Above this many line segments a trace is drawn with WebGL (scattergl) to stay responsive.
 _GL_SEGMENTS = 5_000
 _FONT = dict(family="Helvetica, Arial, sans-serif", size=12)
+
+
+class Figure(go.Figure):
+    """A plotly figure of ``uvm_sched.viz`` that carries a static twin: in a notebook its
+    output holds the interactive figure (``application/vnd.plotly.v1+json``, what Jupyter
+    shows) and a PNG of the same numbers drawn by the matplotlib backend (``image/png``,
+    what an exported HTML page, nbviewer or a repository viewer shows: they render no
+    plotly JSON). Axis ranges set on the figure (``fig.update_xaxes(range=...)``) apply to
+    the PNG too. Without matplotlib the output is plotly's alone."""
+
+    _uvm_static: tuple[str, dict] | None = None  # (name of the _mpl drawing, its spec)
+
+    def to_static_png(self, dpi: int = 80) -> bytes | None:
+        """The static twin as PNG bytes (None without matplotlib)."""
+        if self._uvm_static is None:
+            return None
+        try:
+            from . import _mpl
+        except ImportError:
+            return None
+        import io
+
+        name, spec = self._uvm_static
+        mfig = getattr(_mpl, name)(spec)
+        ax = mfig.axes[0]
+        for axis, set_lim in ((self.layout.xaxis, ax.set_xlim), (self.layout.yaxis, ax.set_ylim)):
+            if axis.range is not None and axis.type != "log" and not axis.autorange:
+                set_lim(*axis.range)
+        buf = io.BytesIO()
+        mfig.savefig(buf, format="png", dpi=dpi)
+        return buf.getvalue()
+
+    def _repr_mimebundle_(self, include=None, exclude=None, validate=True, **kwargs):
+        import base64
+
+        bundle = super()._repr_mimebundle_(include, exclude, validate, **kwargs)
+        png = self.to_static_png()
+        if png is not None:
+            bundle["image/png"] = base64.b64encode(png).decode()
+        return bundle
+
+    def _ipython_display_(self) -> None:
+        # plotly's own display goes through its renderers and would drop the PNG
+        from IPython.display import display
+
+        display(self._repr_mimebundle_(), raw=True)
+
+    def show(self, *args, **kwargs) -> None:
+        """In a notebook kernel, display with the static twin; elsewhere plotly's ``show``."""
+        if not args and not kwargs and _in_kernel():
+            self._ipython_display_()
+        else:
+            super().show(*args, **kwargs)
+
+
+def _in_kernel() -> bool:
+    import sys
+
+    ipy = sys.modules.get("IPython")
+    shell = ipy.get_ipython() if ipy is not None else None
+    return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
+
+
+def with_static_twin(fig: go.Figure, name: str, spec: dict) -> Figure:
+    """``fig`` as a :class:`Figure` whose static twin is ``_mpl.<name>(spec)``."""
+    # the class is swapped in place: a copy would validate every trace again (slow on
+    # large lifetime charts); Figure adds no state but one attribute
+    fig.__class__ = Figure
+    fig._uvm_static = (name, spec)
+    return fig
 
 
 def _note_lines(spec) -> list[str]:

@@ -10,14 +10,16 @@ from __future__ import annotations
 import html
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
+from .._fmt import fmt_bytes, fmt_ms
 from ..trace._model import EventKind, Trace
 from . import _data
 from ._figures import _backend, copy_engines, frontier, lifetimes, memory_timeline, stalls, trace_name
-from ._units import fmt_bytes, fmt_ms
+
+PLOTLY_MODES = ("inline", "cdn")  # how the report carries plotly.js
 
 _CSS = """
 body{font-family:Helvetica,Arial,sans-serif;margin:24px auto;max-width:1200px;color:#222;padding:0 16px}
@@ -100,7 +102,8 @@ def _frame_table(df) -> str:
     names = {"budget_bytes": "budget", "budget_pct": "budget (% of peak)", "iteration_time_s": "iteration",
              "slowdown": "slowdown vs ideal", "stall_time_s": "stall", "bytes_h2d": "host→device",
              "bytes_d2h": "device→host"}
-    fmt = {"budget_bytes": fmt_bytes, "bytes_h2d": fmt_bytes, "bytes_d2h": fmt_bytes,
+    fmt: dict[str, Callable[[Any], str]] = {
+           "budget_bytes": fmt_bytes, "bytes_h2d": fmt_bytes, "bytes_d2h": fmt_bytes,
            "budget_pct": lambda v: f"{float(v):.0f}%", "iteration_time_s": lambda v: fmt_ms(float(v)),
            "stall_time_s": lambda v: fmt_ms(float(v)), "slowdown": lambda v: f"{float(v):.3f}×",
            "faults": lambda v: f"{int(v):,}", "policy": str}
@@ -150,9 +153,10 @@ def _embed(fig, target: str) -> str:
 
 
 def report(trace: Trace, *, plan: Any = None, results: Any = None, title: str | None = None,
-           pattern: Any = None) -> str:
+           pattern: Any = None, plotly: str = "inline") -> str:
     """One self-contained HTML page (returned as a string; plotly.js inlined once, no network
-    needed to view it) with: memory in use over ticks by class with the budget; block
+    needed to view it; ``plotly="cdn"`` links plotly.js from cdn.plot.ly instead, ~4.8 MB
+    smaller, and needs the network to view) with: memory in use over ticks by class with the budget; block
     lifetimes with the plan's transfers; copy-engine occupancy and stalls of the simulated
     ``uvm-sched`` run (or the first non-ideal one) and of ``demand`` when given; a table of
     all results; and the savings/slowdown frontier when a ``compare`` frame is given.
@@ -160,8 +164,16 @@ def report(trace: Trace, *, plan: Any = None, results: Any = None, title: str | 
     ``plan``: a ``Plan``; ``results``: a ``SimResult``, a list or dict of them, and/or a
     ``uvm_sched.sim.compare`` frame (in a list with the SimResults). The page does not
     simulate: without results it shows the trace (and plan) only, and says so."""
+    if plotly not in PLOTLY_MODES:
+        raise ValueError(f"plotly must be one of {', '.join(PLOTLY_MODES)}, not {plotly!r}")
     _backend("plotly")
-    import plotly.offline
+    from plotly import offline  # not `import plotly.offline`: it would rebind `plotly`
+
+    if plotly == "inline":
+        plotly_js = f'<script type="text/javascript">{offline.get_plotlyjs()}</script>'
+    else:  # the version this plotly writes figures for
+        plotly_js = ('<script src="https://cdn.plot.ly/plotly-'
+                     f'{offline.get_plotlyjs_version()}.min.js" charset="utf-8"></script>')
 
     sims, frames = _split_results(results)
     pat, why = _data.get_pattern(trace, pattern)
@@ -213,7 +225,7 @@ def report(trace: Trace, *, plan: Any = None, results: Any = None, title: str | 
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         f"<title>{html.escape(page_title)}</title><style>{_CSS}</style>"
-        f'<script type="text/javascript">{plotly.offline.get_plotlyjs()}</script></head>\n<body>'
+        f"{plotly_js}</head>\n<body>"
         f"<h1>{html.escape(page_title)}</h1><p class=\"meta\">{head_meta}</p>\n"
         + "\n".join(sections)
         + f'\n<p class="note">Made by uvm_sched {html.escape(__version__)}. Simulated figures come '

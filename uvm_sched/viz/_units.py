@@ -1,9 +1,6 @@
-"""Unit choices and labels shared by the figures: bytes as B/KiB/MiB/GiB, time in ms."""
+"""Colours, markers and class order shared by the figures (numbers are formatted by
+``uvm_sched._fmt``, the one formatter of the package)."""
 from __future__ import annotations
-
-import math
-
-_BYTE_UNITS = (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10), ("B", 1))
 
 # Class order = stacking order (bottom to top) and legend order.
 CLASS_ORDER = ("persistent", "activation", "workspace", "transient", "other")
@@ -26,28 +23,3 @@ CAUSE_COLORS = {"plan": "#1B7837", "fault": "#D62728", "evict": "#C51B7D", "allo
                 "remote": "#17BECF"}
 STALL_COLORS = {"fault": "#D62728", "eviction": "#C51B7D", "link": "#FF9896"}
 
-
-def byte_unit(max_bytes: float) -> tuple[str, int]:
-    """The largest binary unit in which ``max_bytes`` is at least 1: ("GiB", 2**30)..."""
-    m = abs(float(max_bytes)) if max_bytes == max_bytes else 0.0
-    for name, div in _BYTE_UNITS:
-        if m >= div:
-            return name, div
-    return "B", 1
-
-
-def fmt_bytes(n: float) -> str:
-    """``n`` bytes for humans, e.g. ``1.50 GiB`` (``?`` for NaN/None)."""
-    if n is None or (isinstance(n, float) and math.isnan(n)):
-        return "?"
-    name, div = byte_unit(n)
-    if div == 1:
-        return f"{int(n):,} B"
-    return f"{n / div:,.2f} {name}"
-
-
-def fmt_ms(seconds: float) -> str:
-    """``seconds`` as milliseconds, e.g. ``12.345 ms``."""
-    if seconds is None or (isinstance(seconds, float) and math.isnan(seconds)):
-        return "?"
-    return f"{seconds * 1e3:,.3f} ms"

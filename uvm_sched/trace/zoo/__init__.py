@@ -10,7 +10,10 @@ tensors the recording time does not depend on them.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from .._model import Trace
 
 __all__ = ["names", "build", "record", "info"]
 
@@ -76,7 +79,7 @@ def _get(name: str) -> _Spec:
 def names() -> list[str]:
     """Names of the zoo models."""
     _get("resnet50")
-    return list(_SPECS)
+    return list(_SPECS or ())
 
 
 def info(name: str) -> dict:
@@ -87,7 +90,7 @@ def info(name: str) -> dict:
 
 
 def build(name: str, *, batch: int | None = None, seq: int | None = None,
-          image: int | None = None):
+          image: int | None = None) -> tuple[Any, Any, Any]:
     """``(model_fn, batch_fn, loss_fn)`` for zoo model ``name``.
 
     ``batch``: samples per step; ``seq``: tokens per sample (text models); ``image``: image
@@ -105,7 +108,8 @@ def build(name: str, *, batch: int | None = None, seq: int | None = None,
     if not text and seq is not None:
         raise ValueError(f"{name} is a vision model: give image= (pixels), not seq=")
     b = s.batch if batch is None else int(batch)
-    n = s.size if (seq if text else image) is None else int(seq if text else image)
+    given = seq if text else image
+    n = s.size if given is None else int(given)
     if b < 1:
         raise ValueError(f"batch must be >= 1, got {b}")
     if n < max(s.min_size, 2 if s.kind == "lm" else 1):
@@ -153,7 +157,7 @@ def build(name: str, *, batch: int | None = None, seq: int | None = None,
 
 
 def record(name: str, *, batch: int | None = None, seq: int | None = None, iters: int = 3,
-           hw: Any = "h200-pcie5", amp: bool = False, image: int | None = None):
+           hw: Any = "h200-pcie5", amp: bool = False, image: int | None = None) -> Trace:
     """Record ``iters`` AdamW training steps of zoo model ``name`` as a Trace (see
     ``uvm_sched.trace.record``); ``batch``/``seq``/``image`` as in ``build``."""
     from .._recorder import record as _record

@@ -26,13 +26,13 @@ def _attention(q, k, v, causal: bool):
 
 
 class _SelfAttention(nn.Module):
-    def __init__(self, d, heads, causal, bias=True):
+    def __init__(self, d, heads, causal, bias=True) -> None:
         super().__init__()
         self.qkv = nn.Linear(d, 3 * d, bias=bias)
         self.proj = nn.Linear(d, d, bias=bias)
         self.heads, self.causal = heads, causal
 
-    def forward(self, x, rope=None):
+    def forward(self, x, rope=None) -> torch.Tensor:
         b, n, d = x.shape
         q, k, v = self.qkv(x).view(b, n, 3, self.heads, d // self.heads).unbind(2)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
@@ -44,7 +44,7 @@ class _SelfAttention(nn.Module):
 
 # -- BERT ----------------------------------------------------------------------------------------
 class _BertLayer(nn.Module):
-    def __init__(self, d, heads, ff, p):
+    def __init__(self, d, heads, ff, p) -> None:
         super().__init__()
         self.attn = _SelfAttention(d, heads, causal=False)
         self.ln1 = nn.LayerNorm(d, eps=1e-12)
@@ -53,7 +53,7 @@ class _BertLayer(nn.Module):
         self.ln2 = nn.LayerNorm(d, eps=1e-12)
         self.drop = nn.Dropout(p)
 
-    def forward(self, x):
+    def forward(self, x) -> torch.Tensor:
         x = self.ln1(x + self.drop(self.attn(x)))
         return self.ln2(x + self.drop(self.fc2(F.gelu(self.fc1(x)))))
 
@@ -61,7 +61,7 @@ class _BertLayer(nn.Module):
 class Bert(nn.Module):
     """BERT encoder with the masked-LM head (decoder tied to the word embeddings)."""
 
-    def __init__(self, vocab=30522, d=768, layers=12, heads=12, ff=3072, max_pos=512, p=0.1):
+    def __init__(self, vocab=30522, d=768, layers=12, heads=12, ff=3072, max_pos=512, p=0.1) -> None:
         super().__init__()
         self.tok = nn.Embedding(vocab, d)
         self.pos = nn.Embedding(max_pos, d)
@@ -73,7 +73,7 @@ class Bert(nn.Module):
         self.head_ln = nn.LayerNorm(d, eps=1e-12)
         self.head_bias = nn.Parameter(torch.zeros(vocab))
 
-    def forward(self, ids):
+    def forward(self, ids) -> torch.Tensor:
         n = ids.shape[1]
         pos = torch.arange(n, device=ids.device)
         x = self.tok(ids) + self.pos(pos) + self.typ(torch.zeros_like(ids))
@@ -84,7 +84,7 @@ class Bert(nn.Module):
 
 # -- GPT-2 ---------------------------------------------------------------------------------------
 class _GPTBlock(nn.Module):
-    def __init__(self, d, heads, p):
+    def __init__(self, d, heads, p) -> None:
         super().__init__()
         self.ln1 = nn.LayerNorm(d)
         self.attn = _SelfAttention(d, heads, causal=True)
@@ -93,7 +93,7 @@ class _GPTBlock(nn.Module):
         self.fc2 = nn.Linear(4 * d, d)
         self.drop = nn.Dropout(p)
 
-    def forward(self, x):
+    def forward(self, x) -> torch.Tensor:
         x = x + self.drop(self.attn(self.ln1(x)))
         return x + self.drop(self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh")))
 
@@ -101,7 +101,7 @@ class _GPTBlock(nn.Module):
 class GPT2(nn.Module):
     """GPT-2 language model (tied input/output embeddings)."""
 
-    def __init__(self, d=768, layers=12, heads=12, vocab=50257, max_pos=1024, p=0.1):
+    def __init__(self, d=768, layers=12, heads=12, vocab=50257, max_pos=1024, p=0.1) -> None:
         super().__init__()
         self.wte = nn.Embedding(vocab, d)
         self.wpe = nn.Embedding(max_pos, d)
@@ -109,7 +109,7 @@ class GPT2(nn.Module):
         self.blocks = nn.Sequential(*[_GPTBlock(d, heads, p) for _ in range(layers)])
         self.ln_f = nn.LayerNorm(d)
 
-    def forward(self, ids):
+    def forward(self, ids) -> torch.Tensor:
         pos = torch.arange(ids.shape[1], device=ids.device)
         x = self.blocks(self.drop(self.wte(ids) + self.wpe(pos)))
         return F.linear(self.ln_f(x), self.wte.weight)
@@ -123,7 +123,7 @@ def _rotate(x, rope):
 
 
 class _LlamaBlock(nn.Module):
-    def __init__(self, d, heads, ff):
+    def __init__(self, d, heads, ff) -> None:
         super().__init__()
         self.n1 = nn.RMSNorm(d, eps=1e-5)
         self.attn = _SelfAttention(d, heads, causal=True, bias=False)
@@ -132,14 +132,14 @@ class _LlamaBlock(nn.Module):
         self.up = nn.Linear(d, ff, bias=False)
         self.down = nn.Linear(ff, d, bias=False)
 
-    def forward(self, x, rope):
+    def forward(self, x, rope) -> torch.Tensor:
         x = x + self.attn(self.n1(x), rope)
         h = self.n2(x)
         return x + self.down(F.silu(self.gate(h)) * self.up(h))
 
 
 class Llama(nn.Module):
-    def __init__(self, d=4096, layers=32, heads=32, ff=11008, vocab=32000):
+    def __init__(self, d=4096, layers=32, heads=32, ff=11008, vocab=32000) -> None:
         super().__init__()
         self.emb = nn.Embedding(vocab, d)
         self.blocks = nn.ModuleList([_LlamaBlock(d, heads, ff) for _ in range(layers)])
@@ -147,7 +147,7 @@ class Llama(nn.Module):
         self.lm_head = nn.Linear(d, vocab, bias=False)
         self.hd = d // heads
 
-    def forward(self, ids):
+    def forward(self, ids) -> torch.Tensor:
         n = ids.shape[1]
         inv = 1.0 / (10000 ** (torch.arange(0, self.hd, 2, device=ids.device) / self.hd))
         ang = torch.outer(torch.arange(n, device=ids.device, dtype=inv.dtype), inv)

@@ -4,6 +4,8 @@ U-Net (with padded convolutions and batch norm), layer for layer, so parameter c
 activation shapes match the published models."""
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 import torch.nn.functional as F
@@ -16,7 +18,7 @@ class _Bottleneck(nn.Module):
     expansion = 4
 
     def __init__(self, inplanes, planes, stride=1, downsample=None, groups=1, width=None,
-                 se_reduction=0, first_kernel=1):
+                 se_reduction=0, first_kernel=1) -> None:
         super().__init__()
         width = width or planes
         self.conv1 = nn.Conv2d(inplanes, width, 1, bias=False)
@@ -31,7 +33,7 @@ class _Bottleneck(nn.Module):
         self.downsample = downsample
         self.se = _SE(planes * self.expansion, se_reduction) if se_reduction else None
 
-    def forward(self, x):
+    def forward(self, x) -> torch.Tensor:
         idt = x
         out = self.relu(self.bn1(self.conv1(x)))
         out = self.relu(self.bn2(self.conv2(out)))
@@ -47,19 +49,19 @@ class _Bottleneck(nn.Module):
 class _SE(nn.Module):
     """Squeeze-and-excitation (Hu et al. 2018) as in SENet-154: 1x1 convs on pooled maps."""
 
-    def __init__(self, channels, reduction):
+    def __init__(self, channels, reduction) -> None:
         super().__init__()
         self.fc1 = nn.Conv2d(channels, channels // reduction, 1)
         self.fc2 = nn.Conv2d(channels // reduction, channels, 1)
 
-    def forward(self, x):
+    def forward(self, x) -> torch.Tensor:
         s = F.adaptive_avg_pool2d(x, 1)
         s = torch.sigmoid(self.fc2(F.relu(self.fc1(s), inplace=True)))
         return x * s
 
 
 class ResNet(nn.Module):
-    def __init__(self, layers, num_classes=1000):
+    def __init__(self, layers, num_classes=1000) -> None:
         super().__init__()
         self.inplanes = 64
         self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
@@ -82,7 +84,7 @@ class ResNet(nn.Module):
         mods += [_Bottleneck(self.inplanes, planes) for _ in range(1, blocks)]
         return nn.Sequential(*mods)
 
-    def forward(self, x):
+    def forward(self, x) -> torch.Tensor:
         x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
         x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
         return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
@@ -90,7 +92,7 @@ class ResNet(nn.Module):
 
 # -- SENet-154 (Hu et al. 2018; Cadene's pretrainedmodels layout) --------------------------------
 class SENet154(nn.Module):
-    def __init__(self, layers=(3, 8, 36, 3), groups=64, reduction=16, num_classes=1000):
+    def __init__(self, layers=(3, 8, 36, 3), groups=64, reduction=16, num_classes=1000) -> None:
         super().__init__()
         def cbr(i, o, s=1):
             return [nn.Conv2d(i, o, 3, s, 1, bias=False), nn.BatchNorm2d(o), nn.ReLU(inplace=True)]
@@ -117,7 +119,7 @@ class SENet154(nn.Module):
         mods += [mk(self.inplanes, 1, None) for _ in range(1, blocks)]
         return nn.Sequential(*mods)
 
-    def forward(self, x):
+    def forward(self, x) -> torch.Tensor:
         x = self.layer4(self.layer3(self.layer2(self.layer1(self.layer0(x)))))
         x = torch.flatten(F.adaptive_avg_pool2d(x, 1), 1)
         return self.last_linear(self.dropout(x))
@@ -125,40 +127,40 @@ class SENet154(nn.Module):
 
 # -- Inception-v3 (Szegedy et al. 2016; torchvision layout, aux head in training) --------------
 class _C(nn.Module):
-    def __init__(self, i, o, k, s=1, p=0):
+    def __init__(self, i, o, k, s=1, p=0) -> None:
         super().__init__()
         self.conv = nn.Conv2d(i, o, k, s, p, bias=False)
         self.bn = nn.BatchNorm2d(o, eps=0.001)
 
-    def forward(self, x):
+    def forward(self, x) -> torch.Tensor:
         return F.relu(self.bn(self.conv(x)), inplace=True)
 
 
 class _IncA(nn.Module):
-    def __init__(self, i, pool):
+    def __init__(self, i, pool) -> None:
         super().__init__()
         self.b1 = _C(i, 64, 1)
         self.b5 = nn.Sequential(_C(i, 48, 1), _C(48, 64, 5, p=2))
         self.b3 = nn.Sequential(_C(i, 64, 1), _C(64, 96, 3, p=1), _C(96, 96, 3, p=1))
         self.bp = _C(i, pool, 1)
 
-    def forward(self, x):
+    def forward(self, x) -> torch.Tensor:
         p = self.bp(F.avg_pool2d(x, 3, 1, 1))
         return torch.cat([self.b1(x), self.b5(x), self.b3(x), p], 1)
 
 
 class _IncB(nn.Module):
-    def __init__(self, i):
+    def __init__(self, i) -> None:
         super().__init__()
         self.b3 = _C(i, 384, 3, 2)
         self.bd = nn.Sequential(_C(i, 64, 1), _C(64, 96, 3, p=1), _C(96, 96, 3, 2))
 
-    def forward(self, x):
+    def forward(self, x) -> torch.Tensor:
         return torch.cat([self.b3(x), self.bd(x), F.max_pool2d(x, 3, 2)], 1)
 
 
 class _IncC(nn.Module):
-    def __init__(self, i, c7):
+    def __init__(self, i, c7) -> None:
         super().__init__()
         self.b1 = _C(i, 192, 1)
         self.b7 = nn.Sequential(_C(i, c7, 1), _C(c7, c7, (1, 7), p=(0, 3)),
@@ -168,24 +170,24 @@ class _IncC(nn.Module):
                                 _C(c7, 192, (1, 7), p=(0, 3)))
         self.bp = _C(i, 192, 1)
 
-    def forward(self, x):
+    def forward(self, x) -> torch.Tensor:
         p = self.bp(F.avg_pool2d(x, 3, 1, 1))
         return torch.cat([self.b1(x), self.b7(x), self.bd(x), p], 1)
 
 
 class _IncD(nn.Module):
-    def __init__(self, i):
+    def __init__(self, i) -> None:
         super().__init__()
         self.b3 = nn.Sequential(_C(i, 192, 1), _C(192, 320, 3, 2))
         self.b7 = nn.Sequential(_C(i, 192, 1), _C(192, 192, (1, 7), p=(0, 3)),
                                 _C(192, 192, (7, 1), p=(3, 0)), _C(192, 192, 3, 2))
 
-    def forward(self, x):
+    def forward(self, x) -> torch.Tensor:
         return torch.cat([self.b3(x), self.b7(x), F.max_pool2d(x, 3, 2)], 1)
 
 
 class _IncE(nn.Module):
-    def __init__(self, i):
+    def __init__(self, i) -> None:
         super().__init__()
         self.b1 = _C(i, 320, 1)
         self.b3_1 = _C(i, 384, 1)
@@ -197,7 +199,7 @@ class _IncE(nn.Module):
         self.bd_3b = _C(384, 384, (3, 1), p=(1, 0))
         self.bp = _C(i, 192, 1)
 
-    def forward(self, x):
+    def forward(self, x) -> torch.Tensor:
         a = self.b3_1(x)
         a = torch.cat([self.b3_2a(a), self.b3_2b(a)], 1)
         d = self.bd_2(self.bd_1(x))
@@ -207,13 +209,13 @@ class _IncE(nn.Module):
 
 
 class _IncAux(nn.Module):
-    def __init__(self, i, num_classes):
+    def __init__(self, i, num_classes) -> None:
         super().__init__()
         self.conv0 = _C(i, 128, 1)
         self.conv1 = _C(128, 768, 5)
         self.fc = nn.Linear(768, num_classes)
 
-    def forward(self, x):
+    def forward(self, x) -> torch.Tensor:
         # avg_pool2d(5, stride 3) turns the 17x17 maps of a 299-px image into 5x5; the
         # adaptive pool gives the same 5x5 at every image size (smaller images in tests).
         x = self.conv1(self.conv0(F.adaptive_avg_pool2d(x, 5)))
@@ -221,7 +223,7 @@ class _IncAux(nn.Module):
 
 
 class InceptionV3(nn.Module):
-    def __init__(self, num_classes=1000, aux_logits=True):
+    def __init__(self, num_classes=1000, aux_logits=True) -> None:
         super().__init__()
         self.stem = nn.Sequential(_C(3, 32, 3, 2), _C(32, 32, 3), _C(32, 64, 3, p=1),
                                   nn.MaxPool2d(3, 2), _C(64, 80, 1), _C(80, 192, 3),
@@ -234,7 +236,7 @@ class InceptionV3(nn.Module):
         self.dropout = nn.Dropout(0.5)
         self.fc = nn.Linear(2048, num_classes)
 
-    def forward(self, x):
+    def forward(self, x) -> Any:
         x = self.mixed6(self.mixed5(self.stem(x)))
         aux = self.aux(x) if self.aux is not None and self.training else None
         x = self.mixed7(x)
@@ -250,7 +252,7 @@ def _double(i, o):
 
 
 class UNet(nn.Module):
-    def __init__(self, in_ch=3, num_classes=2, base=64):
+    def __init__(self, in_ch=3, num_classes=2, base=64) -> None:
         super().__init__()
         ch = [base * 2 ** i for i in range(5)]  # 64 .. 1024
         self.downs = nn.ModuleList([_double(in_ch, ch[0])] +
@@ -260,7 +262,7 @@ class UNet(nn.Module):
         self.convs = nn.ModuleList([_double(ch[i] * 2, ch[i]) for i in reversed(range(4))])
         self.head = nn.Conv2d(ch[0], num_classes, 1)
 
-    def forward(self, x):
+    def forward(self, x) -> torch.Tensor:
         skips = []
         for i, d in enumerate(self.downs):
             x = d(x if i == 0 else F.max_pool2d(x, 2))
@@ -273,7 +275,7 @@ class UNet(nn.Module):
 
 # -- ViT-B/16 (Dosovitskiy et al. 2021) ----------------------------------------------------------
 class _ViTBlock(nn.Module):
-    def __init__(self, d, heads, mlp, dropout=0.0):
+    def __init__(self, d, heads, mlp, dropout=0.0) -> None:
         super().__init__()
         self.ln1 = nn.LayerNorm(d, eps=1e-6)
         self.qkv = nn.Linear(d, 3 * d)
@@ -284,7 +286,7 @@ class _ViTBlock(nn.Module):
         self.heads = heads
         self.drop = nn.Dropout(dropout)
 
-    def forward(self, x):
+    def forward(self, x) -> torch.Tensor:
         b, n, d = x.shape
         q, k, v = self.qkv(self.ln1(x)).view(b, n, 3, self.heads, d // self.heads).unbind(2)
         a = _attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=False)
@@ -294,7 +296,7 @@ class _ViTBlock(nn.Module):
 
 class ViT(nn.Module):
     def __init__(self, image=224, patch=16, d=768, depth=12, heads=12, mlp=3072,
-                 num_classes=1000):
+                 num_classes=1000) -> None:
         super().__init__()
         self.patch = nn.Conv2d(3, d, patch, patch)
         n = (image // patch) ** 2
@@ -304,7 +306,7 @@ class ViT(nn.Module):
         self.ln = nn.LayerNorm(d, eps=1e-6)
         self.head = nn.Linear(d, num_classes)
 
-    def forward(self, x):
+    def forward(self, x) -> torch.Tensor:
         x = self.patch(x).flatten(2).transpose(1, 2)
         x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], 1) + self.pos
         return self.head(self.ln(self.blocks(x))[:, 0])
