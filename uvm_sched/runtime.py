@@ -114,6 +114,7 @@ class Scheduler:
         self.state = "idle"
         self.plan = None
         self.pattern = None
+        self._trace = None  # the trace the armed plan was learned from (save_trace)
         # recording buffer (EVENT_DTYPE arrays) and blocks alive when it started
         self._chunks: list[np.ndarray] = []
         self._live: dict[int, np.void] = {}  # addr -> its ALLOC event (all blocks alive)
@@ -299,7 +300,7 @@ class Scheduler:
         else:
             start_now = at_marker
         native.arm_plan(p, addrs, start_now=start_now, phase=phase, phase_allocs=phase_allocs)
-        self.plan, self.pattern, self._addrs = p, pat, addrs
+        self.plan, self.pattern, self._addrs, self._trace = p, pat, addrs, trace
         self._start_tuning(trace, pat, opts)
         self.samples = opts.get("samples") if self.mode == "sampled" else None
         self._stop_touches()  # sampling costs per op: only while learning
@@ -431,6 +432,19 @@ class Scheduler:
                 out["predicted"] = dict(self.plan.meta.get("predicted", {}))
             out["native"] = native.stats()
             return out
+
+    def save_trace(self, path):
+        """Write this run's allocator trace to ``path`` (Parquet, what ``uvm-sched`` and
+        ``uvm_sched.trace.load`` read) and return it: the warm-up iterations the armed plan
+        was learned from, or while still recording, the events recorded so far."""
+        from .trace._native import trace_from_events
+
+        with self._lock:
+            self.poll()
+            trace = self._trace if self.state == "armed" and self._trace is not None else \
+                trace_from_events(self._recorded(), meta={"source": "uvm_sched runtime"})
+        trace.save(path)
+        return trace
 
     def __repr__(self) -> str:
         return (f"<Scheduler {self.state} mode={self.mode} budget={self.budget!r} "
