@@ -156,6 +156,8 @@ class _Recorder:
         self.late_blocks = 0
         self.flop_failures: dict[str, int] = {}
         self.n_ops = 0
+        self.op_name = "parameters"  # the op whose kernel(s) the next opened tick is
+        self.tick_op: list[str] = []  # per tick: the op's name (hovers name the op)
         self.total_flops = 0.0
         self.infos: dict[Any, _OpInfo] = {}
         self.peak32 = float(hw.peak_flops_fp32)
@@ -182,6 +184,7 @@ class _Recorder:
     def open_tick(self) -> None:
         self.tick += 1
         self.tick_ns.append(0.0)
+        self.tick_op.append(self.op_name)
         if self.pending_mark:
             self.rows.append((self.tick, _MARK, -1, 0, 0, -1, -1))
             self.pending_mark = False
@@ -202,6 +205,7 @@ class _Recorder:
         info = self.infos.get(func)
         if info is None:
             info = self.infos[func] = _OpInfo(func)
+        self.op_name = info.name
         dev = self.device
         live = self.live
         ins: list = []
@@ -425,6 +429,10 @@ class _Recorder:
             "length": arr[:, 6],
         }
         cols = {k: cols.get(k) for k in COLUMNS}
+        # the op of each tick, interned (a few distinct names over thousands of ticks)
+        names = list(dict.fromkeys(self.tick_op))
+        code = {n: i for i, n in enumerate(names)}
+        meta = {**meta, "tick_ops": {"names": names, "index": [code[n] for n in self.tick_op]}}
         return Trace(cols, tick_ns=tick_ns, meta=meta)
 
 

@@ -1,0 +1,100 @@
+"""The demo's HTML report as a reader gets it: drawn by a real headless browser (every figure
+rendered, no script error), verdict first, one time axis in ms, hovers naming the op, and
+small enough to mail (the figures' data under 2 MB; plotly.js itself is inlined on top).
+
+The browser part needs Debian's ``chromium`` (``apt-get install chromium``) and skips with
+that reason where it is missing."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("plotly")
+
+REPO = Path(__file__).resolve().parents[1]
+MAX_FIGURE_BYTES = 2 * 2**20  # what the page carries besides the plotly.js bundle
+
+
+def _browser() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+@pytest.fixture(scope="module")
+def demo_page(tmp_path_factory) -> Path:
+    """The default demo's report, made by the command as a user runs it."""
+    out = tmp_path_factory.mktemp("demo") / "demo.html"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    res = subprocess.run([sys.executable, "-m", "uvm_sched", "demo", "-o", str(out)],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert str(out.resolve()) in res.stderr + res.stdout  # it says where it wrote the page
+    return out
+
+
+def figures(page: str) -> dict[str, dict]:
+    found = re.finditer(r'<script type="application/json" class="uvm-fig" data-target="([^"]+)">'
+                        r"(.*?)</script>", page, re.S)
+    return {m.group(1): json.loads(m.group(2).replace("<\\/", "</")) for m in found}
+
+
+def test_demo_report_is_small_verdict_first_and_names_ops(demo_page):
+    import plotly.offline
+
+    page = demo_page.read_text()
+    bundle = len(plotly.offline.get_plotlyjs())
+    assert len(page.encode()) - bundle < MAX_FIGURE_BYTES, (
+        f"{len(page.encode()) - bundle:,} bytes besides plotly.js")
+    verdict, first_fig = page.index("<h2>Verdict</h2>"), page.index('<div id="fig-')
+    assert verdict < page.index("<h2>Results</h2>") < first_fig
+    why = re.sub(r"<[^>]+>", " ", page[verdict:page.index("<h2>Results</h2>")])
+    for fact in ("Link busy", "headroom", "fault batches", "No schedule can beat",
+                 "Binding constraint"):
+        assert fact in why
+    figs = figures(page)
+    timed = [k for k in figs if not k.startswith("fig-frontier")]
+    assert len(timed) >= 4
+    for k in timed:  # one time axis
+        assert "ms of device time" in figs[k]["layout"]["xaxis"]["title"]["text"], k
+    live = [t for t in figs["fig-lifetimes"]["data"] if str(t.get("name", "")).endswith("(live)")]
+    assert live and all("allocated by %{text}" in t["hovertemplate"] for t in live)
+    ops = {x for t in live for x in t["text"] if x}
+    assert {"convolution", "addmm", "mm", "bmm"} & ops or len(ops) > 3, sorted(ops)[:10]
+
+
+def test_demo_report_draws_every_figure_in_headless_chromium(demo_page, tmp_path):
+    browser = _browser()
+    if browser is None:
+        pytest.skip("no headless browser: apt-get install chromium")
+    res = subprocess.run(
+        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--enable-unsafe-swiftshader",
+         "--use-angle=swiftshader", f"--user-data-dir={tmp_path / 'profile'}",
+         "--virtual-time-budget=5000", "--enable-logging=stderr", "--v=0", "--dump-dom",
+         demo_page.resolve().as_uri()],
+        capture_output=True, text=True, timeout=300)
+    dom = res.stdout
+    assert res.returncode == 0 and "<body" in dom, res.stderr[-2000:]
+    console = [ln for ln in res.stderr.splitlines() if "CONSOLE" in ln]
+    errors = [ln for ln in console if re.search(r"Uncaught|TypeError|ReferenceError|Error:", ln)]
+    assert not errors, errors[:5]
+    divs = list(re.finditer(r'<div id="(fig-[^"]+)" class="([^"]*)"', dom))
+    assert len(divs) == len(figures(demo_page.read_text()))
+    for i, m in enumerate(divs):
+        end = divs[i + 1].start() if i + 1 < len(divs) else len(dom)
+        body = dom[m.end():end]
+        assert "js-plotly-plot" in m.group(2), f"{m.group(1)} was not drawn"
+        assert 'class="main-svg"' in body, f"{m.group(1)} has no plot"
+        assert "ms of device time" in body, f"{m.group(1)}: x axis not in ms"
+    assert dom.index("Verdict") < divs[0].start()
