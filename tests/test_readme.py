@@ -137,3 +137,27 @@ def test_record_says_the_sizes_it_used(ran):
     line = ran[rec].stdout.splitlines()[0]
     assert f"batch {info['batch']:,}" in line
     assert f"{info.get('seq', info.get('image')):,}" in line
+
+
+CHECKPOINTING = REPO / "benchmarks" / "results" / "checkpointing.json"
+
+
+def test_when_to_use_it_figures_are_the_benchmarks():
+    """The side-by-side table's figures: GPT-2 small from checkpointing.json (written by
+    benchmarks/bench_checkpointing.py), LLaMA-7B from quality.json."""
+    lines = README.read_text().splitlines()
+    gpt = next(ln for ln in lines if ln.startswith("| GPT-2 small"))
+    llama = next(ln for ln in lines if ln.startswith("| LLaMA-7B"))
+    rows = {(r["model"], r["hw"]): r for r in json.loads(CHECKPOINTING.read_text())["rows"]}
+    pcie, c2c = rows[("gpt2_small", "h200-pcie5")], rows[("gpt2_small", "gh200-c2c")]
+    share, peak = re.search(r"at (\d+)% of its ([\d.]+) GiB", gpt).groups()
+    assert int(share) == round(100 * pcie["memory_share"])
+    assert float(peak) == pytest.approx(pcie["peak_bytes"] / 2**30, abs=0.006)
+    ours_pcie, ours_c2c, ck = (float(x) for x in re.findall(r"(\d+\.\d+)x", gpt))
+    assert ours_pcie == pytest.approx(pcie["uvm_sched_slowdown"], abs=README_TOL)
+    assert ours_c2c == pytest.approx(c2c["uvm_sched_slowdown"], abs=README_TOL)
+    assert ck == pytest.approx(pcie["checkpointing_slowdown"], abs=README_TOL)
+    at75, at50 = (float(x) for x in re.findall(r"(\d+\.\d+)x at", llama))
+    assert at75 == pytest.approx(quality("llama_7b", "h200-pcie5", 75, OURS), abs=README_TOL)
+    assert at50 == pytest.approx(quality("llama_7b", "gh200-c2c", 50, OURS), abs=README_TOL)
+    assert "(100%)" in llama and rows[("llama_7b", "h200-pcie5")]["memory_share"] == 1.0
