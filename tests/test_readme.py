@@ -111,8 +111,11 @@ def test_readme_figures_are_the_commands_and_the_tables(ran):
 
     sim_fig = ratio(next(cells[2] for _, cells in table_rows(ran[planned].stdout)
                          if cells[0].startswith("plan ")))
-    bound_fig = ratio(next(cells[2] for _, cells in table_rows(ran[bound].stdout)
-                           if cells[0] == "bound"))
+    bound_cell = next(cells[2] for _, cells in table_rows(ran[bound].stdout)
+                      if cells[0] == "bound")
+    assert bound_cell.startswith("≥ ")  # a limit, shown as one
+    assert "no schedule can beat" in ran[bound].stdout
+    bound_fig = ratio(bound_cell)
     cmp_fig = ratio(next(cells[2] for b, cells in table_rows(ran[cmp_].stdout)
                          if b == "50.0" and cells[0] == "uvm-sched"))
     produced = [sim_fig, bound_fig, cmp_fig]
@@ -126,6 +129,13 @@ def test_readme_figures_are_the_commands_and_the_tables(ran):
             f"{what}: the command prints {p:.2f}x, quality.json holds {t:.3f}x")
         assert q == pytest.approx(t, abs=README_TOL), (
             f"{what}: the README quotes {q:.2f}x, quality.json holds {t:.3f}x")
+
+
+def test_plan_and_simulate_say_how_their_stall_figures_differ(ran):
+    planned = next(c for c in ran if c.split()[1] == "simulate" and "--plan" in c)
+    plan = next(c for c in ran if c.split()[1] == "plan")
+    assert "the planner estimated" in ran[planned].stdout
+    assert "simulate TRACE --plan" in ran[plan].stdout
 
 
 def test_record_says_the_sizes_it_used(ran):

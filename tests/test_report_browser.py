@@ -41,7 +41,24 @@ def demo_page(tmp_path_factory) -> Path:
                          capture_output=True, text=True, env=env, timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
     assert str(out.resolve()) in res.stderr + res.stdout  # it says where it wrote the page
+    (out.parent / "stdout.txt").write_text(res.stdout)
     return out
+
+
+def test_demo_prints_the_readme_and_tables_figure(demo_page):
+    """The README's "Two commands" figure is the demo's uvm-sched row and quality.json's
+    (the demo runs gpt2_small at its training size, 50%, h200-pcie5: the tables' row)."""
+    out = (demo_page.parent / "stdout.txt").read_text()
+    row = next(ln for ln in out.splitlines() if ln.startswith("uvm-sched "))
+    printed = float(re.search(r"(\d+\.\d+)x", row).group(1))
+    rows = json.loads((REPO / "benchmarks/results/quality.json").read_text())["rows"]
+    table = next(r["slowdown"] for r in rows if (r["model"], r["hw"], r["budget_pct"], r["policy"])
+                 == ("gpt2_small", "h200-pcie5", 50, "uvm-sched (oblivious)"))
+    readme = (REPO / "README.md").read_text()
+    two = readme[readme.index("## Two commands"):readme.index("```bash")]
+    quoted = float(re.search(r"uvm-sched at\s+(\d+\.\d+)x", two).group(1))
+    assert printed == pytest.approx(table, rel=0.02)
+    assert quoted == pytest.approx(table, abs=0.006)
 
 
 def figures(page: str) -> dict[str, dict]:

@@ -605,6 +605,13 @@ def cmd_simulate(args, out: _Out) -> int:
     if br:
         out.stdout.print("stall breakdown: " + ", ".join(f"{k} {fmt_seconds(v)}" for k, v in br.items()),
                          markup=False)
+    pred = (plan.meta.get("predicted") or {}) if plan is not None else {}
+    if "stall_s" in pred:
+        out.stdout.print(
+            f"the planner estimated a {fmt_seconds(pred['stall_s'])} stall while planning (its "
+            f"queue model); the simulator measures {fmt_seconds(res.stall_time_s)}, with demand "
+            "faults, the driver's eviction and overlap with compute -- this figure is the "
+            "one to quote", markup=False)
     tuned = res.counters.get("tuned_guard")
     if tuned is not None:
         times = ", ".join(f"{k[len('tuning_'):-2]} {fmt_seconds(v)}" for k, v in res.counters.items()
