@@ -300,7 +300,7 @@ def _trace_info(trace) -> dict[str, Any]:
         "iteration_marks": int(len(trace.iteration_starts)),
         "peak_bytes": int(trace.peak_bytes),
         "device_time_ns": float(np.sum(trace.tick_ns[known])) if known.any() else None,
-        "meta": {k: v for k, v in trace.meta.items() if k not in ("alloc_sizes", "tick_ops")},
+        "meta": {k: v for k, v in trace.meta.items() if k not in ("alloc_sizes", "tick_ops", "block_names")},
     }
 
 

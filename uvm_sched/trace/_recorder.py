@@ -436,6 +436,29 @@ class _Recorder:
         return Trace(cols, tick_ns=tick_ns, meta=meta)
 
 
+def _block_names(rec: _Recorder, model, opt) -> dict[str, str]:
+    """Block id -> tensor name for the blocks still live that have one: parameters and
+    buffers by their module path, optimizer state as ``<param>.<state key>``."""
+    out: dict[str, str] = {}
+
+    def put(t, name: str) -> None:
+        if isinstance(t, torch.Tensor) and t.device == rec.device:
+            e = rec.live.get(t.untyped_storage()._cdata)
+            if e is not None:
+                out.setdefault(str(e[0]), name)
+
+    pname = {}
+    for name, p in model.named_parameters():
+        put(p, name)
+        pname[id(p)] = name
+    for name, b in model.named_buffers():
+        put(b, name)
+    for p, st in getattr(opt, "state", {}).items():
+        for k, v in st.items():
+            put(v, f"{pname.get(id(p), 'param')}.{k}")
+    return out
+
+
 def _extent(t: torch.Tensor) -> tuple[int, int, int]:
     """(bytes the view spans once, lowest byte offset, one past the highest) in its storage."""
     itemsize = t.element_size()
@@ -764,6 +787,7 @@ def record(
             opt.zero_grad(set_to_none=True)
             del batch
     rec.closed = True
+    names = _block_names(rec, model, opt)
     dtypes = sorted({str(p.dtype).replace("torch.", "") for p in model.parameters()})
     b, s = first_batch or (None, None)
     m = {
@@ -792,6 +816,9 @@ def record(
         "launch_overhead_ns": LAUNCH_OVERHEAD_NS,
         "recorded_device": _device,
         "memo_hits": mode.hits,
+        # tensor names of the blocks that have one (parameters, buffers, optimizer state):
+        # hovers and reports name them; block id (as a string: JSON keys) -> name
+        "block_names": names,
     }
     if meta:
         m.update(meta)

@@ -175,6 +175,9 @@ class _Clock:
         self.n = int(trace.n_ticks)
         self.ok = bool(len(t)) and bool(np.isfinite(t).all())
         self.edges = np.concatenate([[0.0], np.cumsum(t)]) / 1e6 if self.ok else None
+        names = trace.meta.get("block_names")
+        self.names = ({int(k): str(v) for k, v in names.items()}
+                      if isinstance(names, Mapping) else {})
         ops = trace.meta.get("tick_ops")
         self.ops = None
         if isinstance(ops, Mapping) and len(ops.get("index", ())) == self.n:
@@ -234,10 +237,14 @@ def _retime_ticks(fig, clock: _Clock, kind: str) -> None:
             tmpl = tmpl.replace("tick %{x}", "tick %{customdata:.0f} (%{x:.3f} ms)")
         if kind == "lifetimes" and "customdata[2]" in tmpl and tr.customdata is not None:
             cd = np.asarray(tr.customdata, dtype=np.float64)
-            if cd.ndim == 2 and cd.shape[1] > 2 and clock.ops is not None:
-                ops = [clock.op(t) for t in cd[:, 2]]
-                tmpl = tmpl.replace("<extra>", "<br>allocated by %{text}<extra>")
-                tr.text = ops
+            if cd.ndim == 2 and cd.shape[1] > 2 and (clock.ops is not None or clock.names):
+                def label(b, t) -> str:
+                    name = clock.names.get(int(b)) if np.isfinite(b) else None
+                    op = clock.op(t)
+                    return ", ".join(x for x in (name, f"allocated by {op}" if op else "") if x)
+
+                tr.text = [label(b, t) for b, t in zip(cd[:, 0], cd[:, 2])]
+                tmpl = tmpl.replace("<extra>", "<br>%{text}<extra>")
                 ops = None
         if kind == "lifetimes" and tr.mode == "markers":
             ops = None  # plan marks: their text is the action
