@@ -118,3 +118,39 @@ def test_demo_report_draws_every_figure_in_headless_chromium(demo_page, tmp_path
         assert 'class="main-svg"' in body, f"{m.group(1)} has no plot"
         assert "ms of device time" in body, f"{m.group(1)}: x axis not in ms"
     assert dom.index("Verdict") < divs[0].start()
+
+
+def _result(policy, *, time_s, stall, resident, faults=0, transfers=()):
+    import pandas as pd
+
+    from uvm_sched.sim import SimResult
+
+    tl = pd.DataFrame({"tick": [0], "start_s": [0.0], "compute_s": [time_s - sum(stall.values())],
+                       "stall_s": [sum(stall.values())], "resident_bytes": [resident]})
+    tr = pd.DataFrame(list(transfers), columns=["start_s", "end_s", "direction", "bytes", "block",
+                                                "cause"])
+    return SimResult(policy, "h200-pcie5", int(1.16 * 2**30), time_s, time_s - sum(stall.values()),
+                     sum(stall.values()), stall, 0, 0, faults, resident, 0, tl, tr, {})
+
+
+def test_verdict_names_a_busy_link_beside_an_unused_budget():
+    # the case a user met: the device holds 0.25 GiB of a 1.16 GiB budget while the link is
+    # 93% busy -- the page must say that this is the binding constraint, and what moves less
+    from uvm_sched.trace import TraceBuilder
+    from uvm_sched.viz._report import _verdict
+
+    b = TraceBuilder()
+    x = b.alloc(2 * 2**30)
+    b.next_tick(1e6)
+    b.free(x)
+    trace = b.build()
+    ideal = _result("ideal", time_s=0.1, stall={}, resident=2 * 2**30)
+    ours = _result("uvm-sched", time_s=0.5, stall={"fault": 0.05, "eviction": 0.0, "link": 0.35},
+                   resident=int(0.25 * 2**30), faults=12,
+                   transfers=[(0.0, 0.465, "h2d", 2**30, 3, "plan"), (0.0, 0.01, "d2h", 2**20, -1,
+                                                                        "fault")])
+    text = re.sub(r"<[^>]+>", " ", _verdict(trace, [ideal, ours], ours, None))
+    assert "5.00×" in text and "Link busy 93% host→device" in text
+    assert "256.00 MiB of its 1.16 GiB budget (78% headroom)" in text
+    assert "Binding constraint: the link (93% busy) while 78% of the budget stays unused" in text
+    assert "fault 1 (1.00 MiB)" in text and "plan 1 (1.00 GiB)" in text

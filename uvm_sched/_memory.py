@@ -121,7 +121,7 @@ def record_memory_history(enabled: str | None = "all", *, stacks: str | None = N
     ``torch.cuda.memory._record_memory_history`` does for torch's allocator.
 
     ``enabled``: ``"all"`` (or True) starts, ``None`` (or False) stops and forgets.
-    ``stacks="python"``: also note, for every PyTorch op dispatched (a
+    ``stacks="python"``: also note, for every PyTorch op dispatched in the calling thread (a
     ``TorchDispatchMode``, a few tens of microseconds per op), the Python frames that ran it
     and the storages of its ``device_type`` tensors; the snapshot then shows each block
     with the frames of the first op that touched it after its allocation (the allocation
