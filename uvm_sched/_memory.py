@@ -22,8 +22,9 @@ next ``drain_events`` -- so both see every event once.
 """
 from __future__ import annotations
 
+import functools
 import pickle
-import traceback
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -122,7 +123,8 @@ def record_memory_history(enabled: str | None = "all", *, stacks: str | None = N
 
     ``enabled``: ``"all"`` (or True) starts, ``None`` (or False) stops and forgets.
     ``stacks="python"``: also note, for every PyTorch op dispatched in the calling thread (a
-    ``TorchDispatchMode``, a few tens of microseconds per op), the Python frames that ran it
+    ``TorchDispatchMode``: ~90 us per op measured on a small CPU op here, against ~5 us
+    without; the first op imports ``torch._dynamo`` once), the Python frames that ran it
     and the storages of its ``device_type`` tensors; the snapshot then shows each block
     with the frames of the first op that touched it after its allocation (the allocation
     itself is made in C++, beneath Python). ``max_entries``: events kept (oldest dropped
@@ -152,6 +154,18 @@ def record_memory_history(enabled: str | None = "all", *, stacks: str | None = N
         _start_frames(h)
 
 
+@functools.lru_cache(maxsize=65536)
+def _frame(code, line: int) -> dict:
+    """One torch-style frame dict per (code, line), shared by every op that passes there: a
+    stack walk that reads no source lines and builds no dict twice."""
+    return {"filename": code.co_filename, "line": line or 0, "name": code.co_name}
+
+
+@functools.lru_cache(maxsize=4096)
+def _op_frame(func) -> dict:
+    return {"filename": "aten", "line": 0, "name": str(func)}
+
+
 def _start_frames(h: _History) -> None:
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -175,9 +189,11 @@ def _start_frames(h: _History) -> None:
                         ptrs.append(ptr)
             if ptrs:
                 clock = event_clock()  # after the op: its outputs' allocations are in
-                stack = [{"filename": f.filename, "line": f.lineno or 0, "name": f.name}
-                         for f in reversed(traceback.extract_stack()[:-1])]
-                stack.insert(0, {"filename": "aten", "line": 0, "name": str(func)})
+                stack = [_op_frame(func)]
+                f = sys._getframe(1)
+                while f is not None:
+                    stack.append(_frame(f.f_code, f.f_lineno))
+                    f = f.f_back
                 for p in ptrs:
                     frames_log.append((clock, p, stack))
             return out
