@@ -171,3 +171,35 @@ def test_when_to_use_it_figures_are_the_benchmarks():
     assert at75 == pytest.approx(quality("llama_7b", "h200-pcie5", 75, OURS), abs=README_TOL)
     assert at50 == pytest.approx(quality("llama_7b", "gh200-c2c", 50, OURS), abs=README_TOL)
     assert "(100%)" in llama and rows[("llama_7b", "h200-pcie5")]["memory_share"] == 1.0
+
+
+def test_readme_pcie_range_table_is_quality_json():
+    """The "Slowdown over ideal" table (h200-pcie5): each cell is the min-max over the zoo
+    of quality.json's figures (best baseline: per model the fastest of the three), and a
+    model quoted in parentheses is left out of the range and quoted alone."""
+    rows = json.loads(QUALITY.read_text())["rows"]
+
+    def per_model(pct: int, policies: tuple[str, ...]) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for r in rows:
+            if (r["hw"], r["budget_pct"]) == ("h200-pcie5", pct) and r["policy"] in policies \
+                    and not r["error"] and r["slowdown"] is not None:
+                out[r["model"]] = min(out.get(r["model"], float("inf")), float(r["slowdown"]))
+        return out
+
+    cols = [(OURS,), ("uvm-sched (sampled)",), ("demand", "prefetch-on-alloc", "swap-activations"),
+            ("bound",)]
+    lines = [ln for ln in README.read_text().splitlines() if re.match(r"\| \d+% of peak \|", ln)]
+    assert len(lines) == 2
+    for ln in lines:
+        cells = [c.strip() for c in ln.strip("|").split("|")]
+        pct = int(cells[0].split("%")[0])
+        for cell, pols in zip(cells[1:], cols):
+            lo, hi = (float(x) for x in re.match(r"(\d+\.\d+)–(\d+\.\d+)x", cell).groups())
+            vals = per_model(pct, pols)
+            alone = re.search(r"\((\w+) (\d+\.\d+)x\)", cell)
+            if alone:
+                assert float(alone.group(2)) == pytest.approx(vals.pop(alone.group(1)),
+                                                              abs=README_TOL), cell
+            assert lo == pytest.approx(min(vals.values()), abs=README_TOL), (pct, cell)
+            assert hi == pytest.approx(max(vals.values()), abs=README_TOL), (pct, cell)
