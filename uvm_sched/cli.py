@@ -749,7 +749,8 @@ def cmd_report(args, out: _Out) -> int:
     results = []
     if not args.no_sim:
         known = list(_part("uvm_sched.sim", "POLICIES", "the simulator"))
-        policies = _policies(args.policies or ",".join(p for p in ("demand", "uvm-sched")
+        # bound: the report's verdict says what no schedule can beat
+        policies = _policies(args.policies or ",".join(p for p in ("demand", "bound", "uvm-sched")
                                                        if p in known), known)
         sims = _simulate_policies(trace, hw, budget, policies, out, plan=plan, mode=args.mode)
         results = list(sims.values())
@@ -1049,7 +1050,7 @@ def build_parser() -> argparse.ArgumentParser:
     _hw_arg(p)
     _mode_arg(p)
     p.add_argument("--policies", help="policies to simulate for the stall and copy-engine views "
-                                      "(default demand,uvm-sched)")
+                                      "(default demand,bound,uvm-sched)")
     p.add_argument("--no-sim", action="store_true", help="draw the trace (and plan) only")
     p.add_argument("--title", help="page title")
     p.add_argument("-o", "--output", default="report.html", metavar="FILE",

@@ -96,6 +96,13 @@ def _results_table(sims: list[Any]) -> str:
         else:
             slow_s = "(no ideal run)"
         sb = getattr(r, "stall_breakdown", {}) or {}
+        if str(r.policy) == "bound":  # a limit, not a run: nothing faster is possible
+            rows.append(["bound (no schedule beats it)", fmt_bytes(r.budget_bytes),
+                         "≥ " + fmt_ms(float(r.iteration_time_s)), "≥ " + slow_s,
+                         "≥ " + fmt_ms(float(r.stall_time_s)), "-",
+                         "≥ " + fmt_bytes(r.bytes_h2d), "≥ " + fmt_bytes(r.bytes_d2h), "-", "-",
+                         "-"])
+            continue
         rows.append([
             str(r.policy), fmt_bytes(r.budget_bytes), fmt_ms(float(r.iteration_time_s)), slow_s,
             fmt_ms(float(r.stall_time_s)),
@@ -377,6 +384,12 @@ def _verdict(trace: Trace, sims: list[Any], main: Any, budget: Any) -> str:
     elif sb and max(sb, key=sb.get) == "eviction" and sb["eviction"] > 0.5 * stall:
         why.append("Binding constraint: evictions -- kernels wait for room on the device "
                    "while copies out are still running.")
+    elif sb and max(sb, key=sb.get) == "link" and sb["link"] > 0.5 * stall:
+        why.append(f"Binding constraint: waiting for copies in flight ({fmt_ms(sb['link'])} of "
+                   f"the stall) while the link is busy only {link:.0%} of the iteration -- the "
+                   "copies bunch up where the plan can issue them and start too late for "
+                   "their kernel. Sampled mode, another guard (tune=...) or a larger budget "
+                   "may let them start earlier: `uvm-sched compare` says which.")
     else:
         why.append("Binding constraint: neither the link nor faults dominate; the stall is "
                    "spread over many short waits (see the stall figure).")
