@@ -1,9 +1,8 @@
 """Plan quality: the zoo x budgets x policies x hardware table, in the simulator.
 
-Every zoo model is recorded on meta tensors at a common training size (SIZES below: the
-batch and image/sequence sizes such models are trained at on one GPU; the zoo's own defaults
-are tiny, and at tiny batches the optimizer step's working set alone exceeds half the peak,
-so no policy could run at 50%), then
+Every zoo model is recorded on meta tensors at its default size (``zoo.info``: the batch
+and image/sequence sizes such models are trained at on one GPU, the same sizes
+``uvm-sched record MODEL`` and the demo use, so a README command reproduces a row), then
 ``uvm_sched.sim.compare`` runs every policy at 100/75/50/30% of the model's peak on
 h200-pcie5 and gh200-c2c, with the planner ("uvm-sched") in both modes: oblivious (allocator
 events only) and sampled (plus access samples), and the oblivious one with its guard tuned by
@@ -56,20 +55,6 @@ def _short(mode: str) -> str:
 # Policies that are not something a user can run: the reference and the lower bound.
 NOT_RUNNABLE = ("ideal", "bound")
 HEADLINE_LIMITS = (1.05, 1.10)
-# Training sizes per zoo model (one GPU, fp32): batch, and image side (px) or tokens.
-SIZES = {
-    "resnet50": {"batch": 64, "image": 224},
-    "resnet152": {"batch": 64, "image": 224},
-    "inception_v3": {"batch": 64, "image": 299},
-    "senet154": {"batch": 32, "image": 224},
-    "unet": {"batch": 16, "image": 256},
-    "vit_b16": {"batch": 64, "image": 224},
-    "bert_base": {"batch": 32, "seq": 512},
-    "gpt2_small": {"batch": 8, "seq": 1024},
-    "gpt2_medium": {"batch": 8, "seq": 1024},
-    "gpt_1b5": {"batch": 4, "seq": 1024},
-    "llama_7b": {"batch": 1, "seq": 2048},
-}
 
 
 # -- provenance (also used by g10_compare.py) ------------------------------------------------
@@ -369,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
             # record per hardware profile: the recorder's per-tick device time is a roofline
             # for the named GPU, so compute time (what transfers must hide behind) differs
             t0 = time.perf_counter()
-            trace = zoo.record(model, hw=hw, **SIZES.get(model, {}))
+            trace = zoo.record(model, hw=hw)  # the zoo's default (training) sizes
             rec_s = time.perf_counter() - t0
             t0 = time.perf_counter()
             df = sweep(trace, hw, budgets, sampled=not args.no_sampled)

@@ -1,7 +1,10 @@
 """Static figures for the README, drawn from a freshly recorded zoo trace (no GPU needed).
 
-    python benchmarks/make_figures.py                      # defaults below
+    python benchmarks/make_figures.py                      # resnet50 at its training size
     python benchmarks/make_figures.py --model gpt2_small --batch 8 --seq 512 --budget 70%
+
+The model is recorded at the zoo's default (training) sizes unless told otherwise, the
+sizes `uvm-sched record`, the demo and the benchmark tables use.
 
 Writes to docs/figures/ (or --out):
   memory_timeline.png  bytes in use per tick by block class, the budget, and what the
@@ -25,8 +28,9 @@ sys.path.insert(0, str(ROOT))
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="resnet50", help="zoo model name (default resnet50)")
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--seq", type=int, default=None, help="sequence length / image side")
+    ap.add_argument("--batch", type=int, default=None, help="default: the model's training batch")
+    ap.add_argument("--seq", type=int, default=None, help="tokens per sample (text models)")
+    ap.add_argument("--image", type=int, default=None, help="image side in px (vision models)")
     ap.add_argument("--iters", type=int, default=3)
     ap.add_argument("--hw", default="h200-pcie5")
     ap.add_argument("--budget", default="75%", help="budget of the timeline and lifetime figures")
@@ -44,7 +48,9 @@ def main(argv=None) -> int:
 
     a.out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    trace = zoo.record(a.model, batch=a.batch, seq=a.seq, iters=a.iters, hw=a.hw)
+    trace = zoo.record(a.model, batch=a.batch, seq=a.seq, image=a.image, iters=a.iters, hw=a.hw)
+    size = (f"{trace.meta['seq']} tokens" if trace.meta.get("seq")
+            else f"{trace.meta.get('image')} px")
     print(f"recorded {trace!r} in {time.perf_counter() - t0:.1f} s")
     pattern = analyze(trace)
     budget = resolve_budget(a.budget, trace.peak_bytes)
@@ -73,7 +79,7 @@ def main(argv=None) -> int:
     skipped = cmp[cmp["error"].astype(bool)] if "error" in cmp else cmp.iloc[:0]
     for _, r in skipped.drop_duplicates("budget_pct").iterrows():
         print(f"budget {r['budget_pct']:.0f}% left out: {r['error']}")
-    cmp = cmp.assign(trace=f"{a.model} batch {a.batch}, {a.hw}")
+    cmp = cmp.assign(trace=f"{a.model} batch {trace.meta['batch']}, {size}, {a.hw}")
     fig = viz.frontier(cmp, backend="matplotlib")
     written.append(_save(fig, a.out / "frontier.png", a.dpi))
     for p in written:

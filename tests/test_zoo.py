@@ -155,3 +155,11 @@ def test_resnet152_at_batch_1280_records():
     assert tr.peak_bytes > 100 * 2**30
     seqs = iteration_sequences(tr)
     assert len(seqs) == 2
+
+
+def test_a_size_left_out_is_the_models_training_size_not_a_tiny_one():
+    # zoo.record("resnet50", batch=64) once meant 64 images of 64 px; the defaults are now
+    # the training sizes the benchmark tables use, and one given size leaves the others be
+    tr = zoo.record("resnet50", batch=2, iters=1)
+    assert tr.meta["batch"] == 2 and tr.meta["image"] == zoo.info("resnet50")["image"] == 224
+    assert zoo.info("gpt2_small")["seq"] == 1024 and zoo.info("gpt2_small")["batch"] == 8

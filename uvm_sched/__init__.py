@@ -3,7 +3,9 @@ allocator-level prefetch/evict schedules.
 
 Runtime (native allocator): ``allocator()`` (PyTorch), ``cupy_allocator()``,
 ``NUMBA_CUDA_MEMORY_MANAGER=uvm_sched.numba``, ``malloc``/``free``/``stats``/``step``/
-``drain_events``/``backend``/``library_path``, ``Scheduler``.
+``drain_events``/``backend``/``library_path``, ``Scheduler``. PyTorch's memory tools under
+the pluggable allocator: ``memory_stats``, ``record_memory_history``, ``memory_snapshot``,
+``dump_snapshot``.
 Errors: ``Error`` (base of every exception class defined here), ``Warning``.
 Offline advisor: ``uvm_sched.trace``, ``uvm_sched.pattern``, ``plan``/``Plan``,
 ``uvm_sched.sim``, ``uvm_sched.viz``, the ``uvm-sched`` command.
@@ -38,6 +40,10 @@ _EXPORTS = {
     "drain_events": "uvm_sched._api",
     "backend": "uvm_sched._api",
     "library_path": "uvm_sched._api",
+    "memory_stats": "uvm_sched._memory",
+    "record_memory_history": "uvm_sched._memory",
+    "memory_snapshot": "uvm_sched._memory",
+    "dump_snapshot": "uvm_sched._memory",
     "allocator": "uvm_sched.integrations.torch",
     "cupy_allocator": "uvm_sched.integrations.cupy",
     "Plan": "uvm_sched.planner",

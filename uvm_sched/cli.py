@@ -30,9 +30,9 @@ DEFAULT_HW = "h200-pcie5"
 DEFAULT_BUDGET = "50%"
 DEFAULT_COMPARE_BUDGETS = "75%,50%,30%"
 DEMO_REPORT = "uvm_sched_demo.html"
-# The demo's model and sizes: chosen so the whole demo (record, plan, every policy, report)
-# runs in about a minute on 2 CPU cores; --small is the smallest setting (used by tests).
-DEMO_DEFAULT = {"model": "gpt2_small", "batch": 8, "seq": 512, "iters": 3}
+# The demo's model, at the zoo's default (training) sizes like `record` and the benchmark
+# tables, so its figure is the tables' row; --small is the smallest setting (used by tests).
+DEMO_DEFAULT = {"model": "gpt2_small", "iters": 3}
 DEMO_SMALL = {"model": "unet", "batch": 16, "image": 128, "iters": 3}
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -301,14 +301,15 @@ def _trace_info(trace) -> dict[str, Any]:
         "iteration_marks": int(len(trace.iteration_starts)),
         "peak_bytes": int(trace.peak_bytes),
         "device_time_ns": float(np.sum(trace.tick_ns[known])) if known.any() else None,
-        "meta": {k: v for k, v in trace.meta.items() if k not in ("alloc_sizes",)},
+        "meta": {k: v for k, v in trace.meta.items() if k not in ("alloc_sizes", "tick_ops", "block_names")},
     }
 
 
 def _trace_line(info: dict[str, Any]) -> str:
     t = info.get("device_time_ns")
     return (f"{info['name'] or 'trace'}: {fmt_count(info['events'])} events, "
-            f"{fmt_count(info['ticks'])} ticks, {fmt_count(info['blocks'])} blocks, "
+            f"{fmt_count(info['ticks'])} ticks, {fmt_count(info['blocks'])} allocations "
+            f"(blocks, all iterations), "
             f"{info['iteration_marks']} iteration marks, peak {fmt_bytes(info['peak_bytes'])}"
             + (f", device time {fmt_seconds(t / 1e9)}" if t else ""))
 
@@ -337,9 +338,20 @@ _RESULT_COLS = ("policy", "time", "vs ideal", "stall", "host→dev", "dev→host
 
 
 def _result_cells(r: dict[str, Any]) -> list[str]:
+    if r["policy"] == "bound":
+        # a limit, not a run: no schedule can beat its time, and at least its bytes must
+        # cross the link (nothing was moved; faults are not modelled by the bound)
+        return [r["policy"], "≥ " + fmt_seconds(r["iteration_time_s"]),
+                "≥ " + fmt_ratio(r["slowdown"]), "≥ " + fmt_seconds(r["stall_time_s"]),
+                "≥ " + fmt_bytes(r["bytes_h2d"], digits=1),
+                "≥ " + fmt_bytes(r["bytes_d2h"], digits=1), "-"]
     return [r["policy"], fmt_seconds(r["iteration_time_s"]), fmt_ratio(r["slowdown"]),
             fmt_seconds(r["stall_time_s"]), fmt_bytes(r["bytes_h2d"], digits=1),
             fmt_bytes(r["bytes_d2h"], digits=1), fmt_count(r["faults"])]
+
+
+BOUND_NOTE = ("bound: a limit, not a run -- no schedule can beat its time at this budget on "
+              "this link (≥ bytes: what must cross the link at least)")
 
 
 def _policies(spec: str | None, known: Sequence[str]) -> list[str]:
@@ -397,14 +409,33 @@ def _zoo_sizes(model: str, batch, seq, image) -> dict[str, int]:
     return opts
 
 
+def _sizes_of(d: dict) -> dict[str, int]:
+    """The zoo sizes named in ``d`` (a zoo.info dict or a recorded trace's meta)."""
+    return {k: int(d[k]) for k in ("batch", "seq", "image") if d.get(k) is not None}
+
+
+def _sizes_text(sizes: dict[str, int]) -> str:
+    """'batch 8, 1,024 tokens' / 'batch 64, 224 px images'."""
+    parts = [f"batch {sizes['batch']:,}"] if "batch" in sizes else []
+    if "seq" in sizes:
+        parts.append(f"{sizes['seq']:,} tokens")
+    if "image" in sizes:
+        parts.append(f"{sizes['image']:,} px images")
+    return ", ".join(parts)
+
+
 def cmd_record(args, out: _Out) -> int:
     zoo_names = _part("uvm_sched.trace.zoo", "names", "the model zoo")
+    zoo_info = _part("uvm_sched.trace.zoo", "info", "the model zoo")
     names = list(zoo_names())
     if args.list:
+        infos = [zoo_info(n) for n in names]
         if out.json:
-            out.emit_json({"models": names})
+            out.emit_json({"models": names, "defaults": {i["name"]: _sizes_of(i) for i in infos}})
         else:
-            out.stdout.print("\n".join(names), markup=False)
+            w = max(map(len, names))
+            out.stdout.print("\n".join(f"{i['name']:<{w}}  {_sizes_text(_sizes_of(i)):<24}  "
+                                       f"{i['about']}" for i in infos), markup=False)
         return EXIT_OK
     if not args.model:
         raise UsageError("record needs a MODEL (uvm-sched record --list shows the zoo)")
@@ -424,9 +455,17 @@ def cmd_record(args, out: _Out) -> int:
     except OSError as e:
         raise UsageError(f"cannot write {dest}: {e.strerror or e}") from None
     info = _trace_info(trace)
+    used = _sizes_of(trace.meta)
     if out.json:
-        out.emit_json(_clean({"path": str(dest), "model": args.model, "record_s": elapsed, **info}))
+        out.emit_json(_clean({"path": str(dest), "model": args.model, "record_s": elapsed,
+                              "sizes": used, **info}))
     else:
+        given = set(opts)
+        defaults = [k for k in used if k not in given]
+        words = {"batch": "batch", "seq": "tokens", "image": "image side"}
+        out.stdout.print(f"{args.model} at {_sizes_text(used)}"
+                         + (f" ({', '.join(words[k] for k in defaults)}: the model's default, "
+                            "as in the benchmark tables)" if defaults else ""), markup=False)
         out.stdout.print(_trace_line(info), markup=False)
         out.note(f"wrote {dest} (recorded in {fmt_seconds(elapsed)})")
     return EXIT_OK
@@ -520,6 +559,13 @@ def cmd_plan(args, out: _Out) -> int:
             out.stdout.print("planner's own estimate: " + ", ".join(
                 f"{k.removesuffix('_s').removesuffix('_bytes').replace('_', ' ')} {_fmt_any(k, v)}"
                 for k, v in shown), markup=False)
+            out.stdout.print(
+                "  (its queue model while planning: copies at the link's prefetch rate, a late "
+                "prefetch or a waited-for eviction counted whole as stall, no demand faults; "
+                f"`{PROG} simulate TRACE --plan FILE` runs the plan through the simulator's "
+                "Unified Memory model -- faults, eviction, overlap with compute -- and that "
+                "measured figure is the one the tables quote: expect the two to differ)",
+                markup=False)
     if dest is not None:
         out.note(f"wrote {dest}")
     else:
@@ -540,8 +586,8 @@ def cmd_simulate(args, out: _Out) -> int:
     _policies(policy, known)
     if args.budget is None and plan is not None:
         budget = int(plan.meta["budget_bytes"])
-    else:
-        budget = _budget_bytes(args.budget, trace.peak_bytes, hw)
+    else:  # as --help says: the plan's budget, else 50% (not the device's capacity)
+        budget = _budget_bytes(args.budget or DEFAULT_BUDGET, trace.peak_bytes, hw)
     if args.tune and (plan is not None or policy != "uvm-sched"):
         raise UsageError("--tune plans candidates for the uvm-sched policy; it does not apply "
                          "to a saved plan or another policy")
@@ -562,10 +608,22 @@ def cmd_simulate(args, out: _Out) -> int:
     t = _table(None, _RESULT_COLS, [_result_cells(_result_row(ideal, ideal)), _result_cells(row)],
                right=range(1, 7))
     out.stdout.print(t)
+    if policy == "bound":
+        out.stdout.print(f"no schedule can beat {fmt_seconds(res.iteration_time_s)} "
+                         f"({fmt_ratio(row['slowdown'])} of ideal) at this budget on {hw.name}: "
+                         "a lower bound, not a run (nothing was moved)", markup=False)
+        return EXIT_OK
     br = getattr(res, "stall_breakdown", None) or {}
     if br:
         out.stdout.print("stall breakdown: " + ", ".join(f"{k} {fmt_seconds(v)}" for k, v in br.items()),
                          markup=False)
+    pred = (plan.meta.get("predicted") or {}) if plan is not None else {}
+    if "stall_s" in pred:
+        out.stdout.print(
+            f"the planner estimated a {fmt_seconds(pred['stall_s'])} stall while planning (its "
+            f"queue model); the simulator measures {fmt_seconds(res.stall_time_s)}, with demand "
+            "faults, the driver's eviction and overlap with compute -- this figure is the "
+            "one to quote", markup=False)
     tuned = res.counters.get("tuned_guard")
     if tuned is not None:
         times = ", ".join(f"{k[len('tuning_'):-2]} {fmt_seconds(v)}" for k, v in res.counters.items()
@@ -654,9 +712,10 @@ def cmd_compare(args, out: _Out) -> int:
             if errors is not None and isinstance(errors[i], str) and errors[i]:
                 rows.append([r.policy, "infeasible", "-", "-", "-", "-", "-"])
                 continue
-            rows.append([r.policy, fmt_seconds(r.iteration_time_s), fmt_ratio(r.slowdown),
-                         fmt_seconds(r.stall_time_s), fmt_bytes(r.bytes_h2d, digits=1),
-                         fmt_bytes(r.bytes_d2h, digits=1), fmt_count(r.faults)])
+            rows.append(_result_cells({"policy": r.policy, "iteration_time_s": r.iteration_time_s,
+                                       "slowdown": r.slowdown, "stall_time_s": r.stall_time_s,
+                                       "bytes_h2d": r.bytes_h2d, "bytes_d2h": r.bytes_d2h,
+                                       "faults": r.faults}))
         out.stdout.print(_table(f"budget {fmt_bytes(b)} ({share})", _RESULT_COLS[:7], rows,
                                 right=range(1, 7)))
         if errors is not None:
@@ -664,10 +723,13 @@ def cmd_compare(args, out: _Out) -> int:
             if why:
                 out.stdout.print(f"  infeasible: {why}", markup=False)
     rows = [[f["policy"], fmt_pct(f["saving"]), fmt_bytes(f["budget_bytes"]),
-             fmt_ratio(f["slowdown"])] for f in front if f["policy"] != "ideal"]
+             ("≥ " if f["policy"] == "bound" else "") + fmt_ratio(f["slowdown"])]
+            for f in front if f["policy"] != "ideal"]
     out.stdout.print(_table("frontier: memory saved vs slowdown",
                             ("policy", "memory saved", "budget", "slowdown"), rows,
                             right=(1, 2, 3)))
+    if "bound" in set(df["policy"]):
+        out.stdout.print(BOUND_NOTE, markup=False)
     if plot is not None:
         out.note(f"wrote {plot}")
     return EXIT_OK
@@ -699,7 +761,8 @@ def cmd_report(args, out: _Out) -> int:
     results = []
     if not args.no_sim:
         known = list(_part("uvm_sched.sim", "POLICIES", "the simulator"))
-        policies = _policies(args.policies or ",".join(p for p in ("demand", "uvm-sched")
+        # bound: the report's verdict says what no schedule can beat
+        policies = _policies(args.policies or ",".join(p for p in ("demand", "bound", "uvm-sched")
                                                        if p in known), known)
         sims = _simulate_policies(trace, hw, budget, policies, out, plan=plan, mode=args.mode)
         results = list(sims.values())
@@ -742,7 +805,7 @@ def cmd_demo(args, out: _Out) -> int:
     preset = dict(DEMO_SMALL if args.small else DEMO_DEFAULT)
     if args.model is not None and args.model != preset["model"]:
         # another model: the preset's sizes belong to the preset's model
-        preset = {"model": args.model, "batch": None, "seq": None, "iters": preset["iters"]}
+        preset = {"model": args.model, "iters": preset["iters"]}
     for k in ("batch", "seq", "image", "iters"):
         if getattr(args, k) is not None:
             preset[k] = getattr(args, k)
@@ -810,12 +873,15 @@ def cmd_demo(args, out: _Out) -> int:
                               "report": str(dest) if dest else None, "timings": timings}))
         return EXIT_OK
     info = _trace_info(trace)
+    out.stdout.print(f"{preset['model']} at {_sizes_text(_sizes_of(trace.meta))}", markup=False)
     out.stdout.print(_trace_line(info), markup=False)
     _print_budget_line(out, peak, budget, hw.name)
     out.stdout.print(_table(f"every policy at {fmt_pct(budget / peak) if peak else '-'} of peak "
                             "(iteration time, slowdown vs ideal, stall, bytes moved each way, "
                             "fault batches)",
                             _RESULT_COLS, [_result_cells(r) for r in rows], right=range(1, 7)))
+    if "bound" in results:
+        out.stdout.print(BOUND_NOTE, markup=False)
     best = min((r for r in rows if r["policy"] not in ("ideal", "bound")),
                key=lambda r: r["iteration_time_s"], default=None)
     if best is not None:
@@ -912,9 +978,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--small", action="store_true",
                    help=f"the smallest setting ({DEMO_SMALL['model']} batch {DEMO_SMALL['batch']}, "
                         f"{DEMO_SMALL['image']} px images): seconds instead of a minute")
-    p.add_argument("--model", help=f"zoo model (default {DEMO_DEFAULT['model']}, batch "
-                                   f"{DEMO_DEFAULT['batch']}, {DEMO_DEFAULT['seq']} tokens)")
-    p.add_argument("--batch", type=_positive_int, help="batch size")
+    p.add_argument("--model", help=f"zoo model (default {DEMO_DEFAULT['model']})")
+    p.add_argument("--batch", type=_positive_int,
+                   help="batch size (default: the model's training size, as record uses; "
+                        "uvm-sched record --list shows them)")
     p.add_argument("--seq", type=_positive_int, help="tokens per sample (text models)")
     p.add_argument("--image", type=_positive_int, help="image side in pixels (vision models)")
     p.add_argument("--iters", type=_positive_int, help="iterations to record (default 3)")
@@ -929,9 +996,13 @@ def build_parser() -> argparse.ArgumentParser:
             "  uvm-sched record gpt2_small --batch 8 --seq 512 --iters 4 -o gpt2.parquet\n")
     p.add_argument("model", nargs="?", metavar="MODEL", help="zoo model name (see --list)")
     p.add_argument("--list", action="store_true", help="list the zoo's models and exit")
-    p.add_argument("--batch", type=_positive_int, help="batch size (default: the zoo's small size)")
-    p.add_argument("--seq", type=_positive_int, help="tokens per sample (text models)")
-    p.add_argument("--image", type=_positive_int, help="image side in pixels (vision models)")
+    p.add_argument("--batch", type=_positive_int,
+                   help="batch size (default: the model's training size, as in the benchmark "
+                        "tables; --list shows each model's)")
+    p.add_argument("--seq", type=_positive_int, help="tokens per sample (text models; default "
+                                                     "as --batch)")
+    p.add_argument("--image", type=_positive_int, help="image side in pixels (vision models; "
+                                                       "default as --batch)")
     p.add_argument("--iters", type=_positive_int, default=3, help="iterations to record (default 3)")
     p.add_argument("--amp", action="store_true", help="mixed precision (bf16 autocast)")
     _hw_arg(p)
@@ -994,7 +1065,7 @@ def build_parser() -> argparse.ArgumentParser:
     _hw_arg(p)
     _mode_arg(p)
     p.add_argument("--policies", help="policies to simulate for the stall and copy-engine views "
-                                      "(default demand,uvm-sched)")
+                                      "(default demand,bound,uvm-sched)")
     p.add_argument("--no-sim", action="store_true", help="draw the trace (and plan) only")
     p.add_argument("--title", help="page title")
     p.add_argument("--plotly", choices=("inline", "cdn"), default="inline",

@@ -489,11 +489,42 @@ def event_clock() -> int:
     return int(buf[i])
 
 
+# Callables given every batch of events as it leaves the ring (uvm_sched.record_memory_history
+# keeps them); empty = one check per drain.
+_DRAIN_TAPS: list = []
+# Events peek_events() took from the ring and the next drain_events() hands out first.
+_UNREAD: list[np.ndarray] = []
+
+
 def drain_events() -> np.ndarray:
     """Take the events recorded since the last drain (oldest first) as a numpy structured
     array of ``EVENT_DTYPE`` (fields tick, t_ns, addr, size, stream, arg, kind, device;
     kinds in ``EVENT_KINDS``). Events lost to a full ring are counted in
     ``stats()["events_dropped"]``."""
+    ev = _drain_ring()
+    if _UNREAD:
+        ev = np.concatenate([*_UNREAD, ev])
+        _UNREAD.clear()
+    return ev
+
+
+def peek_events() -> np.ndarray:
+    """The events the next ``drain_events()`` will return, without taking them (they move
+    from the ring into a buffer that drain hands out first: the ring has room again)."""
+    ev = _drain_ring()
+    if len(ev):
+        _UNREAD.append(ev)
+    return np.concatenate(_UNREAD) if _UNREAD else ev
+
+
+def _drain_ring() -> np.ndarray:
+    ev = _drain_ring_raw()
+    for tap in _DRAIN_TAPS:
+        tap(ev)
+    return ev
+
+
+def _drain_ring_raw() -> np.ndarray:
     lib = _load()
     parts = []
     while True:
@@ -519,6 +550,7 @@ def _reset(backend: str | None = None, force: bool = False) -> None:
     if s == _EBUSY:
         raise UvmSchedError(f"cannot reset: {_last_error()}")
     _raise(s, f"uvm_sched reset to backend {backend!r}")
+    _UNREAD.clear()  # events of the state just torn down
 
 
 # ---- executor -------------------------------------------------------------------------

@@ -518,6 +518,13 @@ class Scheduler:
                 f"iterations armed, {c['divergences']} divergences, "
                 f"{c['learn_failures']} learn failures")
 
+    def save_trace(self, path: Any) -> Any:
+        """Write this run's allocator trace (``trace()``) to ``path`` as Parquet, what
+        ``uvm-sched`` and ``uvm_sched.trace.load`` read, and return it."""
+        trace = self.trace()
+        trace.save(path)
+        return trace
+
     def __repr__(self) -> str:
         return (f"<Scheduler {self.state} mode={self.mode} budget={self.budget!r} "
                 f"plans={self._counters['plans']} relearns={self._counters['relearns']}>")

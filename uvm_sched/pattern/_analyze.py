@@ -151,7 +151,8 @@ class Pattern:
             f"({s['rep_time_ms']:.3f} ms, time from {s['tick_ns_source']})",
             f"regularity: {s['regularity']:.0%} of iterations identical to the representative;"
             f" mean per-ordinal stability {s['stability_mean']:.2f}",
-            f"blocks: {s['blocks']:,}, {s['bytes_total'] / gb:.3f} GiB; peak live "
+            f"blocks of one iteration (representative, persistent ones included): "
+            f"{s['blocks']:,}, {s['bytes_total'] / gb:.3f} GiB; peak live "
             f"{s['peak_bytes'] / gb:.3f} GiB",
         ]
         for c in CLASSES:

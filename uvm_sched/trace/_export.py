@@ -43,14 +43,15 @@ def _write_atomic(path, data: bytes) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def trace_to_snapshot(trace: Trace) -> dict:
+def trace_to_snapshot(trace: Trace, *, frames: dict[int, list[dict]] | None = None) -> dict:
     """The trace's allocations and frees as a memory snapshot dict (plain data).
 
     Each block gets an address: a freed address is reused by the next block of the same
     rounded size (512 B granules), else the segment grows, so the layout is what a caching
     allocator without splitting would produce. One segment per device holds all blocks;
     blocks still live at the end of the trace are its ``active_allocated`` blocks. Each
-    entry's frame names the block id and tick, so the viewer can point back to the trace.
+    entry's frame names the block id and tick, so the viewer can point back to the trace;
+    ``frames`` (block id -> torch-style frame dicts, innermost first) go before it.
     ACCESS and MARK rows have no snapshot equivalent and are left out.
     """
     c = trace.columns
@@ -64,6 +65,7 @@ def trace_to_snapshot(trace: Trace) -> dict:
         )
     n_dev = int(device[rows].max()) + 1 if len(rows) else 1
     label = str(trace.meta.get("name") or trace.meta.get("source") or "uvm_sched trace")
+    frames_of = frames
 
     traces: list[list[dict]] = [[] for _ in range(n_dev)]
     top = [_BASE_ADDR + d * _DEVICE_STRIDE for d in range(n_dev)]
@@ -83,6 +85,8 @@ def trace_to_snapshot(trace: Trace) -> dict:
                 addr = top[d]
                 top[d] += rounded
             frames = [{"filename": label, "line": t, "name": f"block {b} (tick {t})"}]
+            if frames_of is not None and b in frames_of:
+                frames = list(frames_of[b]) + frames
             e = {"action": "alloc", "addr": addr, "size": s, "stream": st, "time_us": time_us,
                  "frames": frames}
             where[b] = (addr, rounded, e, d)

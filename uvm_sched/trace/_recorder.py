@@ -157,6 +157,8 @@ class _Recorder:
         self.late_blocks = 0
         self.flop_failures: dict[str, int] = {}
         self.n_ops = 0
+        self.op_name = "parameters"  # the op whose kernel(s) the next opened tick is
+        self.tick_op: list[str] = []  # per tick: the op's name (hovers name the op)
         self.total_flops = 0.0
         self.infos: dict[Any, _OpInfo] = {}
         self.peak32 = float(hw.peak_flops_fp32)
@@ -183,6 +185,7 @@ class _Recorder:
     def open_tick(self) -> None:
         self.tick += 1
         self.tick_ns.append(0.0)
+        self.tick_op.append(self.op_name)
         if self.pending_mark:
             self.rows.append((self.tick, _MARK, -1, 0, 0, -1, -1))
             self.pending_mark = False
@@ -203,6 +206,7 @@ class _Recorder:
         info = self.infos.get(func)
         if info is None:
             info = self.infos[func] = _OpInfo(func)
+        self.op_name = info.name
         dev = self.device
         live = self.live
         ins: list = []
@@ -426,7 +430,34 @@ class _Recorder:
             "length": arr[:, 6],
         }
         cols = {k: cols.get(k) for k in COLUMNS}
+        # the op of each tick, interned (a few distinct names over thousands of ticks)
+        names = list(dict.fromkeys(self.tick_op))
+        code = {n: i for i, n in enumerate(names)}
+        meta = {**meta, "tick_ops": {"names": names, "index": [code[n] for n in self.tick_op]}}
         return Trace(cols, tick_ns=tick_ns, meta=meta)
+
+
+def _block_names(rec: _Recorder, model, opt) -> dict[str, str]:
+    """Block id -> tensor name for the blocks still live that have one: parameters and
+    buffers by their module path, optimizer state as ``<param>.<state key>``."""
+    out: dict[str, str] = {}
+
+    def put(t, name: str) -> None:
+        if isinstance(t, torch.Tensor) and t.device == rec.device:
+            e = rec.live.get(t.untyped_storage()._cdata)
+            if e is not None:
+                out.setdefault(str(e[0]), name)
+
+    pname = {}
+    for name, p in model.named_parameters():
+        put(p, name)
+        pname[id(p)] = name
+    for name, b in model.named_buffers():
+        put(b, name)
+    for p, st in getattr(opt, "state", {}).items():
+        for k, v in st.items():
+            put(v, f"{pname.get(id(p), 'param')}.{k}")
+    return out
 
 
 def _extent(t: torch.Tensor) -> tuple[int, int, int]:
@@ -757,6 +788,7 @@ def record(
             opt.zero_grad(set_to_none=True)
             del batch
     rec.closed = True
+    names = _block_names(rec, model, opt)
     dtypes = sorted({str(p.dtype).replace("torch.", "") for p in model.parameters()})
     b, s = first_batch or (None, None)
     m = {
@@ -785,6 +817,9 @@ def record(
         "launch_overhead_ns": LAUNCH_OVERHEAD_NS,
         "recorded_device": _device,
         "memo_hits": mode.hits,
+        # tensor names of the blocks that have one (parameters, buffers, optimizer state):
+        # hovers and reports name them; block id (as a string: JSON keys) -> name
+        "block_names": names,
     }
     if meta:
         m.update(meta)

@@ -1,6 +1,16 @@
 """One self-contained HTML page (plotly.js inlined once, works offline) with the figures of a
 trace, its plan and simulation results.
 
+The page reads top down as a reader acts on it: the verdict (how much slower than all
+resident, at which budget) and *why* -- the binding constraint, from the figures of the
+simulated run: how busy the link is, how much of the budget the device holds at its peak,
+and what the stall is made of -- then the results table, then the figures. Every figure
+shares one time axis, ms of the trace's device time (tick k, the k-th kernel, starts at the
+sum of the earlier kernels' times; hovers give the tick and the op where the trace knows
+it), so the memory, lifetimes, copy-engine and stall figures line up; the simulator's copies
+and stalls are placed at the kernel they overlap. Long timelines are decimated (the largest
+blocks, peak-preserving bins, coordinates rounded to 1 us), which the figures say.
+
 Each figure is embedded as JSON in ``<script type="application/json" class="uvm-fig"
 data-target="ID">`` and drawn by a few lines of script at the end of the page, so the page is
 plain data a program can read back (the tests do).
@@ -25,6 +35,8 @@ _CSS = """
 body{font-family:Helvetica,Arial,sans-serif;margin:24px auto;max-width:1200px;color:#222;padding:0 16px}
 h1{font-size:22px;margin-bottom:4px} h2{font-size:17px;margin:28px 0 6px;border-bottom:1px solid #ddd}
 .meta{color:#555;font-size:13px;line-height:1.5} .note{color:#666;font-size:13px}
+.verdict{font-size:15px;line-height:1.5;background:#f7f7f2;border-left:4px solid #1B7837;padding:8px 14px}
+.verdict.slow{border-left-color:#D62728} .verdict ul{margin:4px 0 0 0;padding-left:20px}
 table{border-collapse:collapse;font-size:13px;margin:8px 0}
 th,td{border:1px solid #ddd;padding:4px 8px;text-align:right} th{background:#f4f4f4}
 td:first-child,th:first-child{text-align:left} .fig{width:100%}
@@ -86,6 +98,13 @@ def _results_table(sims: list[Any]) -> str:
         else:
             slow_s = "(no ideal run)"
         sb = getattr(r, "stall_breakdown", {}) or {}
+        if str(r.policy) == "bound":  # a limit, not a run: nothing faster is possible
+            rows.append(["bound (no schedule beats it)", fmt_bytes(r.budget_bytes),
+                         "≥ " + fmt_ms(float(r.iteration_time_s)), "≥ " + slow_s,
+                         "≥ " + fmt_ms(float(r.stall_time_s)), "-",
+                         "≥ " + fmt_bytes(r.bytes_h2d), "≥ " + fmt_bytes(r.bytes_d2h), "-", "-",
+                         "-"])
+            continue
         rows.append([
             str(r.policy), fmt_bytes(r.budget_bytes), fmt_ms(float(r.iteration_time_s)), slow_s,
             fmt_ms(float(r.stall_time_s)),
@@ -123,7 +142,7 @@ def _trace_summary(trace: Trace) -> str:
     marks = trace.iteration_starts
     known = np.isfinite(trace.tick_ns)
     parts = [
-        f"{trace.n_events:,} events", f"{trace.n_ticks:,} ticks", f"{n_blocks:,} blocks",
+        f"{trace.n_events:,} events", f"{trace.n_ticks:,} ticks", f"{n_blocks:,} allocations (blocks, all iterations)",
         f"{len(marks)} iteration marks", f"peak {fmt_bytes(trace.peak_bytes)} in use",
     ]
     if known.any():
@@ -152,18 +171,257 @@ def _embed(fig, target: str) -> str:
     return f'<script type="application/json" class="uvm-fig" data-target="{target}">{data}</script>'
 
 
+# -- one time axis ----------------------------------------------------------------------------
+_DECIMALS = 3  # ms coordinates rounded to 1 us: what a reader can tell apart, and short JSON
+
+
+class _Clock:
+    """Ticks <-> ms of the trace's device time: tick k starts at ``edges[k]`` ms (fractional
+    ticks interpolate within their kernel). ``ok`` is False when some tick's time is unknown
+    (an imported snapshot): the figures then stay in ticks, and the page says so."""
+
+    def __init__(self, trace: Trace) -> None:
+        t = np.asarray(trace.tick_ns, dtype=np.float64)
+        self.n = int(trace.n_ticks)
+        self.ok = bool(len(t)) and bool(np.isfinite(t).all())
+        self.edges = np.concatenate([[0.0], np.cumsum(t)]) / 1e6 if self.ok else None
+        names = trace.meta.get("block_names")
+        self.names = ({int(k): str(v) for k, v in names.items()}
+                      if isinstance(names, Mapping) else {})
+        ops = trace.meta.get("tick_ops")
+        self.ops = None
+        if isinstance(ops, Mapping) and len(ops.get("index", ())) == self.n:
+            names = list(ops["names"])
+            self.ops = [names[i] for i in ops["index"]]
+
+    def ms(self, ticks) -> np.ndarray:
+        x = np.asarray(ticks, dtype=np.float64)
+        return np.round(np.interp(x, np.arange(self.n + 1), self.edges), _DECIMALS)
+
+    def ms_list(self, xs) -> list:
+        """A polyline's x (None gaps kept: plotly breaks lines there) in ms."""
+        xs = list(xs)
+        idx = [i for i, v in enumerate(xs) if v is not None]
+        if idx:
+            conv = self.ms([xs[i] for i in idx]).tolist()
+            for i, v in zip(idx, conv):
+                xs[i] = v
+        return xs
+
+    def op(self, tick) -> str:
+        if self.ops is None or tick is None or not np.isfinite(tick):
+            return ""
+        k = int(tick)
+        return self.ops[k] if 0 <= k < self.n else ""
+
+    @property
+    def total_ms(self) -> float:
+        return float(self.edges[-1]) if self.ok else float(self.n)
+
+
+_AXIS_MS = "time (ms of device time; tick k = the k-th kernel, hover for it and its op)"
+
+
+def _retime_ticks(fig, clock: _Clock, kind: str) -> None:
+    """Memory / lifetimes / stall figures: x from ticks to ms, hovers naming tick and op."""
+    for tr in fig.data:
+        if tr.x is None:
+            continue
+        raw = list(tr.x)
+        is_list = any(v is None for v in raw)
+        ticks = np.array([np.nan if v is None else float(v) for v in raw])
+        tr.x = clock.ms_list(raw) if is_list else clock.ms(ticks)
+        tmpl = tr.hovertemplate or ""
+        if kind == "lifetimes" and str(tr.name).endswith("(accessed)"):
+            # a point per access span: naming tick and op on each would double the page;
+            # the block's own row (live) carries them
+            tr.hovertemplate = "accessed by the kernel here (%{x:.3f} ms)<extra></extra>"
+            continue
+        ops = [clock.op(t) for t in ticks] if clock.ops is not None else None
+        if kind == "memory" and "(t=%{customdata:.3f} ms)" in tmpl:
+            tr.customdata = ticks
+            tmpl = tmpl.replace("tick %{x} (t=%{customdata:.3f} ms)",
+                                "%{x:.3f} ms, tick %{customdata:.0f}")
+        elif "tick %{x}" in tmpl and tr.customdata is None:
+            tr.customdata = ticks
+            tmpl = tmpl.replace("tick %{x}", "tick %{customdata:.0f} (%{x:.3f} ms)")
+        if kind == "lifetimes" and "customdata[2]" in tmpl and tr.customdata is not None:
+            cd = np.asarray(tr.customdata, dtype=np.float64)
+            if cd.ndim == 2 and cd.shape[1] > 2 and (clock.ops is not None or clock.names):
+                def label(b, t) -> str:
+                    name = clock.names.get(int(b)) if np.isfinite(b) else None
+                    op = clock.op(t)
+                    return ", ".join(x for x in (name, f"allocated by {op}" if op else "") if x)
+
+                tr.text = [label(b, t) for b, t in zip(cd[:, 0], cd[:, 2])]
+                tmpl = tmpl.replace("<extra>", "<br>%{text}<extra>")
+                ops = None
+        if kind == "lifetimes" and tr.mode == "markers":
+            ops = None  # plan marks: their text is the action
+        if ops is not None and tmpl and "%{text}" not in tmpl:
+            tr.text = ops
+            tmpl = tmpl.replace("<extra>", "<br>op %{text}<extra>")
+        if tmpl:
+            tr.hovertemplate = tmpl
+    shapes = []
+    for sh in fig.layout.shapes or ():
+        if sh.xref in (None, "x"):
+            sh.x0, sh.x1 = (float(v) for v in clock.ms([sh.x0, sh.x1]))
+        shapes.append(sh)
+    fig.layout.shapes = shapes
+    for an in fig.layout.annotations or ():
+        if an.xref in (None, "x") and an.x is not None:
+            an.x = float(clock.ms([an.x])[0])
+
+
+def _retime_stalls(fig, clock: _Clock) -> None:
+    """Stall bars at their kernel's start, as wide as the kernels they cover (bins too)."""
+    for tr in fig.data:
+        ticks = np.asarray(tr.x, dtype=np.float64)
+        if tr.type == "bar" and len(ticks):
+            nxt = np.append(ticks[1:], ticks[-1] + 1)
+            start, end = clock.ms(ticks), clock.ms(nxt)
+            tr.x = start
+            tr.width = np.maximum(end - start, 10.0 ** -_DECIMALS)
+            tr.offset = 0
+            tr.customdata = ticks
+            tr.hovertemplate = tr.hovertemplate.replace("tick %{x}",
+                                                        "tick %{customdata:.0f} (%{x:.3f} ms)")
+            if clock.ops is not None:
+                tr.text = [clock.op(t) for t in ticks]
+                tr.hovertemplate = tr.hovertemplate.replace("<extra>", "<br>op %{text}<extra>")
+        elif len(ticks):
+            tr.customdata = ticks
+            tr.x = clock.ms(ticks)
+            tr.hovertemplate = (tr.hovertemplate or "").replace(
+                "tick %{x}", "tick %{customdata:.0f} (%{x:.3f} ms)")
+
+
+def _retime_copies(fig, clock: _Clock, result) -> None:
+    """Copy-engine bars from the simulated clock to the kernel they overlap: simulated time
+    -> fractional tick of the window (each tick lasts compute + stall there) -> ms."""
+    tl = result.timeline
+    if tl is None or not len(tl):
+        return
+    t0 = float(tl["start_s"].min())
+    start = (tl["start_s"].to_numpy(float) - t0) * 1e3
+    end = start + (tl["compute_s"].to_numpy(float) + tl["stall_s"].to_numpy(float)) * 1e3
+    ticks = tl["tick"].to_numpy(np.float64)
+    sim_edges = np.append(start, end[-1])
+    tick_edges = np.append(ticks, ticks[-1] + 1)
+    for tr in fig.data:
+        if tr.x is None:
+            continue
+        raw = list(tr.x)
+        idx = [i for i, v in enumerate(raw) if v is not None]
+        if idx:
+            frac = np.interp([raw[i] for i in idx], sim_edges, tick_edges)
+            for i, v in zip(idx, clock.ms(frac).tolist()):
+                raw[i] = v
+        tr.x = raw
+        if tr.hovertemplate:
+            tr.hovertemplate = tr.hovertemplate.replace(
+                "<br>%{x:.3f} ms, lasts", "<br>beside the kernel at %{x:.3f} ms; lasts")
+
+
+def _axes(fig, clock: _Clock, x_range: tuple[float, float]) -> None:
+    fig.update_xaxes(title_text=_AXIS_MS, range=list(x_range))
+
+
+# -- the verdict --------------------------------------------------------------------------------
+def _verdict(trace: Trace, sims: list[Any], main: Any, budget: Any) -> str:
+    """The verdict and its why, in words: slowdown, the bound, link busy share, the budget's
+    headroom at the peak, and the stall and copies by cause."""
+    if main is None:
+        return ""
+    ideal = next((r for r in sims if str(r.policy) == "ideal"), None)
+    bound = next((r for r in sims if str(r.policy) == "bound"), None)
+    B = int(getattr(main, "budget_bytes", 0) or budget or 0)
+    peak = int(trace.peak_bytes)
+    slow = main.slowdown(ideal) if ideal is not None else None
+    head = (f"{main.policy}: {fmt_ms(float(main.iteration_time_s))} per iteration"
+            + (f", {slow:.2f}× the all-resident {fmt_ms(float(ideal.iteration_time_s))}"
+               if slow is not None else "")
+            + (f", holding {fmt_bytes(B)} ({B / peak:.0%} of the peak {fmt_bytes(peak)})"
+               if peak and B else ""))
+    why: list[str] = []
+    if bound is not None and ideal is not None:
+        bslow = bound.slowdown(ideal)
+        why.append(f"No schedule can beat {fmt_ms(float(bound.iteration_time_s))} "
+                   f"({bslow:.2f}×) at this budget on {bound.hw}: at least "
+                   f"{fmt_bytes(bound.bytes_h2d)} must cross the link; this run is "
+                   f"{float(main.iteration_time_s) / max(float(bound.iteration_time_s), 1e-12):.2f}× "
+                   "that bound.")
+    _, busy, _ = _data.transfer_lanes(main)
+    link = max(busy.values()) if busy else 0.0
+    resident = int(main.peak_resident_bytes)
+    headroom = 1 - resident / B if B else 0.0
+    tr = main.transfers
+    by_cause = ""
+    if tr is not None and len(tr):
+        g = tr.groupby("cause", observed=True)["bytes"].agg(["count", "sum"])
+        by_cause = "; copies by cause: " + ", ".join(
+            f"{c} {int(r['count']):,} ({fmt_bytes(int(r['sum']))})" for c, r in g.iterrows())
+    sb = {k: float(v) for k, v in (getattr(main, "stall_breakdown", None) or {}).items()}
+    stall = float(main.stall_time_s)
+    parts = ", ".join(f"{k} {fmt_ms(v)}" for k, v in sb.items() if v > 0) or "none"
+    why.append(f"Link busy {busy.get('h2d', 0):.0%} host→device, {busy.get('d2h', 0):.0%} "
+               f"device→host of the iteration; the device holds at most {fmt_bytes(resident)} "
+               f"of its {fmt_bytes(B)} budget ({headroom:.0%} headroom); stall "
+               f"{fmt_ms(stall)} ({parts}); {int(main.faults):,} fault batches{by_cause}.")
+    if slow is not None and slow <= 1.05:
+        why.append("The transfers hide behind compute: this budget costs (almost) nothing.")
+    elif link >= 0.8 and headroom >= 0.25:
+        why.append(f"Binding constraint: the link ({link:.0%} busy) while {headroom:.0%} of the "
+                   "budget stays unused at the peak -- the schedule moves data it had room to "
+                   "keep. A plan that sees the accesses (sampled mode), another guard "
+                   "(tune=...), or a larger budget moves less.")
+    elif link >= 0.8:
+        why.append(f"Binding constraint: the link ({link:.0%} busy) with the budget full: the "
+                   "bytes that must move set the pace. A larger budget or a faster link "
+                   "(e.g. a C2C profile) is what helps.")
+    elif sb and max(sb, key=sb.get) == "fault" and sb["fault"] > 0.5 * stall:
+        why.append("Binding constraint: demand faults -- blocks touched before a prefetch "
+                   "brought them in, paid at fault-batch latency. Reads in the middle of a "
+                   "lifetime are invisible to the oblivious mode; sampled mode sees them.")
+    elif sb and max(sb, key=sb.get) == "eviction" and sb["eviction"] > 0.5 * stall:
+        why.append("Binding constraint: evictions -- kernels wait for room on the device "
+                   "while copies out are still running.")
+    elif sb and max(sb, key=sb.get) == "link" and sb["link"] > 0.5 * stall:
+        why.append(f"Binding constraint: waiting for copies in flight ({fmt_ms(sb['link'])} of "
+                   f"the stall) while the link is busy only {link:.0%} of the iteration -- the "
+                   "copies bunch up where the plan can issue them and start too late for "
+                   "their kernel. Sampled mode, another guard (tune=...) or a larger budget "
+                   "may let them start earlier: `uvm-sched compare` says which.")
+    else:
+        why.append("Binding constraint: neither the link nor faults dominate; the stall is "
+                   "spread over many short waits (see the stall figure).")
+    cls = "verdict" + (" slow" if slow is not None and slow > 1.05 else "")
+    items = "".join(f"<li>{html.escape(w)}</li>" for w in why)
+    return (f'<h2>Verdict</h2><div class="{cls}"><b>{html.escape(head)}</b>'
+            f"<ul>{items}</ul></div>")
+
+
 def report(trace: Trace, *, plan: Any = None, results: Any = None, title: str | None = None,
-           pattern: Any = None, plotly: str = "inline") -> str:
+           pattern: Any = None, max_blocks: int = 2_000, max_points: int = 2_000,
+           plotly: str = "inline") -> str:
     """One self-contained HTML page (returned as a string; plotly.js inlined once, no network
     needed to view it; ``plotly="cdn"`` links plotly.js from cdn.plot.ly instead, ~4.8 MB
-    smaller, and needs the network to view) with: memory in use over ticks by class with the budget; block
-    lifetimes with the plan's transfers; copy-engine occupancy and stalls of the simulated
-    ``uvm-sched`` run (or the first non-ideal one) and of ``demand`` when given; a table of
-    all results; and the savings/slowdown frontier when a ``compare`` frame is given.
+    smaller, and needs the network to view). From the top: the verdict and why (slowdown, the
+    lower bound when a ``bound`` result is given, link busy share, the budget's headroom at the
+    peak, stall and copies by cause, and the binding constraint in words), the table of all
+    results, then memory in use over time by class with the budget; block lifetimes with the
+    plan's transfers; copy-engine occupancy and stalls of the simulated ``uvm-sched`` run (or
+    the first non-ideal one) and of ``demand`` when given; and the savings/slowdown frontier
+    when a ``compare`` frame is given. All figures share one time axis in ms of the trace's
+    device time (see the module docstring).
 
     ``plan``: a ``Plan``; ``results``: a ``SimResult``, a list or dict of them, and/or a
-    ``uvm_sched.sim.compare`` frame (in a list with the SimResults). The page does not
-    simulate: without results it shows the trace (and plan) only, and says so."""
+    ``uvm_sched.sim.compare`` frame (in a list with the SimResults). ``max_blocks``: the
+    lifetime chart draws the largest this many blocks; ``max_points``: memory and stall
+    timelines keep this many (peak-preserving) points -- both keep the page small, and the
+    figures say what they left out. The page does not simulate: without results it shows
+    the trace (and plan) only, and says so."""
     if plotly not in PLOTLY_MODES:
         raise ValueError(f"plotly must be one of {', '.join(PLOTLY_MODES)}, not {plotly!r}")
     _backend("plotly")
@@ -182,7 +440,10 @@ def report(trace: Trace, *, plan: Any = None, results: Any = None, title: str | 
     budget = plan.meta["budget_bytes"] if plan is not None else None
     name = trace_name(trace)
     page_title = title or f"uvm_sched report: {name}"
+    clock = _Clock(trace)
+    x_range = (0.0, clock.total_ms)
 
+    top: list[str] = []
     sections: list[str] = []
     embeds: list[str] = []
 
@@ -192,26 +453,53 @@ def report(trace: Trace, *, plan: Any = None, results: Any = None, title: str | 
                         + f'<div id="{target}" class="fig"></div>')
         embeds.append(_embed(fig, target))
 
+    def timed(fig, kind: str, result=None):
+        if not clock.ok:
+            return fig
+        if kind == "copies":
+            _retime_copies(fig, clock, result)
+        elif kind == "stalls":
+            _retime_stalls(fig, clock)
+        else:
+            _retime_ticks(fig, clock, kind)
+        _axes(fig, clock, x_range)
+        return fig
+
+    if sims:
+        top.append(_verdict(trace, sims, main, budget))
+        top.append("<h2>Results</h2>" + _results_table(sims))
+    else:
+        top.append('<h2>Simulation</h2><p class="note">No simulation results were given: '
+                   'pass results=uvm_sched.sim.simulate(...) (or compare(...)) to see the '
+                   'verdict, copy engines, stalls and the policy table.</p>')
+    for df in frames:
+        top.append("<h2>Policies side by side</h2>" + _frame_table(df))
+    if clock.ok:
+        top.append('<p class="note">One time axis for every figure: ms of the trace\'s device '
+                   f"time, {clock.n:,} ticks over {fmt_ms(clock.total_ms / 1e3)} (tick k = the "
+                   "k-th kernel; it starts at the sum of the earlier kernels' times). Simulated "
+                   "copies and stalls sit at the kernel they overlap; hovers give simulated "
+                   "durations.</p>")
+    else:
+        top.append('<p class="note">Some ticks of this trace have no device time, so the '
+                   "figures' x axes are in ticks (one kernel each).</p>")
+
     kw = {"pattern": pat_arg} if pat_arg is not None else {}
-    add("Memory in use", memory_timeline(trace, result=main, budget=budget, **kw), "fig-memory",
-        "Bytes allocated during each tick, stacked by block class; the dashed line is the budget"
+    add("Memory in use",
+        timed(memory_timeline(trace, result=main, budget=budget, max_points=max_points, **kw),
+              "memory"), "fig-memory",
+        "Bytes allocated during each kernel, stacked by block class; the dashed line is the budget"
         + ("; the black line is what the simulator kept on the device." if main is not None else "."))
     add("Block lifetimes" + (" and planned transfers" if plan is not None else ""),
-        lifetimes(trace, plan=plan, **kw), "fig-lifetimes",
+        timed(lifetimes(trace, plan=plan, max_blocks=max_blocks, **kw), "lifetimes"),
+        "fig-lifetimes",
         "One row per block in allocation order. Zoom in to scrub through an iteration.")
     shown = [main] + [r for r in sims if str(r.policy) == "demand" and r is not main] if main else []
     for i, r in enumerate(shown):
         tag = f" ({r.policy})"
-        add("Copy engines" + tag, copy_engines(r), f"fig-copy-{i}")
-        add("Stalls" + tag, stalls(r), f"fig-stalls-{i}")
-    if not sims:
-        sections.append('<h2>Simulation</h2><p class="note">No simulation results were given: '
-                        'pass results=uvm_sched.sim.simulate(...) (or compare(...)) to see copy '
-                        'engines, stalls and the policy table.</p>')
-    if sims:
-        sections.append("<h2>Results</h2>" + _results_table(sims))
+        add("Copy engines" + tag, timed(copy_engines(r), "copies", r), f"fig-copy-{i}")
+        add("Stalls" + tag, timed(stalls(r, max_points=max_points), "stalls"), f"fig-stalls-{i}")
     for j, df in enumerate(frames):
-        sections.append("<h2>Policies side by side</h2>" + _frame_table(df))
         if {"policy", "budget_pct", "slowdown"} <= set(df.columns):
             add("Savings / slowdown frontier", frontier(df), f"fig-frontier-{j}")
 
@@ -227,7 +515,7 @@ def report(trace: Trace, *, plan: Any = None, results: Any = None, title: str | 
         f"<title>{html.escape(page_title)}</title><style>{_CSS}</style>"
         f"{plotly_js}</head>\n<body>"
         f"<h1>{html.escape(page_title)}</h1><p class=\"meta\">{head_meta}</p>\n"
-        + "\n".join(sections)
+        + "\n".join(top + sections)
         + f'\n<p class="note">Made by uvm_sched {html.escape(__version__)}. Simulated figures come '
           "from the simulator's hardware model, not from a GPU run.</p>\n"
         + "\n".join(embeds)

@@ -3,9 +3,15 @@ torch (no downloads), at any batch size, sequence length or image size.
 
 ``names()`` lists them; ``build(name, ...)`` returns ``(model_fn, batch_fn, loss_fn)`` for
 ``uvm_sched.trace.record``; ``record(name, ...)`` records a training trace in one call.
-Defaults are small (batch 2, 64-token sequences, 64-px images; 96 px for Inception-v3) so
-recording is quick and the traces are light; pass real sizes for real studies -- on meta
-tensors the recording time does not depend on them.
+
+Each model has one set of default sizes, the batch and image side or sequence length such a
+model is trained at on one GPU in fp32 (``info(name)`` says them): ``uvm-sched record``, the
+demo, the notebooks and the benchmark tables all use them, so a figure from one reproduces
+in the others. A size left out keeps its default even when another is given
+(``record("resnet50", batch=8)`` is 8 images of 224 px). Tiny sizes are not a cheaper stand-in:
+at a batch of 2 the optimizer step's working set alone exceeds half the peak, so every
+policy looks far worse than at a real size. On meta tensors the recording time does not
+depend on the sizes; smaller ones only make the traces' bytes smaller.
 """
 from __future__ import annotations
 
@@ -22,8 +28,8 @@ __all__ = ["names", "build", "record", "info"]
 class _Spec:
     kind: str  # "image" (classification), "segment", "mlm", "lm"
     factory: Callable[..., Any]
-    batch: int
-    size: int  # default image side (px) or sequence length (tokens)
+    batch: int  # default batch: what the model is trained at on one GPU (fp32)
+    size: int  # default image side (px) or sequence length (tokens), likewise
     max_size: int | None = None  # longest sequence (positional table) / None
     min_size: int = 1  # smallest image side / sequence
     multiple: int = 1  # image side must be a multiple of this
@@ -37,29 +43,29 @@ def _specs() -> dict[str, _Spec]:
     from . import _vision as V
 
     return {
-        "resnet50": _Spec("image", lambda **k: V.ResNet([3, 4, 6, 3]), 2, 64, min_size=32,
+        "resnet50": _Spec("image", lambda **k: V.ResNet([3, 4, 6, 3]), 64, 224, min_size=32,
                           about="ResNet-50 (25.6M params), ImageNet head"),
-        "resnet152": _Spec("image", lambda **k: V.ResNet([3, 8, 36, 3]), 2, 64, min_size=32,
+        "resnet152": _Spec("image", lambda **k: V.ResNet([3, 8, 36, 3]), 64, 224, min_size=32,
                            about="ResNet-152 (60.2M params)"),
-        "inception_v3": _Spec("image", lambda **k: V.InceptionV3(), 2, 96, min_size=75,
+        "inception_v3": _Spec("image", lambda **k: V.InceptionV3(), 64, 299, min_size=75,
                               about="Inception-v3 with its auxiliary head (27.2M params)"),
-        "senet154": _Spec("image", lambda **k: V.SENet154(), 2, 64, min_size=32,
+        "senet154": _Spec("image", lambda **k: V.SENet154(), 32, 224, min_size=32,
                           about="SENet-154 (115M params)"),
-        "unet": _Spec("segment", lambda **k: V.UNet(), 2, 64, min_size=16, multiple=16,
+        "unet": _Spec("segment", lambda **k: V.UNet(), 16, 256, min_size=16, multiple=16,
                       classes=2, about="U-Net, 64..1024 channels, 2 classes (31M params)"),
-        "vit_b16": _Spec("image", lambda image, **k: V.ViT(image=image), 2, 64, min_size=16,
+        "vit_b16": _Spec("image", lambda image, **k: V.ViT(image=image), 64, 224, min_size=16,
                          multiple=16, about="ViT-B/16 (86M params)"),
-        "bert_base": _Spec("mlm", lambda **k: T.Bert(), 2, 64, max_size=512, vocab=30522,
+        "bert_base": _Spec("mlm", lambda **k: T.Bert(), 32, 512, max_size=512, vocab=30522,
                            about="BERT-base with the masked-LM head (110M params)"),
-        "gpt2_small": _Spec("lm", lambda **k: T.GPT2(768, 12, 12), 2, 64, max_size=1024,
+        "gpt2_small": _Spec("lm", lambda **k: T.GPT2(768, 12, 12), 8, 1024, max_size=1024,
                             vocab=50257, about="GPT-2 small (124M params)"),
-        "gpt2_medium": _Spec("lm", lambda **k: T.GPT2(1024, 24, 16), 2, 64, max_size=1024,
+        "gpt2_medium": _Spec("lm", lambda **k: T.GPT2(1024, 24, 16), 8, 1024, max_size=1024,
                              vocab=50257, about="GPT-2 medium (355M params)"),
-        "gpt_1b5": _Spec("lm", lambda **k: T.GPT2(1600, 48, 25), 1, 64, max_size=1024,
+        "gpt_1b5": _Spec("lm", lambda **k: T.GPT2(1600, 48, 25), 4, 1024, max_size=1024,
                          vocab=50257,
                          about="GPT-2 XL-sized decoder (1.56B params): fine-tuning with Adam, "
                                "where the optimizer state dominates"),
-        "llama_7b": _Spec("lm", lambda **k: T.Llama(), 1, 64, max_size=None, vocab=32000,
+        "llama_7b": _Spec("lm", lambda **k: T.Llama(), 1, 2048, max_size=None, vocab=32000,
                           about="LLaMA-7B-style decoder (6.7B params)"),
     }
 
@@ -83,7 +89,8 @@ def names() -> list[str]:
 
 
 def info(name: str) -> dict:
-    """What ``name`` is and its default sizes (batch, and tokens or pixels)."""
+    """What ``name`` is and its default sizes: ``batch``, and ``seq`` (tokens) for a text
+    model or ``image`` (side in px) for a vision one."""
     s = _get(name)
     key = "seq" if s.kind in ("lm", "mlm") else "image"
     return {"name": name, "about": s.about, "kind": s.kind, "batch": s.batch, key: s.size}
@@ -94,7 +101,7 @@ def build(name: str, *, batch: int | None = None, seq: int | None = None,
     """``(model_fn, batch_fn, loss_fn)`` for zoo model ``name``.
 
     ``batch``: samples per step; ``seq``: tokens per sample (text models); ``image``: image
-    side in px (vision models). ``batch_fn`` creates tensors on the default device (the
+    side in px (vision models); each one left out takes the model's default (``info``). ``batch_fn`` creates tensors on the default device (the
     recorder makes it ``meta``); ``loss_fn(output, batch)`` draws its random targets on the
     output's device.
     """
