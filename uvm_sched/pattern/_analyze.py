@@ -45,7 +45,8 @@ from typing import Any
 import numpy as np
 
 from ..trace._model import EventKind, Trace
-from ._period import COVERAGE_TOL, detect_period, make_hash, tokenize
+from ._evidence import check_learned, describe_kinds, iteration_kinds
+from ._period import detect_period, make_hash, tokenize
 
 __all__ = ["analyze", "Pattern", "PatternError", "CLASSES", "ACTIVATION_SHARE"]
 
@@ -84,6 +85,8 @@ class Pattern:
     has_accesses: bool
     name: str = "trace"
     notes: list[str] = field(default_factory=list)
+    evidence: dict[str, Any] = field(default_factory=dict)  # signal, coverage, rule figures
+    kinds: list[dict[str, Any]] = field(default_factory=list)  # iterations grouped
 
     @property
     def regularity(self) -> float:
@@ -137,17 +140,27 @@ class Pattern:
             "idle_ticks": _pct(b["max_idle_ticks"]),
             "idle_ms": _pct(b["max_idle_ms"]),
             "stability_mean": float(b["stability"].mean()) if len(b) else float("nan"),
+            "evidence": dict(self.evidence),
+            "kinds": [dict(kd) for kd in self.kinds],
             "notes": list(self.notes),
         }
 
     def __str__(self) -> str:
         s = self.summary()
         gb = 1 << 30
+        if np.isfinite(s["rep_time_ms"]):
+            when = f"{s['rep_time_ms']:.3f} ms, time from {s['tick_ns_source']}"
+        else:
+            when = "time unavailable: the trace has no clock"
+        ev = s["evidence"]
         lines = [
             f"pattern of {s['name']}: period {s['period_events']:,} allocator events "
             f"({s['source']}), {s['iterations']} iteration(s), representative #{s['rep']} = "
-            f"ticks {s['rep_ticks'][0]:,}..{s['rep_ticks'][1]:,} "
-            f"({s['rep_time_ms']:.3f} ms, time from {s['tick_ns_source']})",
+            f"ticks {s['rep_ticks'][0]:,}..{s['rep_ticks'][1]:,} ({when})",
+            f"evidence: {ev.get('signal', 'none')}"
+            + (f"; iterations cover {ev['coverage']:.0%} of the allocator events"
+               + (" from the first on" if s["source"] == "learned" else "")
+               if "coverage" in ev and s["iterations"] > 1 else ""),
             f"regularity: {s['regularity']:.0%} of iterations identical to the representative;"
             f" mean per-ordinal stability {s['stability_mean']:.2f}",
             f"blocks: {s['blocks']:,}, {s['bytes_total'] / gb:.3f} GiB; peak live "
@@ -162,9 +175,10 @@ class Pattern:
             t, m = s[f"{key}_ticks"], s[f"{key}_ms"]
             lines.append(
                 f"{label}: " + ", ".join(
-                    f"p{q if q < 100 else 'max'} {t[f'p{q}']:.0f} ticks/{m[f'p{q}']:.3f} ms"
+                    f"p{q if q < 100 else 'max'} {t[f'p{q}']:.0f} ticks"
+                    + (f"/{m[f'p{q}']:.3f} ms" if np.isfinite(m[f"p{q}"]) else "")
                     for q in _PCTS
-                )
+                ) + ("" if np.isfinite(m["p50"]) else " (times unavailable)")
             )
         lines += [f"note: {n}" for n in s["notes"]]
         return "\n".join(lines)
@@ -209,81 +223,82 @@ def analyze(trace: Trace) -> Pattern:
     rh = make_hash(tok)
     notes: list[str] = []
 
-    # -- markers, then the learned period ------------------------------------------------
+    # -- markers (ground truth), else the learned period, checked ----------------------------
     marks = trace.iteration_starts
     m_ev = np.searchsorted(ev_tick, marks, "left")
     # a marker after the last allocator event starts an iteration not recorded yet (a
     # runtime learns right at a marker): it delimits nothing
     keep_m = m_ev < n
     marks, m_ev = marks[keep_m], m_ev[keep_m]
-    m_counts = np.diff(np.append(m_ev, n))
-    steady = m_counts[1:] if len(m_counts) > 1 else m_counts
-    p_m = int(steady[-1]) if len(steady) else 0
-    uniform = bool(len(steady)) and bool(np.all(steady == p_m)) and p_m > 0
-    det = detect_period(tok, ev_kind, ev_size, ev_tick, rh, extra_lags=(p_m,) if p_m else ())
-    notes += det.notes
-
-    use_markers = False
+    step_ends = _frame_step_ends(trace, ev_tick, n) if not len(marks) else None
+    evidence: dict[str, Any] = {}
+    det = None
     if len(marks):
-        if det.period is None:
-            use_markers = True
-            notes.append(f"{len(marks)} marker(s) used unchecked: the allocator events show no "
-                         "repetition to check them against")
-        else:
-            p = det.period
-            if not uniform:
-                shown = ", ".join(f"{x:,}" for x in m_counts[:8])
-                notes.append(f"markers ignored: marker-delimited iterations have {shown}"
-                             f"{'...' if len(m_counts) > 8 else ''} allocator events (not equal "
-                             f"after the first); learned period {p:,}")
-            elif p_m == p:
-                use_markers = True
-            elif p_m % p == 0:
-                notes.append(f"markers ignored: they are {p_m // p} learned periods apart "
-                             f"({p_m:,} events vs a period of {p:,})")
-            elif det.coverage_of(p_m) >= det.coverage - COVERAGE_TOL:
-                use_markers = True
-                notes.append(f"markers every {p_m:,} events kept over the learned sub-period "
-                             f"{p:,}: both repeat over the trace")
-            else:
-                notes.append(f"markers ignored: {p_m:,} events between markers does not repeat "
-                             f"in the allocator events (covers {det.coverage_of(p_m):.0%}); "
-                             f"learned period {p:,} covers {det.coverage:.0%}")
-
-    if use_markers:
         source = "markers"
         seg = np.stack([m_ev, np.append(m_ev[1:], n)], axis=1)
         seg_ticks = np.stack([marks, np.append(marks[1:], n_ticks)], axis=1)
-        period = p_m if uniform else None
-    elif det.period is not None:
-        source = "learned"
-        b, is_it = det.boundaries, det.is_iteration
-        keep = np.flatnonzero(is_it)
-        if not len(keep):  # cannot happen when R is primitive; never return no iteration
-            keep = np.flatnonzero(b[:-1] == det.phase)
-        seg = np.stack([b[keep], b[keep + 1]], axis=1)
-        t_start = ev_tick[seg[:, 0]]
-        t_stop = np.where(seg[:, 1] < n, ev_tick[np.minimum(seg[:, 1], n - 1)], n_ticks)
-        seg_ticks = np.stack([t_start, t_stop], axis=1)
-        period = det.period
+        evidence = {"signal": f"{len(marks)} step marker(s) in the trace (MARK rows)"}
+        if m_ev[0] > 0:
+            notes.append(f"before the first marker: {int(m_ev[0]):,} allocator events of "
+                         "set-up/warm-up, not an iteration")
+        period = None
+    elif step_ends is not None and len(step_ends):
+        source = "markers"
+        fs = trace.meta["frame_steps"]
+        starts = np.concatenate(([0], step_ends[:-1]))
+        seg = np.stack([starts, step_ends], axis=1)
+        t_of = lambda e: np.where(e < n, ev_tick[np.minimum(e, n - 1)], n_ticks)  # noqa: E731
+        seg_ticks = np.stack([t_of(starts), t_of(step_ends)], axis=1)
+        seg_ticks[0, 0] = 0
+        evidence = {"signal": f"{len(step_ends)} training step(s) from the allocations' Python "
+                              f"frames ({fs.get('signal', 'step frames')})"}
+        notes.append("iteration 1 starts at the first event and includes the set-up"
+                     + (f"; {n - int(step_ends[-1]):,} allocator events after the last step "
+                        "are not an iteration" if step_ends[-1] < n else ""))
+        period = None
     else:
-        source = "learned"
-        seg = np.array([[0, n]])
-        seg_ticks = np.array([[0, n_ticks]])
-        period = n
-        notes.append(f"no period: the whole trace is one iteration ({n:,} allocator events)")
+        det = detect_period(tok, ev_kind, ev_size, ev_tick, rh)
+        notes += det.notes
+        accepted = False
+        if det.period is not None:
+            source = "learned"
+            b, is_it = det.boundaries, det.is_iteration
+            keep = np.flatnonzero(is_it)
+            if not len(keep):  # cannot happen when R is primitive; never return no iteration
+                keep = np.flatnonzero(b[:-1] == det.phase)
+            seg = np.stack([b[keep], b[keep + 1]], axis=1).astype(np.int64)
+            accepted, evidence, why = check_learned(seg, det.period, ev_kind, ev_size, ev_block,
+                                                     repeated=int(round(det.coverage * n)))
+            notes += why
+        if accepted:
+            t_start = ev_tick[seg[:, 0]]
+            t_stop = np.where(seg[:, 1] < n, ev_tick[np.minimum(seg[:, 1], n - 1)], n_ticks)
+            seg_ticks = np.stack([t_start, t_stop], axis=1)
+            period = det.period
+        else:
+            source = "learned"
+            seg = np.array([[0, n]])
+            seg_ticks = np.array([[0, n_ticks]])
+            period = n
+            evidence.setdefault("signal", "allocator events: no repeating string")
+            notes.append(f"one iteration: the whole trace ({n:,} allocator events)")
     seg = seg.astype(np.int64)
     seg_ticks = seg_ticks.astype(np.int64)
+    lens = seg[:, 1] - seg[:, 0]
+    if period is None:  # marked: the most common length after the first, latest on ties
+        pool = lens[1:] if len(lens) > 1 else lens
+        vals, cnt = np.unique(pool, return_counts=True)
+        best = vals[cnt == cnt.max()]
+        period = int(next(x for x in pool[::-1] if x in best))
+    if source == "markers":
+        evidence["coverage"] = float(lens.sum() / n)
 
     # -- representative iteration and regularity ------------------------------------------
-    lens = seg[:, 1] - seg[:, 0]
-    if period is None:  # markers unchecked and uneven: the steady length is the last one
-        period = int(lens[-1])
     full = lens == period
     hashes = np.zeros(len(seg), np.uint64)
     if full.any():
         hashes[full] = rh.window(seg[full, 0], period)
-    if source == "learned" and det.period is not None:
+    if source == "learned" and det is not None and det.period == period:
         ref = rh.window([det.phase], period)[0]
     elif full.any():
         vals, inv, cnt = np.unique(hashes[full], return_inverse=True, return_counts=True)
@@ -304,10 +319,10 @@ def analyze(trace: Trace) -> Pattern:
         period = int(lens[rep])
     es, ee = int(seg[rep, 0]), int(seg[rep, 1])
     ts, te = int(seg_ticks[rep, 0]), int(seg_ticks[rep, 1])
-    if len(seg) > 1 and not identical.all():
-        odd = np.flatnonzero(~identical)
-        notes.append(f"{len(odd)} of {len(seg)} iterations differ from the representative "
-                     f"(#{', #'.join(map(str, odd[:8]))}{'...' if len(odd) > 8 else ''})")
+    kinds = iteration_kinds(seg, rep, tok, ev_kind)
+    line = describe_kinds(kinds, len(seg))
+    if line:
+        notes.append(line)
 
     # -- time per tick -------------------------------------------------------------------
     tick_time, tsrc = _tick_time(trace)
@@ -329,12 +344,25 @@ def analyze(trace: Trace) -> Pattern:
         stop_tick=te,
         iteration_events=[(int(a), int(b)) for a, b in seg],
         identical=identical,
-        coverage=float(det.coverage),
+        coverage=float(evidence.get("coverage", 0.0)),
         tick_ns_source=tsrc,
         has_accesses=trace.has_accesses,
         name=str(trace.meta.get("name") or trace.meta.get("source") or "trace"),
         notes=notes,
+        evidence=evidence,
+        kinds=kinds,
     )
+
+
+def _frame_step_ends(trace: Trace, ev_tick: np.ndarray, n: int) -> np.ndarray | None:
+    """Allocator-event positions where training steps end, from ``meta["frame_steps"]``
+    (ticks, written by the snapshot importer from the allocations' Python frames)."""
+    fs = trace.meta.get("frame_steps")
+    if not isinstance(fs, dict) or not isinstance(fs.get("ends"), list):
+        return None
+    ends = np.unique(np.asarray([int(t) for t in fs["ends"]], np.int64))
+    pos = np.unique(np.searchsorted(ev_tick, ends, "left"))
+    return pos[pos > 0]
 
 
 # -- device time ---------------------------------------------------------------------------

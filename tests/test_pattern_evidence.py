@@ -1,0 +1,118 @@
+"""Iterations need evidence (Note [Never invent an iteration] in pattern/_evidence.py): the
+shapes that fooled the learned period on real single-step recordings give one iteration with
+the rule that failed, and multi-step runs of the same programs give the true step count."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from uvm_sched.pattern import analyze
+from uvm_sched.pattern._synth import step_trace
+from uvm_sched.trace import EventKind, Trace
+
+ALLOC, FREE, MARK = EventKind.ALLOC, EventKind.FREE, EventKind.MARK
+
+
+def n_allocator_events(tr: Trace) -> int:
+    return int(np.count_nonzero((tr.kind == ALLOC) | (tr.kind == FREE)))
+
+
+def strip_marks(tr: Trace) -> Trace:
+    keep = tr.kind != MARK
+    return Trace({k: v[keep] for k, v in tr.columns.items()}, tick_ns=tr.tick_ns, meta=tr.meta)
+
+
+# one training step that a string repeat can fool, and the rule that catches each
+SINGLE_STEP = {
+    # 12 identical layers: Adam's per-parameter loop repeats 12 times, balanced
+    "per-parameter optimizer loop": (dict(steps=1, opt_temps=6), "rise"),
+    # 31 identical backward blocks, forward activations freed after the pass
+    "repeated backward blocks": (dict(steps=1, layers=31, free_activations="after_backward"),
+                                 "rise"),
+    # the autotuner runs the forward graph twice before the real forward
+    "autotuning pair": (dict(steps=1, autotune=8, backward=False, identical_layers=False),
+                        "fewer than 3"),
+    # set-up, then 2 steps of unequal length (the first allocates Adam's state, the second
+    # has a longer sequence): the update loop repeats inside each
+    "set-up and 2 unequal steps": (dict(steps=2, seqs=(32, 48), state_in_setup=False,
+                                        opt_temps=6), "rise"),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(SINGLE_STEP))
+def test_single_step_recording_is_one_iteration_with_the_reason(shape):
+    kw, why = SINGLE_STEP[shape]
+    tr = step_trace(**kw)
+    p = analyze(tr)
+    assert len(p.iterations) == 1, (shape, p.notes)
+    assert p.period_events == n_allocator_events(tr)
+    assert any(n.startswith("no period") and why in n for n in p.notes), p.notes
+
+
+def test_backward_blocks_freeing_the_forward_activations_are_not_steps():
+    # the same backward pass, each block freeing its own layer's activations: rule 2
+    tr = step_trace(steps=1, layers=31, opt_temps=1)
+    p = analyze(tr)
+    assert len(p.iterations) == 1, p.notes
+
+
+MULTI_STEP = {
+    "per-parameter optimizer": dict(opt_temps=6),
+    "foreach optimizer": dict(optimizer="foreach"),
+    "backward blocks": dict(layers=31, free_activations="after_backward"),
+    "first step allocates Adam state": dict(state_in_setup=False),
+    "autotuning before the first step": dict(autotune=8),
+}
+
+
+@pytest.mark.parametrize("steps", [3, 6])
+@pytest.mark.parametrize("shape", sorted(MULTI_STEP))
+def test_multi_step_recording_gives_the_step_count(shape, steps):
+    tr = step_trace(steps=steps, **MULTI_STEP[shape])
+    p = analyze(tr)
+    assert p.source == "learned"
+    assert len(p.iterations) == steps, p.notes
+    marked = step_trace(steps=steps, markers=True, **MULTI_STEP[shape])
+    truth = analyze(marked)
+    assert truth.source == "markers" and len(truth.iterations) == steps
+    assert p.period_events == truth.period_events
+    assert p.evidence["coverage"] >= 0.8
+
+
+@pytest.mark.parametrize("seqs", [(32, 48), (32, 40, 24, 48, 36, 44)])
+def test_marked_steps_of_varying_size_are_all_iterations(seqs):
+    # dynamic padding: per-step sizes differ, the structure does not; the markers decide
+    tr = step_trace(steps=6, seqs=seqs, markers=True)
+    p = analyze(tr)
+    assert p.source == "markers"
+    assert len(p.iterations) == 6
+    same = [kd for kd in p.kinds if kd["label"] == "same structure, other sizes"]
+    steady = [kd for kd in p.kinds if kd["label"] == "steady"]
+    assert len(steady) == 1
+    assert sum(len(kd["iterations"]) for kd in steady + same) == 6
+
+
+def test_unmarked_varying_steps_never_give_a_sub_period():
+    # without markers the per-step sizes differ: the truth or one iteration, never more
+    tr = step_trace(steps=6, seqs=(32, 48, 40))
+    p = analyze(tr)
+    assert len(p.iterations) in (1, 2, 6), p.notes  # 2: the repeated pair of 3 shapes
+    assert len(p.iterations) <= 6
+
+
+def test_evidence_names_the_signal_and_coverage():
+    p = analyze(step_trace(steps=5))
+    assert "repeat" in p.evidence["signal"]
+    s = p.summary()
+    assert s["evidence"]["coverage"] == pytest.approx(p.evidence["coverage"])
+    assert "evidence:" in str(p)
+    marked = analyze(step_trace(steps=5, markers=True))
+    assert "marker" in marked.evidence["signal"] and "evidence:" in str(marked)
+
+
+@pytest.mark.parametrize("layers", [2, 6, 12, 24])
+def test_single_step_optimizer_loop_rejected_across_model_depths(layers):
+    # the rule's constants are not tuned to 12 layers
+    tr = step_trace(steps=1, layers=layers, opt_temps=6)
+    assert len(analyze(tr).iterations) == 1
+    assert len(analyze(step_trace(steps=4, layers=layers, opt_temps=6)).iterations) == 4
