@@ -116,3 +116,69 @@ def test_single_step_optimizer_loop_rejected_across_model_depths(layers):
     tr = step_trace(steps=1, layers=layers, opt_temps=6)
     assert len(analyze(tr).iterations) == 1
     assert len(analyze(step_trace(steps=4, layers=layers, opt_temps=6)).iterations) == 4
+
+
+# -- steps from a memory snapshot's Python frames ---------------------------------------------
+_FRAMES = {
+    "setup": [{"filename": "/w/train.py", "line": 20, "name": "<module>"}],
+    "forward": [{"filename": "/w/model.py", "line": 51, "name": "forward"},
+                {"filename": "/w/train.py", "line": 40, "name": "main"}],
+    # the autograd engine's device thread has no Python frames
+    "backward": [],
+    "optimizer": [{"filename": "/env/site-packages/torch/optim/adam.py", "line": 400,
+                   "name": "_single_tensor_adam"},
+                  {"filename": "/env/site-packages/torch/optim/optimizer.py", "line": 485,
+                   "name": "wrapper"},
+                  {"filename": "/w/train.py", "line": 44, "name": "main"}],
+    "autotune": [{"filename": "/env/site-packages/triton/runtime/autotuner.py", "line": 160,
+                  "name": "_bench"}],
+}
+
+
+def as_snapshot(tr: Trace, phases: list[str]) -> dict:
+    """The trace as `torch.cuda.memory._snapshot()` entries, each with the frames of its
+    phase (schema: torch/cuda/memory.py, `TraceEntry`)."""
+    ev = np.flatnonzero((tr.kind == ALLOC) | (tr.kind == FREE))
+    assert len(ev) == len(phases)
+    out = []
+    for i, r in enumerate(ev):
+        k = int(tr.kind[r])
+        out.append({"action": "alloc" if k == ALLOC else "free_completed",
+                    "addr": 0x7000_0000 + 0x100_0000 * int(tr.block[r]), "size": int(tr.size[r]),
+                    "stream": 0, "time_us": i, "frames": _FRAMES[phases[i]]})
+    return {"segments": [], "device_traces": [out]}
+
+
+def from_frames(with_phases=False, **kw):
+    from uvm_sched.trace._snapshot import trace_from_snapshot
+
+    phases: list[str] = []
+    tr = step_trace(phases=phases, **kw)
+    out = trace_from_snapshot(as_snapshot(tr, phases))
+    return (out, phases) if with_phases else out
+
+
+@pytest.mark.parametrize("shape", sorted(SINGLE_STEP))
+def test_snapshot_frames_count_one_step(shape):
+    kw, _ = SINGLE_STEP[shape]
+    kw = dict(kw)
+    steps = kw.pop("steps")
+    tr = from_frames(steps=steps, **kw)
+    p = analyze(tr)
+    if not kw.get("backward", True):  # a forward pass: no step frames at all
+        assert "frame_steps" not in tr.meta and len(p.iterations) == 1
+        return
+    assert tr.meta["frame_steps"]["signal"] == "torch.optim step frames"
+    assert p.source == "markers" and len(p.iterations) == steps
+    assert "frames" in p.evidence["signal"]
+
+
+@pytest.mark.parametrize("seqs", [(32,), (32, 48, 40)])
+def test_snapshot_frames_count_every_step_whatever_its_size(seqs):
+    tr, phases = from_frames(True, steps=5, seqs=seqs, state_in_setup=False, opt_temps=3)
+    p = analyze(tr)
+    assert p.source == "markers" and len(p.iterations) == 5, p.notes
+    # iteration k ends right after step k's optimizer events
+    truth = [i for i in range(1, len(phases) + 1) if phases[i - 1] == "optimizer"
+             and (i == len(phases) or phases[i] != "optimizer")]
+    assert [b for _, b in p.iteration_events] == truth

@@ -309,7 +309,8 @@ def _trace_line(info: dict[str, Any]) -> str:
     return (f"{info['name'] or 'trace'}: {fmt_count(info['events'])} events, "
             f"{fmt_count(info['ticks'])} ticks, {fmt_count(info['blocks'])} blocks, "
             f"{info['iteration_marks']} iteration marks, peak {fmt_bytes(info['peak_bytes'])}"
-            + (f", device time {fmt_seconds(t / 1e9)}" if t else ""))
+            + (f", device time {fmt_seconds(t / 1e9)}" if t else
+               ", time unavailable (no clock)" if info["meta"].get("clock") == "none" else ""))
 
 
 # ----------------------------------------------------------------------------------------

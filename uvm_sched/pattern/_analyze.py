@@ -35,7 +35,8 @@ Definitions (all ticks relative to the representative iteration's start unless s
 * **Device time** -- ``trace.tick_ns`` where known; unknown ticks are estimated as the
   difference of the ``t_ns`` of the first event of a tick and of the next tick (host time,
   interpolated over ticks without events; the last tick gets the median). When ``t_ns`` is
-  just the tick number (no timing recorded) it stays NaN.
+  just the tick number or ``meta["clock"] == "none"`` (no timing recorded) it stays NaN
+  and every output says the time is unavailable (``tick_ns_source == "unknown"``).
 """
 from __future__ import annotations
 
@@ -293,6 +294,16 @@ def analyze(trace: Trace) -> Pattern:
     if source == "markers":
         evidence["coverage"] = float(lens.sum() / n)
 
+    oom = trace.meta.get("oom")
+    if isinstance(oom, dict) and oom.get("count"):
+        first_oom = (oom.get("entries") or [{}])[0]
+        notes.append(
+            f"{oom['count']} out-of-memory entr{'y' if oom['count'] == 1 else 'ies'} in the "
+            f"recording: the allocator failed to allocate {first_oom.get('size', 0):,} bytes "
+            f"at tick {first_oom.get('tick', '?')} (device free: "
+            f"{first_oom.get('device_free', 0):,} bytes)"
+            + (" -- the first of them" if oom["count"] > 1 else ""))
+
     # -- representative iteration and regularity ------------------------------------------
     full = lens == period
     hashes = np.zeros(len(seg), np.uint64)
@@ -373,7 +384,8 @@ def _tick_time(trace: Trace) -> tuple[np.ndarray, str]:
         return tns, "trace"
     t, tn = trace.tick, trace.t_ns
     n_ticks = len(tns)
-    if len(t) == 0 or np.array_equal(t, tn) or n_ticks == 0:
+    no_clock = trace.meta.get("clock") == "none" or np.array_equal(t, tn)
+    if len(t) == 0 or no_clock or n_ticks == 0:
         return tns, ("trace" if known.any() else "unknown")
     ticks = np.arange(n_ticks)
     first = np.searchsorted(t, ticks, "left")
