@@ -166,9 +166,9 @@ def test_snapshot_frames_count_one_step(shape):
     tr = from_frames(steps=steps, **kw)
     p = analyze(tr)
     if not kw.get("backward", True):  # a forward pass: no step frames at all
-        assert "frame_steps" not in tr.meta and len(p.iterations) == 1
+        assert "step_ends" not in tr.meta and len(p.iterations) == 1
         return
-    assert tr.meta["frame_steps"]["signal"] == "torch.optim step frames"
+    assert tr.meta["step_ends"]["signal"] == "torch.optim step frames"
     assert p.source == "markers" and len(p.iterations) == steps
     assert "frames" in p.evidence["signal"]
 

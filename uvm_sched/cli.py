@@ -201,10 +201,22 @@ def _require_input(path: str, what: str = "trace") -> Path:
     return p
 
 
-def _load_trace(path: str):
-    """The trace at ``path`` (any format ``uvm_sched.trace.load`` reads, file or folder)."""
+def _load_trace(path: str, device: str | None = None):
+    """The trace at ``path`` (any format ``uvm_sched.trace.load`` reads, file or folder);
+    ``device`` ("cpu", "cuda", "cuda:N"): whose events to read, for formats with several."""
     load = _part("uvm_sched.trace", "load", "trace loading")
-    return _read_input(path, "trace", load)
+    if device is None:
+        return _read_input(path, "trace", load)
+    return _read_input(path, "trace", lambda p: load(p, device=device))
+
+
+def _trace_arg(p) -> None:
+    """The TRACE argument and its --device, for every command that reads a trace."""
+    p.add_argument("trace", metavar="TRACE")
+    p.add_argument("--device", metavar="DEV", default=None,
+                   help="whose events to read: cpu, cuda or cuda:N (profiler traces, "
+                        "Execution Traces; memory snapshots: cuda:N); default: the one "
+                        "device with events")
 
 
 def _load_plan(path: str):
@@ -433,7 +445,7 @@ def cmd_record(args, out: _Out) -> int:
 
 
 def cmd_analyze(args, out: _Out) -> int:
-    trace = _load_trace(args.trace)
+    trace = _load_trace(args.trace, args.device)
     analyze = _part("uvm_sched.pattern", "analyze", "pattern analysis")
     with out.progress(description="analysing") as bar:
         bar.step("learning the iteration pattern")
@@ -462,7 +474,7 @@ def _fmt_any(key: str, v: Any) -> str:
 
 
 def cmd_plan(args, out: _Out) -> int:
-    trace = _load_trace(args.trace)  # bad input first, before any missing part
+    trace = _load_trace(args.trace, args.device)  # bad input first, before any missing part
     hw = _profile(args.hw)
     _check_budget_syntax([args.budget])
     dest = _writable(args.output) if args.output else None
@@ -508,7 +520,9 @@ def cmd_plan(args, out: _Out) -> int:
         if shown:
             out.stdout.print("planner's own estimate: " + ", ".join(
                 f"{k.removesuffix('_s').removesuffix('_bytes').replace('_', ' ')} {_fmt_any(k, v)}"
-                for k, v in shown), markup=False)
+                for k, v in shown)
+                + (" (times assume 1 µs per tick: the trace has no clock)"
+                   if plan.meta.get("tick_time_source") == "unknown" else ""), markup=False)
     if dest is not None:
         out.note(f"wrote {dest}")
     else:
@@ -517,7 +531,7 @@ def cmd_plan(args, out: _Out) -> int:
 
 
 def cmd_simulate(args, out: _Out) -> int:
-    trace = _load_trace(args.trace)  # bad input first, before any missing part
+    trace = _load_trace(args.trace, args.device)  # bad input first, before any missing part
     hw = _profile(args.hw)
     if args.budget is not None:
         _check_budget_syntax([args.budget])
@@ -601,7 +615,7 @@ def _frontier(df) -> list[dict[str, Any]]:
 
 
 def cmd_compare(args, out: _Out) -> int:
-    trace = _load_trace(args.trace)  # bad input first, before any missing part
+    trace = _load_trace(args.trace, args.device)  # bad input first, before any missing part
     hw = _profile(args.hw)
     specs = _budget_list(args.budget)
     _check_budget_syntax(specs)
@@ -674,7 +688,7 @@ def _save_figure(fig, path: Path) -> None:
 
 
 def cmd_report(args, out: _Out) -> int:
-    trace = _load_trace(args.trace)  # bad input first, before any missing part
+    trace = _load_trace(args.trace, args.device)  # bad input first, before any missing part
     hw = _profile(args.hw)
     if args.budget is not None:
         _check_budget_syntax([args.budget])
@@ -710,7 +724,7 @@ _EXPORT_SUFFIX = {"torch-snapshot": ".pickle", "perfetto": ".json"}
 
 
 def cmd_export(args, out: _Out) -> int:
-    trace = _load_trace(args.trace)  # bad input first, before any missing part
+    trace = _load_trace(args.trace, args.device)  # bad input first, before any missing part
     fn = _part("uvm_sched.trace", _EXPORTERS[args.to], f"the {args.to} exporter")
     dest = _writable(args.output or (Path(args.trace).stem + _EXPORT_SUFFIX[args.to]))
     with out.progress(description="export") as bar:
@@ -928,13 +942,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("analyze", cmd_analyze, "characterise a trace: period, block classes, lifetimes",
             "  uvm-sched analyze gpt2.parquet\n  uvm-sched analyze snapshot.pickle --json\n")
-    p.add_argument("trace", metavar="TRACE")
+    _trace_arg(p)
 
     p = add("plan", cmd_plan, "plan prefetches and evictions for a memory budget",
             "  uvm-sched plan gpt2.parquet --budget 50% -o plan.json\n"
             "  uvm-sched plan gpt2.parquet --budget 12GiB --hw gh200-c2c --mode sampled "
             "--sample-rate 0.1 -o plan.parquet\n")
-    p.add_argument("trace", metavar="TRACE")
+    _trace_arg(p)
     p.add_argument("--budget", default=DEFAULT_BUDGET, help="device memory budget (default 50%%)")
     _hw_arg(p)
     _mode_arg(p)
@@ -949,7 +963,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("simulate", cmd_simulate, "simulate one policy (or a saved plan) against the ideal run",
             "  uvm-sched simulate gpt2.parquet --policy demand --budget 50%\n"
             "  uvm-sched simulate gpt2.parquet --plan plan.json --hw h200-pcie5\n")
-    p.add_argument("trace", metavar="TRACE")
+    _trace_arg(p)
     p.add_argument("--policy", help="ideal, demand, prefetch-on-alloc, swap-activations, bound, "
                                     "uvm-sched (default uvm-sched)")
     p.add_argument("--plan", metavar="FILE", help="replay a saved plan instead of planning")
@@ -962,7 +976,7 @@ def build_parser() -> argparse.ArgumentParser:
             "  uvm-sched compare gpt2.parquet\n"
             "  uvm-sched compare gpt2.parquet --budget 75%,50%,30% --hw gh200-c2c --json\n"
             "  uvm-sched compare gpt2.parquet --plot frontier.html\n")
-    p.add_argument("trace", metavar="TRACE")
+    _trace_arg(p)
     p.add_argument("--budget", default=DEFAULT_COMPARE_BUDGETS,
                    help=f"comma-separated budgets (default {DEFAULT_COMPARE_BUDGETS.replace('%', '%%')})")
     _hw_arg(p)
@@ -974,7 +988,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("report", cmd_report, "write an interactive HTML timeline of a trace and its plan",
             "  uvm-sched report gpt2.parquet -o report.html\n"
             "  uvm-sched report gpt2.parquet --plan plan.json -o report.html\n")
-    p.add_argument("trace", metavar="TRACE")
+    _trace_arg(p)
     p.add_argument("--plan", metavar="FILE", help="a saved plan to draw and simulate")
     p.add_argument("--budget", help="budget to simulate at (default: the plan's, else 50%%)")
     _hw_arg(p)
@@ -991,7 +1005,7 @@ def build_parser() -> argparse.ArgumentParser:
             "# pytorch.org/memory_viz\n"
             "  uvm-sched export gpt2.parquet --to perfetto -o gpt2.json          "
             "# ui.perfetto.dev\n")
-    p.add_argument("trace", metavar="TRACE")
+    _trace_arg(p)
     p.add_argument("--to", required=True, choices=sorted(_EXPORTERS), help="output format")
     p.add_argument("-o", "--output", metavar="FILE",
                    help="file to write (default: the trace's name with .pickle / .json)")

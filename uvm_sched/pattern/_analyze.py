@@ -245,14 +245,14 @@ def analyze(trace: Trace) -> Pattern:
         period = None
     elif step_ends is not None and len(step_ends):
         source = "markers"
-        fs = trace.meta["frame_steps"]
+        fs = trace.meta["step_ends"]
         starts = np.concatenate(([0], step_ends[:-1]))
         seg = np.stack([starts, step_ends], axis=1)
         t_of = lambda e: np.where(e < n, ev_tick[np.minimum(e, n - 1)], n_ticks)  # noqa: E731
         seg_ticks = np.stack([t_of(starts), t_of(step_ends)], axis=1)
         seg_ticks[0, 0] = 0
-        evidence = {"signal": f"{len(step_ends)} training step(s) from the allocations' Python "
-                              f"frames ({fs.get('signal', 'step frames')})"}
+        evidence = {"signal": f"{len(step_ends)} training step(s) ending where the trace's "
+                              f"{fs.get('signal', 'step ends')} say"}
         notes.append("iteration 1 starts at the first event and includes the set-up"
                      + (f"; {n - int(step_ends[-1]):,} allocator events after the last step "
                         "are not an iteration" if step_ends[-1] < n else ""))
@@ -366,9 +366,10 @@ def analyze(trace: Trace) -> Pattern:
 
 
 def _frame_step_ends(trace: Trace, ev_tick: np.ndarray, n: int) -> np.ndarray | None:
-    """Allocator-event positions where training steps end, from ``meta["frame_steps"]``
-    (ticks, written by the snapshot importer from the allocations' Python frames)."""
-    fs = trace.meta.get("frame_steps")
+    """Allocator-event positions where training steps end, from ``meta["step_ends"]``
+    (ticks, written by importers: a snapshot's Python frames, an Execution Trace's
+    ``Optimizer.step#`` ranges)."""
+    fs = trace.meta.get("step_ends")
     if not isinstance(fs, dict) or not isinstance(fs.get("ends"), list):
         return None
     ends = np.unique(np.asarray([int(t) for t in fs["ends"]], np.int64))

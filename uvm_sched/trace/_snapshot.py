@@ -22,7 +22,7 @@ Mapping to a Trace (one tick per allocator event):
   optimizer's step; not ``zero_grad``, not an LR scheduler) ends a training step where the
   next event with other frames comes (events without frames -- C++ only -- do not break a
   run); without optimizer frames, runs of ``backward`` frames do. The ends are
-  ``meta["frame_steps"] = {"signal", "ends": [tick, ...]}``; ``pattern.analyze`` takes them as
+  ``meta["step_ends"] = {"signal", "ends": [tick, ...]}``; ``pattern.analyze`` takes them as
   step markers (iteration k ends at ``ends[k]``; iteration 1 starts at the first event).
 * ``device``: the CUDA device index; by default the one device with events (a TraceError
   lists each device's entries when there are several).
@@ -298,7 +298,7 @@ def _step_ends(cls: list[int]) -> tuple[list[int], str | None]:
     """Event positions where training steps end, from per-event frame classes: the end of
     each run of optimizer-step events (events without frames do not break a run); without
     any, of each run of backward events. A run ends at the next event with other frames."""
-    for want, signal in ((1, "torch.optim step frames"), (2, "backward frames")):
+    for want, signal in ((1, "torch.optim step frames"), (2, "backward frames")):  # noqa: B007
         ends, inside = [], False
         for i, c in enumerate(cls):
             if c == want:
@@ -485,7 +485,7 @@ def trace_from_snapshot(
         tr.meta["oom"] = {"count": n_oom, "entries": ooms}
     ends, signal = _step_ends(fcls)
     if ends:
-        tr.meta["frame_steps"] = {"signal": signal, "ends": [e + shift for e in ends]}
+        tr.meta["step_ends"] = {"signal": signal, "ends": [e + shift for e in ends]}
     return tr
 
 
