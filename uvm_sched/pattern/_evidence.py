@@ -21,9 +21,11 @@ iteration and the note says which rule failed, with its numbers:
    any iteration rises: repeats nested inside something that held memory (the layer blocks
    of a backward pass, with the forward activations freed after them) do. A run of frees
    that ends the recording (tear-down: ``del model``) is left out of this rule.
-4. **Peak** -- outside the iterations, live bytes never rise above their starting level by
-   more than ``PEAK_SLACK`` times the most any iteration rises. A step's forward pass holds
-   the trace's peak; an optimizer loop found after it does not.
+4. **Peak** -- outside the iterations, the live bytes of blocks that are freed again never
+   rise above their level at the first iteration by more than ``PEAK_SLACK`` times the most
+   any iteration rises. A step's forward pass holds the trace's peak; an optimizer loop
+   found after it does not. (Blocks never freed -- a warm-up allocating the optimizer's
+   state -- do not count.)
 5. **Coverage** -- the iterations cover at least ``MIN_ITER_COVERAGE`` of the allocator events
    from the first iteration on; before it, set-up and warm-up are reported as such (events
    whose blocks live on into the iterations are set-up, the rest warm-up). After the last
@@ -126,12 +128,18 @@ def check_learned(seg: np.ndarray, p: int, ev_kind: np.ndarray, ev_size: np.ndar
             f"{PEAK_SLACK}x the most an iteration rises ({rise_in:,}): the repeats are nested "
             "in something that held that memory (a step), or the recording ends by freeing it"]
 
-    # 4. peak
+    # 4. peak, of memory that is freed again: a warm-up that allocates the optimizer's
+    # state for good between two iterations is not a step's peak
+    fpos = _free_pos(born, is_free, n)
+    freed = np.where(is_free, born >= 0, fpos < n)
+    tlive = np.concatenate(([0], np.cumsum(np.where(freed, delta, 0))))
+    t_in = max(int(tlive[a:b + 1].max()) - int(tlive[a]) for a, b in seg)
+    rise_in = max(rise_in, t_in)
     outside = ~in_it
-    rise_out = int(live[1:][outside].max()) - level if outside.any() else 0
+    rise_out = int(tlive[1:][outside].max()) - int(tlive[first]) if outside.any() else 0
     ev["rise_inside_bytes"], ev["rise_outside_bytes"] = rise_in, rise_out
     if rise_out > PEAK_SLACK * max(rise_in, 1):
-        at = int(np.flatnonzero(outside & (live[1:] - level == rise_out))[0])
+        at = int(np.flatnonzero(outside & (tlive[1:] - tlive[first] == rise_out))[0])
         ev["coverage"] = covered / n
         return False, ev, [
             f"no period: {what} found, but outside them live bytes rise {rise_out:,} bytes "
