@@ -305,6 +305,7 @@ def real_exports(tmp_path_factory):
             prof.step()
     with pytest.warns(FutureWarning):
         prof.export_memory_timeline(str(d / "tl.raw.json.gz"), device="cpu")
+    prof.export_chrome_trace(str(d / "cpu.json"))
     return d
 
 
@@ -330,3 +331,16 @@ def test_real_execution_trace_counts_match_its_nodes(real_exports):
     assert steps == 4
     p = analyze(tr)
     assert p.source == "markers" and len(p.iterations) == steps
+
+
+def test_cli_device_option_reads_a_cpu_profile(real_exports, capsys):
+    from uvm_sched import cli
+
+    path = str(real_exports / "cpu.json")
+    assert cli.main(["analyze", path]) != 0
+    assert "--device cpu" in capsys.readouterr().err
+    assert cli.main(["analyze", path, "--device", "cpu", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["pattern"]["iterations"] == 4  # 4 steps (no ProfilerStep spans without a schedule)
+    # a format without devices says the option does not apply
+    assert cli.main(["analyze", str(real_exports / "tl.raw.json.gz"), "--device", "cpu"]) != 0

@@ -173,12 +173,12 @@ def trace_from_chrome(doc: Any, *, device: str = "cuda", where: str = "trace",
         if dtype == _CUDA and other_types.get(_CPU):
             raise TraceError(
                 f"{where}: no CUDA memory events, but {other_types[_CPU]:,} CPU ones; pass "
-                'device="cpu" to import the CPU allocator\'s events'
+                'device="cpu" (CLI: --device cpu) to import the CPU allocator\'s events'
             )
         if dtype == _CPU and other_types.get(_CUDA):
             raise TraceError(
                 f"{where}: no CPU memory events, but {other_types[_CUDA]:,} CUDA ones; pass "
-                'device="cuda"'
+                'device="cuda" (CLI: --device cuda)'
             )
         if other_ids:
             raise TraceError(
@@ -196,7 +196,8 @@ def trace_from_chrome(doc: Any, *, device: str = "cuda", where: str = "trace",
     ids = sorted({m[4] for m in mem})
     if dtype == _CUDA and dev_id is None and len(ids) > 1:
         raise TraceError(
-            f"{where}: memory events of several CUDA devices {ids}; pass device=\"cuda:N\""
+            f"{where}: memory events of several CUDA devices {ids}; pass device=\"cuda:N\" "
+            "(CLI: --device cuda:N)"
         )
     order = sorted(range(len(mem)), key=lambda j: (mem[j][0], mem[j][1]))
     mem = [mem[j] for j in order]
