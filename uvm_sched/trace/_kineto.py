@@ -268,8 +268,10 @@ def _pair_by_size(ops: list[int], sizes: list[int]) -> list[int]:
     return out
 
 
-def load_kineto(path, data: bytes | None = None, *, device: str = "cuda"):
-    """Read a Chrome/Kineto trace JSON (optionally gzip) at ``path``; see module docstring."""
+def load_kineto(path, data: bytes | None = None, *, device: str | None = None):
+    """Read a JSON export of torch.profiler (optionally gzip) at ``path``: a Chrome/Kineto
+    trace (see module docstring), a memory timeline (``_timeline``) or an Execution Trace
+    (``_et``), told apart by content. ``device``: None = "cuda" where it applies."""
     p = Path(path)
     if data is None:
         data = p.read_bytes()
@@ -282,7 +284,12 @@ def load_kineto(path, data: bytes | None = None, *, device: str = "cuda"):
             from ._timeline import is_memory_timeline, is_timeline_plot, trace_from_timeline
 
             if is_memory_timeline(doc):
+                if device is not None:
+                    raise TraceError(
+                        f"{p}: a torch.profiler memory timeline holds one device's events "
+                        f"(chosen when it was exported); device={device!r} does not apply")
                 return trace_from_timeline(doc, where=str(p), name=stem)
+            device = "cuda" if device is None else device
             if is_timeline_plot(doc):
                 raise TraceError(
                     f"{p}: a torch.profiler memory timeline plot ([times, sizes by category]) "
