@@ -92,12 +92,44 @@ def test_marked_steps_of_varying_size_are_all_iterations(seqs):
     assert sum(len(kd["iterations"]) for kd in steady + same) == 6
 
 
-def test_unmarked_varying_steps_never_give_a_sub_period():
-    # without markers the per-step sizes differ: the truth or one iteration, never more
-    tr = step_trace(steps=6, seqs=(32, 48, 40))
+@pytest.mark.parametrize("steps, seqs", [
+    (3, (32, 48, 40)), (6, (32, 48, 40)),  # twice the same 3 shapes: 2 copies only
+    (6, (32, 40, 24, 48, 36, 44)), (9, (32, 40, 24, 48, 36, 44, 28, 52, 20))])
+@pytest.mark.parametrize("state_in_setup", [True, False])
+def test_unmarked_steps_of_varying_size_are_found_from_structure(steps, seqs, state_in_setup):
+    # dynamic padding without markers: sizes differ step to step, the lifetimes in
+    # allocator events do not -- the step count, never a sub-period
+    tr = step_trace(steps=steps, seqs=seqs, state_in_setup=state_in_setup)
     p = analyze(tr)
-    assert len(p.iterations) in (1, 2, 6), p.notes  # 2: the repeated pair of 3 shapes
-    assert len(p.iterations) <= 6
+    assert len(p.iterations) == steps, p.notes
+    truth = analyze(step_trace(steps=steps, seqs=seqs, state_in_setup=state_in_setup,
+                               markers=True))
+    assert p.period_events == truth.period_events
+    if len(set(seqs[:steps])) > 1:
+        assert "structure" in p.evidence["signal"]
+
+
+def test_marked_partial_last_batch_and_a_short_step_keep_every_marker():
+    # a partial last batch and a step with fewer events: kinds, never dropped markers
+    from uvm_sched.trace import TraceBuilder
+
+    tb = TraceBuilder()
+    w = tb.alloc(1 << 20)
+    for it in range(6):
+        tb.mark()
+        n_ops = 8 if it not in (2, 5) else (6 if it == 2 else 4)
+        for i in range(n_ops):
+            b = tb.alloc(4096 * (1 + i % 3) if it != 5 else 1024 * (1 + i % 3))
+            tb.free(b)
+            tb.next_tick(100.0)
+    tb.free(w)
+    p = analyze(tb.build())
+    assert p.source == "markers" and len(p.iterations) == 6
+    assert p.period_events == 16
+    labels = {kd["label"]: kd for kd in p.kinds}
+    # 4 ops (8 events) and the tear-down free of the weight, against 16
+    assert labels["last (partial batch or cut short?)"]["delta_events"] == -8 + 1
+    assert labels["other"]["iterations"] == [2] and labels["other"]["delta_events"] == -4
 
 
 def test_evidence_names_the_signal_and_coverage():
@@ -182,3 +214,11 @@ def test_snapshot_frames_count_every_step_whatever_its_size(seqs):
     truth = [i for i in range(1, len(phases) + 1) if phases[i - 1] == "optimizer"
              and (i == len(phases) or phases[i] != "optimizer")]
     assert [b for _, b in p.iteration_events] == truth
+
+
+def test_shapes_that_cycle_are_the_longer_period_not_the_structures_sub_period():
+    # 9 steps cycling over 3 shapes: the sizes repeat every 3 steps, and that longer period
+    # is taken; the structure alone would say every step
+    p = analyze(step_trace(steps=9, seqs=(32, 48, 40)))
+    assert len(p.iterations) == 3
+    assert "structure" not in p.evidence["signal"]

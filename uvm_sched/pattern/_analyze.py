@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from ..trace._model import EventKind, Trace
-from ._evidence import check_learned, describe_kinds, iteration_kinds
+from ._evidence import check_learned, describe_kinds, iteration_kinds, structure_tokens
 from ._period import detect_period, make_hash, tokenize
 
 __all__ = ["analyze", "Pattern", "PatternError", "CLASSES", "ACTIVATION_SHARE"]
@@ -258,19 +258,25 @@ def analyze(trace: Trace) -> Pattern:
                         "are not an iteration" if step_ends[-1] < n else ""))
         period = None
     else:
-        det = detect_period(tok, ev_kind, ev_size, ev_tick, rh)
-        notes += det.notes
-        accepted = False
-        if det.period is not None:
-            source = "learned"
-            b, is_it = det.boundaries, det.is_iteration
-            keep = np.flatnonzero(is_it)
-            if not len(keep):  # cannot happen when R is primitive; never return no iteration
-                keep = np.flatnonzero(b[:-1] == det.phase)
-            seg = np.stack([b[keep], b[keep + 1]], axis=1).astype(np.int64)
-            accepted, evidence, why = check_learned(seg, det.period, ev_kind, ev_size, ev_block,
-                                                     repeated=int(round(det.coverage * n)))
-            notes += why
+        source = "learned"
+        accepted, det, seg, evidence, why = _learn(tok, rh, ev_kind, ev_size, ev_block, ev_tick)
+        if not accepted:
+            # Per-batch shapes (dynamic padding, a different last batch) change sizes, not
+            # the structure: the same lifetimes in allocator events, step after step. Taken
+            # only when sizes find no period: where sizes repeat (a cycle of shapes), their
+            # longer period is the evidence, never the structure's sub-period.
+            stok = structure_tokens(ev_kind, ev_block)
+            ok2, det2, seg2, ev2, why2 = _learn(stok, make_hash(stok), ev_kind, ev_size,
+                                               ev_block, ev_tick)
+            if ok2:
+                accepted, det, seg, evidence = True, det2, seg2, ev2
+                evidence["signal"] = (f"allocator-event structure repeats every "
+                                      f"{det2.period:,} events (alloc/free lifetimes; sizes "
+                                      "differ between iterations)")
+                why = why2
+        if det is not None:
+            notes += det.notes
+        notes += why
         if accepted:
             t_start = ev_tick[seg[:, 0]]
             t_stop = np.where(seg[:, 1] < n, ev_tick[np.minimum(seg[:, 1], n - 1)], n_ticks)
@@ -363,6 +369,22 @@ def analyze(trace: Trace) -> Pattern:
         evidence=evidence,
         kinds=kinds,
     )
+
+
+def _learn(tok, rh, ev_kind, ev_size, ev_block, ev_tick):
+    """detect_period on ``tok``, then Note [Never invent an iteration]:
+    (accepted, detection, segments, evidence, notes)."""
+    det = detect_period(tok, ev_kind, ev_size, ev_tick, rh)
+    if det.period is None:
+        return False, det, None, {}, []
+    b, is_it = det.boundaries, det.is_iteration
+    keep = np.flatnonzero(is_it)
+    if not len(keep):  # cannot happen when R is primitive; never return no iteration
+        keep = np.flatnonzero(b[:-1] == det.phase)
+    seg = np.stack([b[keep], b[keep + 1]], axis=1).astype(np.int64)
+    ok, evidence, why = check_learned(seg, det.period, ev_kind, ev_size, ev_block,
+                                      repeated=int(round(det.coverage * len(tok))))
+    return ok, det, seg, evidence, why
 
 
 def _frame_step_ends(trace: Trace, ev_tick: np.ndarray, n: int) -> np.ndarray | None:

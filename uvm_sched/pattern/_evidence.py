@@ -31,6 +31,10 @@ iteration and the note says which rule failed, with its numbers:
    whose blocks live on into the iterations are set-up, the rest warm-up). After the last
    iteration, up to one period (a cut-short iteration) is not counted against it.
 
+When the (kind, size) tokens find no accepted period, ``structure_tokens`` (each event's
+lifetime in allocator events) are tried under the same rules: per-batch shapes (dynamic
+padding) change sizes, not the structure. Where sizes do repeat, their period stands.
+
 Markers (MARK rows: ``ProfilerStep#``, ``uvm_sched.step()``, the optimizer hook; or the
 step frames of a memory snapshot) are ground truth: the marked spans are the iterations,
 whatever their lengths. ``kinds`` groups them (and learned ones) by their event string:
@@ -43,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["check_learned", "iteration_kinds", "MIN_COPIES", "OLD_FREE_MAX", "PEAK_SLACK",
+__all__ = ["check_learned", "iteration_kinds", "structure_tokens", "MIN_COPIES", "OLD_FREE_MAX", "PEAK_SLACK",
            "MIN_ITER_COVERAGE"]
 
 MIN_COPIES = 3
@@ -168,6 +172,21 @@ def check_learned(seg: np.ndarray, p: int, ev_kind: np.ndarray, ev_size: np.ndar
     if teardown:
         notes.append(f"the recording ends with {teardown:,} frees (tear-down), not an iteration")
     return True, ev, notes
+
+
+def structure_tokens(ev_kind: np.ndarray, ev_block: np.ndarray) -> np.ndarray:
+    """Dense token per allocator event from structure alone: an ALLOC's lifetime in allocator
+    events (to its FREE; -1 never freed), a FREE's age. Equal in iterations that differ only
+    in sizes (per-batch shapes), unlike the (kind, size) tokens."""
+    n = len(ev_kind)
+    born = alloc_position(ev_kind, ev_block)
+    is_free = ev_kind == 1
+    fpos = _free_pos(born, is_free, n)
+    pos = np.arange(n)
+    span = np.where(is_free, pos - born, np.where(fpos < n, fpos - pos, -1))
+    key = span.astype(np.int64) * 2 + is_free
+    _, inv = np.unique(key, return_inverse=True)
+    return inv.astype(np.int64).ravel()
 
 
 def _free_pos(born: np.ndarray, is_free: np.ndarray, n: int) -> np.ndarray:
