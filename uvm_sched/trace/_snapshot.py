@@ -373,6 +373,8 @@ def trace_from_snapshot(
         raise TraceError(f"{where}: 'device_traces' is a {type(traces).__name__}, expected a list")
     if isinstance(device, str) and device.startswith("cuda:") and device[5:].isdigit():
         device = int(device[5:])
+    elif device == "cuda":  # any CUDA device: the one with events
+        device = None
     nonempty = [i for i, d in enumerate(traces) if isinstance(d, list) and d]
     if device is None:
         if len(nonempty) > 1:
