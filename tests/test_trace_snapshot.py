@@ -372,3 +372,29 @@ def test_export_layout_reuses_addresses_within_segment(tmp_path):
             live.pop(e["addr"])
     # a repeating workload reuses its addresses: the segment stays near the peak
     assert seg["total_size"] <= 2 * t.peak_bytes + (2 << 20)
+
+
+def test_no_clock_is_not_simulated_unless_a_tick_time_is_assumed(tmp_path):
+    from uvm_sched import cli
+    from uvm_sched.pattern import analyze
+    from uvm_sched.sim import simulate
+
+    entries = []
+    for i in range(12):
+        entries += [ev("alloc", 0x1000, 4 * MiB * (1 + i % 3), 0),
+                    ev("free_completed", 0x1000, 4 * MiB * (1 + i % 3), 0)]
+    for e in entries:
+        del e["time_us"]
+    p = write(tmp_path, {"segments": [], "device_traces": [entries]})
+    t = load(p)
+    assert not t.has_clock
+    with pytest.raises(ValueError, match="no clock.*assume_tick_ns"):
+        simulate(t, "demand", "h200-pcie5", "50%")
+    a = t.assume_tick_ns(2000.0)
+    assert a.has_clock and a.meta["clock"] == "assumed 2000 ns per tick"
+    r = simulate(a, "ideal", "h200-pcie5")
+    assert r.compute_time_s == pytest.approx(2e-6 * (r.counters.get("window_stop", a.n_ticks)
+                                                     - r.counters.get("window_start", 0)))
+    assert analyze(a).tick_ns_source.startswith("assumed")
+    assert cli.main(["simulate", str(p), "--policy", "demand"]) != 0
+    assert cli.main(["simulate", str(p), "--policy", "demand", "--assume-tick-us", "2"]) == 0

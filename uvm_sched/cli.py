@@ -201,13 +201,20 @@ def _require_input(path: str, what: str = "trace") -> Path:
     return p
 
 
-def _load_trace(path: str, device: str | None = None):
+def _load_trace(path: str, device: str | None = None, assume_tick_us: float | None = None):
     """The trace at ``path`` (any format ``uvm_sched.trace.load`` reads, file or folder);
-    ``device`` ("cpu", "cuda", "cuda:N"): whose events to read, for formats with several."""
+    ``device`` ("cpu", "cuda", "cuda:N"): whose events to read, for formats with several;
+    ``assume_tick_us``: device time assumed for ticks the trace has no time for."""
     load = _part("uvm_sched.trace", "load", "trace loading")
     if device is None:
-        return _read_input(path, "trace", load)
-    return _read_input(path, "trace", lambda p: load(p, device=device))
+        trace = _read_input(path, "trace", load)
+    else:
+        trace = _read_input(path, "trace", lambda p: load(p, device=device))
+    if assume_tick_us is not None:
+        if not assume_tick_us > 0:
+            raise UsageError(f"--assume-tick-us must be > 0, got {assume_tick_us}")
+        trace = trace.assume_tick_ns(assume_tick_us * 1e3)
+    return trace
 
 
 def _trace_arg(p) -> None:
@@ -217,6 +224,9 @@ def _trace_arg(p) -> None:
                    help="whose events to read: cpu, cuda or cuda:N (profiler traces, "
                         "Execution Traces; memory snapshots: cuda:N); default: the one "
                         "device with events")
+    p.add_argument("--assume-tick-us", metavar="US", type=float, default=None,
+                   help="device time to assume per tick where the trace has none (traces "
+                        "without a clock); figures then rest on this assumption")
 
 
 def _load_plan(path: str):
@@ -322,7 +332,9 @@ def _trace_line(info: dict[str, Any]) -> str:
             f"{fmt_count(info['ticks'])} ticks, {fmt_count(info['blocks'])} blocks, "
             f"{info['iteration_marks']} iteration marks, peak {fmt_bytes(info['peak_bytes'])}"
             + (f", device time {fmt_seconds(t / 1e9)}" if t else
-               ", time unavailable (no clock)" if info["meta"].get("clock") == "none" else ""))
+               ", time unavailable (no clock)" if info["meta"].get("clock") == "none" else "")
+            + (f" ({info['meta']['clock']})"
+               if str(info["meta"].get("clock", "")).startswith("assumed") else ""))
 
 
 # ----------------------------------------------------------------------------------------
@@ -445,7 +457,7 @@ def cmd_record(args, out: _Out) -> int:
 
 
 def cmd_analyze(args, out: _Out) -> int:
-    trace = _load_trace(args.trace, args.device)
+    trace = _load_trace(args.trace, args.device, args.assume_tick_us)
     analyze = _part("uvm_sched.pattern", "analyze", "pattern analysis")
     with out.progress(description="analysing") as bar:
         bar.step("learning the iteration pattern")
@@ -474,7 +486,7 @@ def _fmt_any(key: str, v: Any) -> str:
 
 
 def cmd_plan(args, out: _Out) -> int:
-    trace = _load_trace(args.trace, args.device)  # bad input first, before any missing part
+    trace = _load_trace(args.trace, args.device, args.assume_tick_us)  # bad input first, before any missing part
     hw = _profile(args.hw)
     _check_budget_syntax([args.budget])
     dest = _writable(args.output) if args.output else None
@@ -531,7 +543,7 @@ def cmd_plan(args, out: _Out) -> int:
 
 
 def cmd_simulate(args, out: _Out) -> int:
-    trace = _load_trace(args.trace, args.device)  # bad input first, before any missing part
+    trace = _load_trace(args.trace, args.device, args.assume_tick_us)  # bad input first, before any missing part
     hw = _profile(args.hw)
     if args.budget is not None:
         _check_budget_syntax([args.budget])
@@ -615,7 +627,7 @@ def _frontier(df) -> list[dict[str, Any]]:
 
 
 def cmd_compare(args, out: _Out) -> int:
-    trace = _load_trace(args.trace, args.device)  # bad input first, before any missing part
+    trace = _load_trace(args.trace, args.device, args.assume_tick_us)  # bad input first, before any missing part
     hw = _profile(args.hw)
     specs = _budget_list(args.budget)
     _check_budget_syntax(specs)
@@ -688,7 +700,7 @@ def _save_figure(fig, path: Path) -> None:
 
 
 def cmd_report(args, out: _Out) -> int:
-    trace = _load_trace(args.trace, args.device)  # bad input first, before any missing part
+    trace = _load_trace(args.trace, args.device, args.assume_tick_us)  # bad input first, before any missing part
     hw = _profile(args.hw)
     if args.budget is not None:
         _check_budget_syntax([args.budget])
@@ -724,7 +736,7 @@ _EXPORT_SUFFIX = {"torch-snapshot": ".pickle", "perfetto": ".json"}
 
 
 def cmd_export(args, out: _Out) -> int:
-    trace = _load_trace(args.trace, args.device)  # bad input first, before any missing part
+    trace = _load_trace(args.trace, args.device, args.assume_tick_us)  # bad input first, before any missing part
     fn = _part("uvm_sched.trace", _EXPORTERS[args.to], f"the {args.to} exporter")
     dest = _writable(args.output or (Path(args.trace).stem + _EXPORT_SUFFIX[args.to]))
     with out.progress(description="export") as bar:

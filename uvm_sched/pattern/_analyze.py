@@ -403,8 +403,9 @@ def _frame_step_ends(trace: Trace, ev_tick: np.ndarray, n: int) -> np.ndarray | 
 def _tick_time(trace: Trace) -> tuple[np.ndarray, str]:
     tns = np.array(trace.tick_ns, np.float64)
     known = np.isfinite(tns)
+    clock = trace.meta.get("clock")
     if known.all():
-        return tns, "trace"
+        return tns, (clock if isinstance(clock, str) and clock.startswith("assumed") else "trace")
     t, tn = trace.tick, trace.t_ns
     n_ticks = len(tns)
     no_clock = trace.meta.get("clock") == "none" or np.array_equal(t, tn)

@@ -63,6 +63,12 @@ def _tick_seconds(trace: Trace) -> np.ndarray:
     the first event time of the tick and of the next (the host-side clock, an upper bound on
     device time when the host waited), the last tick taking the median known value."""
     n = trace.n_ticks
+    if n and len(trace) and not trace.has_clock:
+        # unknown is unknown: 1 ns per event (t_ns counting ticks) would be made up
+        raise ValueError(
+            f"trace {trace.meta.get('name') or ''!r} has no clock (no time_us, op times or "
+            "kernel times): its compute time is unknown; to simulate with an assumed time, "
+            "use trace.assume_tick_ns(ns) (CLI: --assume-tick-us US)")
     tns = np.asarray(trace.tick_ns, np.float64)[:n].copy()
     bad = ~np.isfinite(tns)
     if bad.any() and len(trace):
