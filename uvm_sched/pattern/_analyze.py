@@ -2,14 +2,17 @@
 
 Definitions (all ticks relative to the representative iteration's start unless said so):
 
-* **Iterations** -- from markers when they agree with the learned period, else learned
-  (see ``_period``). Markers agree when the marker-delimited iterations after the first (the
-  first may be a warm-up that also allocates optimizer state) all have the same allocator
-  -event count ``p_m`` and either ``p_m`` is the learned period, or ``p_m`` is not a multiple
-  of it and covers the sequence as well as it does (e.g. markers per optimizer step over
-  repeated gradient-accumulation micro-steps). Markers are used unchecked (with a note) only
-  when the allocator events show no repetition to check them against. With neither, the
-  whole trace is one iteration (``period_events`` = all allocator events), with a note.
+* **Iterations** -- step markers are ground truth: MARK rows (``ProfilerStep#``,
+  ``uvm_sched.step()``, the optimizer hook) start iterations; an importer's
+  ``meta["step_ends"]`` (a snapshot's optimizer frames, an Execution Trace's
+  ``Optimizer.step#`` ranges) end them. Marked spans are kept whatever their lengths;
+  ``kinds`` groups them (``_evidence.iteration_kinds``) and a note names those that differ.
+  ``period_events`` is then the most common length after the first. Without markers the
+  period is learned (``_period``) from (kind, size) tokens, else from the structure
+  (lifetimes in allocator events: per-batch shapes), and kept only with evidence (Note
+  [Never invent an iteration] in ``_evidence``); otherwise the whole trace is one iteration
+  (``period_events`` = all allocator events) and the note says which rule failed.
+  ``evidence`` holds the signal used and the figures of each rule (coverage...).
 * **Representative iteration** (``rep``) -- the last iteration whose token string (kind and
   size of each allocator event) is the steady-state one (the learned reference string, or,
   with markers, the most common one among iterations of the period's length).
@@ -81,7 +84,7 @@ class Pattern:
     stop_tick: int
     iteration_events: list[tuple[int, int]]  # [start, stop) in allocator-event positions
     identical: np.ndarray  # per iteration: same token string as the representative
-    coverage: float  # share of allocator events in learned repeats (0 when none)
+    coverage: float  # share of allocator events in the iterations (evidence["coverage"])
     tick_ns_source: str  # "trace", "t_ns", "trace+t_ns" or "unknown"
     has_accesses: bool
     name: str = "trace"

@@ -298,7 +298,7 @@ def _step_ends(cls: list[int]) -> tuple[list[int], str | None]:
     """Event positions where training steps end, from per-event frame classes: the end of
     each run of optimizer-step events (events without frames do not break a run); without
     any, of each run of backward events. A run ends at the next event with other frames."""
-    for want, signal in ((1, "torch.optim step frames"), (2, "backward frames")):  # noqa: B007
+    for want, signal in ((1, "torch.optim step frames"), (2, "backward frames")):
         ends, inside = [], False
         for i, c in enumerate(cls):
             if c == want:
