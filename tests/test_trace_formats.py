@@ -156,6 +156,8 @@ def test_memory_timeline_raw_loads_with_categories(tmp_path, gz):
     p5 = analyze(tr)
     # no markers in this format: the 5 steps are learned (the first allocates the state)
     assert p5.source == "learned" and len(p5.iterations) == 5, p5.notes
+    assert any(n.startswith("bytes allocated by category") and "activation" in n
+               for n in p5.notes)
 
 
 def test_memory_timeline_plot_export_is_refused_with_the_raw_route(tmp_path):

@@ -313,6 +313,12 @@ def analyze(trace: Trace) -> Pattern:
             f"{first_oom.get('device_free', 0):,} bytes)"
             + (" -- the first of them" if oom["count"] > 1 else ""))
 
+    cats = trace.meta.get("bytes_by_category")
+    if isinstance(cats, dict) and cats:
+        total = sum(int(v) for v in cats.values()) or 1
+        notes.append("bytes allocated by category (from the profiler): " + ", ".join(
+            f"{k} {int(v) / total:.0%}" for k, v in sorted(cats.items(), key=lambda kv: -kv[1])))
+
     # -- representative iteration and regularity ------------------------------------------
     full = lens == period
     hashes = np.zeros(len(seg), np.uint64)
