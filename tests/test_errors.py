@@ -119,6 +119,7 @@ def _tiny_trace():
         b.mark()
         blk = b.alloc(1 << 20)
         b.access(blk)
+        b.next_tick(1_000)  # a device time: a trace without a clock is not simulated
         b.free(blk)
     return b.build()
 

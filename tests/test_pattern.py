@@ -194,30 +194,36 @@ def test_a_marker_after_the_last_event_starts_an_iteration_not_seen_yet():
     assert [a for a, _ in p.iterations] == tr.iteration_starts.tolist()
 
 
-def test_markers_every_two_iterations_disagree():
+def test_markers_every_two_iterations_are_the_iterations():
+    # markers are ground truth: a marker every other step makes two-step iterations
     tr = training_trace(iters=6, markers=True, marker_iters={0, 2, 4})
     p = analyze(tr)
-    assert p.source == "learned"
-    assert p.period_events == steady_period(iters=6)
-    assert any("2 learned periods" in n for n in p.notes)
+    assert p.source == "markers"
+    assert [a for a, _ in p.iterations] == tr.iteration_starts.tolist()
+    assert p.period_events == 2 * steady_period(iters=6)
 
 
-def test_irregular_markers_disagree():
+def test_irregular_markers_are_kept_and_their_kinds_reported():
     tr = training_trace(iters=6, markers=True, marker_iters={0, 1, 3, 4})
     p = analyze(tr)
-    assert p.source == "learned"
-    assert len(p.iterations) == 6
-    assert any("markers ignored" in n for n in p.notes)
+    assert p.source == "markers"
+    assert len(p.iterations) == 4
+    counts = marker_counts(tr)
+    # spans of 1, 2, 1, 2 steps: two kinds, each named with its event count
+    assert sorted({kd["events"] for kd in p.kinds}) == sorted(set(counts.tolist()))
+    assert any("differ from the representative" in n for n in p.notes)
 
 
-def test_markers_unchecked_when_nothing_repeats():
-    # two iterations, the first a warm-up: no two equal copies to learn from
+def test_markers_used_when_nothing_repeats():
+    # two iterations, the first a warm-up: no two equal copies, the markers still hold
     tr = training_trace(iters=2, markers=True, warmup_adam=True)
     p = analyze(tr)
     assert p.source == "markers"
     assert p.rep == 1
     assert p.period_events == marker_counts(tr)[1]
-    assert any("unchecked" in n for n in p.notes)
+    first = [kd for kd in p.kinds if kd["iterations"] == [0]]
+    assert first and first[0]["label"] == "first (warm-up?)"
+    assert first[0]["delta_events"] == marker_counts(tr)[0] - marker_counts(tr)[1]
 
 
 def test_gradients_freed_after_the_marker_are_carried_blocks():

@@ -115,12 +115,15 @@ def test_device_option_and_missing_device(tmp_path):
     snap["device_traces"] = [[], snap["device_traces"][0]]
     snap["segments"][0]["device"] = 1
     p = write(tmp_path, snap)
-    with pytest.raises(TraceError, match=r"no allocator events for device 0 .*\[1\]"):
-        load(p)
+    with pytest.raises(TraceError, match=r"no allocator events for device 0 .*device 1: 9 alloc/free entries, 1 oom"):
+        load(p, device=0)
     t = load(p, device=1)
     assert set(t.device.tolist()) == {1} and t.meta["device"] == "cuda:1"
+    assert load(p) == t  # the one device with events is the default
+    assert load(p, device="cuda:1") == t
+    assert load(p, device="cuda") == t  # any CUDA device: the one with events
     with pytest.raises(ValueError, match="device"):
-        load(p, device="cuda")
+        load(p, device="cpu")
     with pytest.raises(TypeError, match="iterations"):
         load(p, iterations=3)
 
@@ -134,6 +137,68 @@ def test_time_going_backwards_is_clamped_and_missing_time_counts_events(tmp_path
         del e["time_us"]
     t = load(write(tmp_path, snap))
     assert t.t_ns.tolist() == [0, 1, 2] and "t0_us" not in t.meta
+    assert t.meta["clock"] == "none"
+
+
+def test_no_clock_with_blocks_before_the_first_event_makes_no_time(tmp_path):
+    # a free of a block allocated before recording puts the recorded events at tick 1..:
+    # the tick-0 row must not make t_ns look like a clock of 1 ns per event
+    from uvm_sched.pattern import analyze
+
+    entries = [ev("free_completed", 0x9000, 64, 0)]
+    for i in range(12):
+        entries += [ev("alloc", 0x1000, 128 * (1 + i % 3), 0),
+                    ev("free_completed", 0x1000, 128 * (1 + i % 3), 0)]
+    for e in entries:
+        del e["time_us"]
+    t = load(write(tmp_path, {"segments": [], "device_traces": [entries]}))
+    assert t.meta["preexisting_blocks"] == 1 and t.meta["clock"] == "none"
+    assert (t.t_ns == t.tick).all()
+    p = analyze(t)
+    assert p.tick_ns_source == "unknown" and np.isnan(p.tick_ns).all()
+    assert np.isnan(p.summary()["rep_time_ms"])
+    assert "time unavailable" in str(p) and " ms" not in str(p).split("evidence")[0]
+
+
+def multi_device_snapshot() -> dict:
+    """Three GPUs: device 0 and 2 have events; device 2 uses expandable segments
+    (segment_map/segment_unmap) and records an OOM between two allocations."""
+    d0 = [ev("alloc", 0x1000, 64, 1), ev("free_completed", 0x1000, 64, 2)]
+    d2 = [
+        ev("segment_map", BASE, 2 * MiB, 10),
+        ev("alloc", BASE, 1 * MiB, 11),
+        {"action": "oom", "size": 80 * MiB, "device_free": 3 * MiB, "stream": 0,
+         "time_us": 12, "frames": []},
+        ev("segment_map", BASE + 2 * MiB, 2 * MiB, 13),
+        ev("alloc", BASE + 2 * MiB, 1 * MiB, 14),
+        ev("free_completed", BASE, 1 * MiB, 15),
+        ev("segment_unmap", BASE, 2 * MiB, 16),
+    ]
+    return {"segments": [], "device_traces": [d0, [], d2]}
+
+
+def test_several_devices_are_listed_and_one_is_chosen(tmp_path):
+    p = write(tmp_path, multi_device_snapshot())
+    with pytest.raises(TraceError, match=r"2 devices \(device 0: 2 alloc/free entries; "
+                                         r"device 2: 3 alloc/free entries, 1 oom\).*device=N"):
+        load(p)
+    assert load(p, device=0).meta["device"] == "cuda:0"
+
+
+def test_expandable_segments_and_oom_are_kept(tmp_path):
+    from uvm_sched.pattern import analyze
+
+    t = load(write(tmp_path, multi_device_snapshot()), device=2)
+    assert [int(k) for k in t.kind] == [A, A, F]
+    assert t.meta["expandable_segments"] is True
+    assert t.meta["segment_entries"] == {"segment_map": 2, "segment_unmap": 1}
+    oom = t.meta["oom"]
+    assert oom["count"] == 1
+    # the OOM came after the first alloc (tick 0), before the second (tick 1)
+    assert oom["entries"] == [{"entry": 2, "size": 80 * MiB, "device_free": 3 * MiB,
+                               "time_us": 12, "stream": 0, "tick": 1}]
+    notes = " ".join(analyze(t).notes)
+    assert "1 out-of-memory entry" in notes and f"{80 * MiB:,} bytes at tick 1" in notes
 
 
 @pytest.mark.parametrize(
@@ -348,3 +413,31 @@ def test_export_layout_reuses_addresses_within_segment(tmp_path):
             live.pop(e["addr"])
     # a repeating workload reuses its addresses: the segment stays near the peak
     assert seg["total_size"] <= 2 * t.peak_bytes + (2 << 20)
+
+
+def test_no_clock_is_not_simulated_unless_a_tick_time_is_assumed(tmp_path):
+    from uvm_sched import cli
+    from uvm_sched.pattern import analyze
+    from uvm_sched.sim import simulate
+
+    entries = []
+    for i in range(12):
+        entries += [ev("alloc", 0x1000, 4 * MiB * (1 + i % 3), 0),
+                    ev("free_completed", 0x1000, 4 * MiB * (1 + i % 3), 0)]
+    for e in entries:
+        del e["time_us"]
+    p = write(tmp_path, {"segments": [], "device_traces": [entries]})
+    t = load(p)
+    assert not t.has_clock
+    with pytest.raises(ValueError, match="no clock.*assume_tick_ns"):
+        simulate(t, "demand", "h200-pcie5", "50%")
+    a = t.assume_tick_ns(2000.0)
+    assert a.has_clock and a.meta["clock"] == "assumed 2000 ns per tick"
+    r = simulate(a, "ideal", "h200-pcie5")
+    assert r.compute_time_s == pytest.approx(2e-6 * (r.counters.get("window_stop", a.n_ticks)
+                                                     - r.counters.get("window_start", 0)))
+    assert analyze(a).tick_ns_source.startswith("assumed")
+    # the whole peak as budget: simulate's default (50%) is below this trace's working set
+    assert cli.main(["simulate", str(p), "--policy", "demand", "--budget", "100%"]) == 2
+    assert cli.main(["simulate", str(p), "--policy", "demand", "--budget", "100%",
+                     "--assume-tick-us", "2"]) == 0

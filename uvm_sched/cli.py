@@ -18,7 +18,7 @@ import time
 import traceback
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 from ._errors import Error
 from ._fmt import fmt_bytes, fmt_count, fmt_pct, fmt_ratio, fmt_seconds
@@ -202,10 +202,36 @@ def _require_input(path: str, what: str = "trace") -> Path:
     return p
 
 
-def _load_trace(path: str):
-    """The trace at ``path`` (any format ``uvm_sched.trace.load`` reads, file or folder)."""
+def _load_trace(path: str, device: str | None = None, assume_tick_us: float | None = None):
+    """The trace at ``path`` (any format ``uvm_sched.trace.load`` reads, file or folder);
+    ``device`` ("cpu", "cuda", "cuda:N"): whose events to read, for formats with several;
+    ``assume_tick_us``: device time assumed for ticks the trace has no time for."""
     load = _part("uvm_sched.trace", "load", "trace loading")
-    return _read_input(path, "trace", load)
+    if device is None:
+        trace = _read_input(path, "trace", load)
+    else:
+        trace = _read_input(path, "trace", lambda p: load(p, device=device))
+    if assume_tick_us is not None:
+        if not assume_tick_us > 0:
+            raise UsageError(f"--assume-tick-us must be > 0, got {assume_tick_us}")
+        trace = trace.assume_tick_ns(assume_tick_us * 1e3)
+    return trace
+
+
+def _trace_arg(p, *, several: str | None = None) -> None:
+    """The TRACE argument and its --device, for every command that reads a trace;
+    ``several``: the help of a TRACE argument that takes one or more files."""
+    if several:
+        p.add_argument("trace", metavar="TRACE", nargs="+", help=several)
+    else:
+        p.add_argument("trace", metavar="TRACE")
+    p.add_argument("--device", metavar="DEV", default=None,
+                   help="whose events to read: cpu, cuda or cuda:N (profiler traces, "
+                        "Execution Traces; memory snapshots: cuda:N); default: the one "
+                        "device with events")
+    p.add_argument("--assume-tick-us", metavar="US", type=float, default=None,
+                   help="device time to assume per tick where the trace has none (traces "
+                        "without a clock); figures then rest on this assumption")
 
 
 def _load_plan(path: str):
@@ -311,7 +337,10 @@ def _trace_line(info: dict[str, Any]) -> str:
             f"{fmt_count(info['ticks'])} ticks, {fmt_count(info['blocks'])} allocations "
             f"(blocks, all iterations), "
             f"{info['iteration_marks']} iteration marks, peak {fmt_bytes(info['peak_bytes'])}"
-            + (f", device time {fmt_seconds(t / 1e9)}" if t else ""))
+            + (f", device time {fmt_seconds(t / 1e9)}" if t else
+               ", time unavailable (no clock)" if info["meta"].get("clock") == "none" else "")
+            + (f" ({info['meta']['clock']})"
+               if str(info["meta"].get("clock", "")).startswith("assumed") else ""))
 
 
 # ----------------------------------------------------------------------------------------
@@ -473,7 +502,7 @@ def cmd_record(args, out: _Out) -> int:
 
 def cmd_analyze(args, out: _Out) -> int:
     # one trace per rank (a multi-GPU run saves one per process): each reported on its own
-    traces = [_load_trace(path) for path in args.trace]
+    traces = [_load_trace(path, args.device, args.assume_tick_us) for path in args.trace]
     analyze = _part("uvm_sched.pattern", "analyze", "pattern analysis")
     reports = []
     with out.progress(total=len(traces), description="analysing") as bar:
@@ -512,7 +541,7 @@ def _fmt_any(key: str, v: Any) -> str:
 
 
 def cmd_plan(args, out: _Out) -> int:
-    trace = _load_trace(args.trace)  # bad input first, before any missing part
+    trace = _load_trace(args.trace, args.device, args.assume_tick_us)  # bad input first, before any missing part
     hw = _profile(args.hw)
     _check_budget_syntax([args.budget])
     dest = _writable(args.output) if args.output else None
@@ -558,7 +587,9 @@ def cmd_plan(args, out: _Out) -> int:
         if shown:
             out.stdout.print("planner's own estimate: " + ", ".join(
                 f"{k.removesuffix('_s').removesuffix('_bytes').replace('_', ' ')} {_fmt_any(k, v)}"
-                for k, v in shown), markup=False)
+                for k, v in shown)
+                + (" (times assume 1 µs per tick: the trace has no clock)"
+                   if plan.meta.get("tick_time_source") == "unknown" else ""), markup=False)
             out.stdout.print(
                 "  (its queue model while planning: copies at the link's prefetch rate, a late "
                 "prefetch or a waited-for eviction counted whole as stall, no demand faults; "
@@ -574,7 +605,7 @@ def cmd_plan(args, out: _Out) -> int:
 
 
 def cmd_simulate(args, out: _Out) -> int:
-    trace = _load_trace(args.trace)  # bad input first, before any missing part
+    trace = _load_trace(args.trace, args.device, args.assume_tick_us)  # bad input first, before any missing part
     hw = _profile(args.hw)
     if args.budget is not None:
         _check_budget_syntax([args.budget])
@@ -670,7 +701,7 @@ def _frontier(df) -> list[dict[str, Any]]:
 
 
 def cmd_compare(args, out: _Out) -> int:
-    trace = _load_trace(args.trace)  # bad input first, before any missing part
+    trace = _load_trace(args.trace, args.device, args.assume_tick_us)  # bad input first, before any missing part
     hw = _profile(args.hw)
     specs = _budget_list(args.budget)
     _check_budget_syntax(specs)
@@ -747,7 +778,7 @@ def _save_figure(fig, path: Path) -> None:
 
 
 def cmd_report(args, out: _Out) -> int:
-    trace = _load_trace(args.trace)  # bad input first, before any missing part
+    trace = _load_trace(args.trace, args.device, args.assume_tick_us)  # bad input first, before any missing part
     hw = _profile(args.hw)
     if args.budget is not None:
         _check_budget_syntax([args.budget])
@@ -785,7 +816,7 @@ _EXPORT_SUFFIX = {"torch-snapshot": ".pickle", "perfetto": ".json"}
 
 
 def cmd_export(args, out: _Out) -> int:
-    trace = _load_trace(args.trace)  # bad input first, before any missing part
+    trace = _load_trace(args.trace, args.device, args.assume_tick_us)  # bad input first, before any missing part
     fn = _part("uvm_sched.trace", _EXPORTERS[args.to], f"the {args.to} exporter")
     dest = _writable(args.output or (Path(args.trace).stem + _EXPORT_SUFFIX[args.to]))
     with out.progress(description="export") as bar:
@@ -1012,14 +1043,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("analyze", cmd_analyze, "characterise a trace: period, block classes, lifetimes",
             "  uvm-sched analyze gpt2.parquet\n  uvm-sched analyze snapshot.pickle --json\n"
             "  uvm-sched analyze trace0.parquet trace1.parquet   (one per rank)\n")
-    p.add_argument("trace", metavar="TRACE", nargs="+",
-                   help="trace file(s); several: one per rank, reported per rank")
+    _trace_arg(p, several="trace file(s); several: one per rank, reported per rank")
 
     p = add("plan", cmd_plan, "plan prefetches and evictions for a memory budget",
             "  uvm-sched plan gpt2.parquet --budget 50% -o plan.json\n"
             "  uvm-sched plan gpt2.parquet --budget 12GiB --hw gh200-c2c --mode sampled "
             "--sample-rate 0.1 -o plan.parquet\n")
-    p.add_argument("trace", metavar="TRACE")
+    _trace_arg(p)
     p.add_argument("--budget", default=DEFAULT_BUDGET, help="device memory budget (default 50%%)")
     _hw_arg(p)
     _mode_arg(p)
@@ -1034,7 +1064,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("simulate", cmd_simulate, "simulate one policy (or a saved plan) against the ideal run",
             "  uvm-sched simulate gpt2.parquet --policy demand --budget 50%\n"
             "  uvm-sched simulate gpt2.parquet --plan plan.json --hw h200-pcie5\n")
-    p.add_argument("trace", metavar="TRACE")
+    _trace_arg(p)
     p.add_argument("--policy", help="ideal, demand, prefetch-on-alloc, swap-activations, bound, "
                                     "uvm-sched (default uvm-sched)")
     p.add_argument("--plan", metavar="FILE", help="replay a saved plan instead of planning")
@@ -1047,7 +1077,7 @@ def build_parser() -> argparse.ArgumentParser:
             "  uvm-sched compare gpt2.parquet\n"
             "  uvm-sched compare gpt2.parquet --budget 75%,50%,30% --hw gh200-c2c --json\n"
             "  uvm-sched compare gpt2.parquet --plot frontier.html\n")
-    p.add_argument("trace", metavar="TRACE")
+    _trace_arg(p)
     p.add_argument("--budget", default=DEFAULT_COMPARE_BUDGETS,
                    help=f"comma-separated budgets (default {DEFAULT_COMPARE_BUDGETS.replace('%', '%%')})")
     _hw_arg(p)
@@ -1059,7 +1089,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("report", cmd_report, "write an interactive HTML timeline of a trace and its plan",
             "  uvm-sched report gpt2.parquet -o report.html\n"
             "  uvm-sched report gpt2.parquet --plan plan.json -o report.html\n")
-    p.add_argument("trace", metavar="TRACE")
+    _trace_arg(p)
     p.add_argument("--plan", metavar="FILE", help="a saved plan to draw and simulate")
     p.add_argument("--budget", help="budget to simulate at (default: the plan's, else 50%%)")
     _hw_arg(p)
@@ -1079,7 +1109,7 @@ def build_parser() -> argparse.ArgumentParser:
             "# pytorch.org/memory_viz\n"
             "  uvm-sched export gpt2.parquet --to perfetto -o gpt2.json          "
             "# ui.perfetto.dev\n")
-    p.add_argument("trace", metavar="TRACE")
+    _trace_arg(p)
     p.add_argument("--to", required=True, choices=sorted(_EXPORTERS), help="output format")
     p.add_argument("-o", "--output", metavar="FILE",
                    help="file to write (default: the trace's name with .pickle / .json)")

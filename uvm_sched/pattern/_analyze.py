@@ -2,14 +2,17 @@
 
 Definitions (all ticks relative to the representative iteration's start unless said so):
 
-* **Iterations** -- from markers when they agree with the learned period, else learned
-  (see ``_period``). Markers agree when the marker-delimited iterations after the first (the
-  first may be a warm-up that also allocates optimizer state) all have the same allocator
-  -event count ``p_m`` and either ``p_m`` is the learned period, or ``p_m`` is not a multiple
-  of it and covers the sequence as well as it does (e.g. markers per optimizer step over
-  repeated gradient-accumulation micro-steps). Markers are used unchecked (with a note) only
-  when the allocator events show no repetition to check them against. With neither, the
-  whole trace is one iteration (``period_events`` = all allocator events), with a note.
+* **Iterations** -- step markers are ground truth: MARK rows (``ProfilerStep#``,
+  ``uvm_sched.step()``, the optimizer hook) start iterations; an importer's
+  ``meta["step_ends"]`` (a snapshot's optimizer frames, an Execution Trace's
+  ``Optimizer.step#`` ranges) end them. Marked spans are kept whatever their lengths;
+  ``kinds`` groups them (``_evidence.iteration_kinds``) and a note names those that differ.
+  ``period_events`` is then the most common length after the first. Without markers the
+  period is learned (``_period``) from (kind, size) tokens, else from the structure
+  (lifetimes in allocator events: per-batch shapes), and kept only with evidence (Note
+  [Never invent an iteration] in ``_evidence``); otherwise the whole trace is one iteration
+  (``period_events`` = all allocator events) and the note says which rule failed.
+  ``evidence`` holds the signal used and the figures of each rule (coverage...).
 * **Representative iteration** (``rep``) -- the last iteration whose token string (kind and
   size of each allocator event) is the steady-state one (the learned reference string, or,
   with markers, the most common one among iterations of the period's length).
@@ -35,7 +38,8 @@ Definitions (all ticks relative to the representative iteration's start unless s
 * **Device time** -- ``trace.tick_ns`` where known; unknown ticks are estimated as the
   difference of the ``t_ns`` of the first event of a tick and of the next tick (host time,
   interpolated over ticks without events; the last tick gets the median). When ``t_ns`` is
-  just the tick number (no timing recorded) it stays NaN.
+  just the tick number or ``meta["clock"] == "none"`` (no timing recorded) it stays NaN
+  and every output says the time is unavailable (``tick_ns_source == "unknown"``).
 """
 from __future__ import annotations
 
@@ -46,7 +50,8 @@ import numpy as np
 
 from .._errors import Error
 from ..trace._model import EventKind, Trace
-from ._period import COVERAGE_TOL, detect_period, make_hash, tokenize
+from ._evidence import check_learned, describe_kinds, iteration_kinds, structure_tokens
+from ._period import detect_period, make_hash, tokenize
 
 __all__ = ["analyze", "Pattern", "PatternError", "CLASSES", "ACTIVATION_SHARE"]
 
@@ -80,11 +85,13 @@ class Pattern:
     stop_tick: int
     iteration_events: list[tuple[int, int]]  # [start, stop) in allocator-event positions
     identical: np.ndarray  # per iteration: same token string as the representative
-    coverage: float  # share of allocator events in learned repeats (0 when none)
+    coverage: float  # share of allocator events in the iterations (evidence["coverage"])
     tick_ns_source: str  # "trace", "t_ns", "trace+t_ns" or "unknown"
     has_accesses: bool
     name: str = "trace"
     notes: list[str] = field(default_factory=list)
+    evidence: dict[str, Any] = field(default_factory=dict)  # signal, coverage, rule figures
+    kinds: list[dict[str, Any]] = field(default_factory=list)  # iterations grouped
 
     @property
     def regularity(self) -> float:
@@ -138,17 +145,27 @@ class Pattern:
             "idle_ticks": _pct(b["max_idle_ticks"]),
             "idle_ms": _pct(b["max_idle_ms"]),
             "stability_mean": float(b["stability"].mean()) if len(b) else float("nan"),
+            "evidence": dict(self.evidence),
+            "kinds": [dict(kd) for kd in self.kinds],
             "notes": list(self.notes),
         }
 
     def __str__(self) -> str:
         s = self.summary()
         gb = 1 << 30
+        if np.isfinite(s["rep_time_ms"]):
+            when = f"{s['rep_time_ms']:.3f} ms, time from {s['tick_ns_source']}"
+        else:
+            when = "time unavailable: the trace has no clock"
+        ev = s["evidence"]
         lines = [
             f"pattern of {s['name']}: period {s['period_events']:,} allocator events "
             f"({s['source']}), {s['iterations']} iteration(s), representative #{s['rep']} = "
-            f"ticks {s['rep_ticks'][0]:,}..{s['rep_ticks'][1]:,} "
-            f"({s['rep_time_ms']:.3f} ms, time from {s['tick_ns_source']})",
+            f"ticks {s['rep_ticks'][0]:,}..{s['rep_ticks'][1]:,} ({when})",
+            f"evidence: {ev.get('signal', 'none')}"
+            + (f"; iterations cover {ev['coverage']:.0%} of the allocator events"
+               + (" from the first on" if s["source"] == "learned" else "")
+               if "coverage" in ev and s["iterations"] > 1 else ""),
             f"regularity: {s['regularity']:.0%} of iterations identical to the representative;"
             f" mean per-ordinal stability {s['stability_mean']:.2f}",
             f"blocks of one iteration (representative, persistent ones included): "
@@ -164,9 +181,10 @@ class Pattern:
             t, m = s[f"{key}_ticks"], s[f"{key}_ms"]
             lines.append(
                 f"{label}: " + ", ".join(
-                    f"p{q if q < 100 else 'max'} {t[f'p{q}']:.0f} ticks/{m[f'p{q}']:.3f} ms"
+                    f"p{q if q < 100 else 'max'} {t[f'p{q}']:.0f} ticks"
+                    + (f"/{m[f'p{q}']:.3f} ms" if np.isfinite(m[f"p{q}"]) else "")
                     for q in _PCTS
-                )
+                ) + ("" if np.isfinite(m["p50"]) else " (times unavailable)")
             )
         lines += [f"note: {n}" for n in s["notes"]]
         return "\n".join(lines)
@@ -211,81 +229,104 @@ def analyze(trace: Trace) -> Pattern:
     rh = make_hash(tok)
     notes: list[str] = []
 
-    # -- markers, then the learned period ------------------------------------------------
+    # -- markers (ground truth), else the learned period, checked ----------------------------
     marks = trace.iteration_starts
     m_ev = np.searchsorted(ev_tick, marks, "left")
     # a marker after the last allocator event starts an iteration not recorded yet (a
     # runtime learns right at a marker): it delimits nothing
     keep_m = m_ev < n
     marks, m_ev = marks[keep_m], m_ev[keep_m]
-    m_counts = np.diff(np.append(m_ev, n))
-    steady = m_counts[1:] if len(m_counts) > 1 else m_counts
-    p_m = int(steady[-1]) if len(steady) else 0
-    uniform = bool(len(steady)) and bool(np.all(steady == p_m)) and p_m > 0
-    det = detect_period(tok, ev_kind, ev_size, ev_tick, rh, extra_lags=(p_m,) if p_m else ())
-    notes += det.notes
-
-    use_markers = False
+    step_ends = _frame_step_ends(trace, ev_tick, n) if not len(marks) else None
+    evidence: dict[str, Any] = {}
+    det = None
     if len(marks):
-        if det.period is None:
-            use_markers = True
-            notes.append(f"{len(marks)} marker(s) used unchecked: the allocator events show no "
-                         "repetition to check them against")
-        else:
-            p = det.period
-            if not uniform:
-                shown = ", ".join(f"{x:,}" for x in m_counts[:8])
-                notes.append(f"markers ignored: marker-delimited iterations have {shown}"
-                             f"{'...' if len(m_counts) > 8 else ''} allocator events (not equal "
-                             f"after the first); learned period {p:,}")
-            elif p_m == p:
-                use_markers = True
-            elif p_m % p == 0:
-                notes.append(f"markers ignored: they are {p_m // p} learned periods apart "
-                             f"({p_m:,} events vs a period of {p:,})")
-            elif det.coverage_of(p_m) >= det.coverage - COVERAGE_TOL:
-                use_markers = True
-                notes.append(f"markers every {p_m:,} events kept over the learned sub-period "
-                             f"{p:,}: both repeat over the trace")
-            else:
-                notes.append(f"markers ignored: {p_m:,} events between markers does not repeat "
-                             f"in the allocator events (covers {det.coverage_of(p_m):.0%}); "
-                             f"learned period {p:,} covers {det.coverage:.0%}")
-
-    if use_markers:
         source = "markers"
         seg = np.stack([m_ev, np.append(m_ev[1:], n)], axis=1)
         seg_ticks = np.stack([marks, np.append(marks[1:], n_ticks)], axis=1)
-        period = p_m if uniform else None
-    elif det.period is not None:
-        source = "learned"
-        b, is_it = det.boundaries, det.is_iteration
-        keep = np.flatnonzero(is_it)
-        if not len(keep):  # cannot happen when R is primitive; never return no iteration
-            keep = np.flatnonzero(b[:-1] == det.phase)
-        seg = np.stack([b[keep], b[keep + 1]], axis=1)
-        t_start = ev_tick[seg[:, 0]]
-        t_stop = np.where(seg[:, 1] < n, ev_tick[np.minimum(seg[:, 1], n - 1)], n_ticks)
-        seg_ticks = np.stack([t_start, t_stop], axis=1)
-        period = det.period
+        evidence = {"signal": f"{len(marks)} step marker(s) in the trace (MARK rows)"}
+        if m_ev[0] > 0:
+            notes.append(f"before the first marker: {int(m_ev[0]):,} allocator events of "
+                         "set-up/warm-up, not an iteration")
+        period = None
+    elif step_ends is not None and len(step_ends):
+        source = "markers"
+        fs = trace.meta["step_ends"]
+        starts = np.concatenate(([0], step_ends[:-1]))
+        seg = np.stack([starts, step_ends], axis=1)
+        t_of = lambda e: np.where(e < n, ev_tick[np.minimum(e, n - 1)], n_ticks)  # noqa: E731
+        seg_ticks = np.stack([t_of(starts), t_of(step_ends)], axis=1)
+        seg_ticks[0, 0] = 0
+        evidence = {"signal": f"{len(step_ends)} training step(s) ending where the trace's "
+                              f"{fs.get('signal', 'step ends')} say"}
+        notes.append("iteration 1 starts at the first event and includes the set-up"
+                     + (f"; {n - int(step_ends[-1]):,} allocator events after the last step "
+                        "are not an iteration" if step_ends[-1] < n else ""))
+        period = None
     else:
         source = "learned"
-        seg = np.array([[0, n]])
-        seg_ticks = np.array([[0, n_ticks]])
-        period = n
-        notes.append(f"no period: the whole trace is one iteration ({n:,} allocator events)")
+        accepted, det, seg, evidence, why = _learn(tok, rh, ev_kind, ev_size, ev_block, ev_tick)
+        if not accepted:
+            # Per-batch shapes (dynamic padding, a different last batch) change sizes, not
+            # the structure: the same lifetimes in allocator events, step after step. Taken
+            # only when sizes find no period: where sizes repeat (a cycle of shapes), their
+            # longer period is the evidence, never the structure's sub-period.
+            stok = structure_tokens(ev_kind, ev_block)
+            ok2, det2, seg2, ev2, why2 = _learn(stok, make_hash(stok), ev_kind, ev_size,
+                                               ev_block, ev_tick)
+            if ok2:
+                accepted, det, seg, evidence = True, det2, seg2, ev2
+                evidence["signal"] = (f"allocator-event structure repeats every "
+                                      f"{det2.period:,} events (alloc/free lifetimes; sizes "
+                                      "differ between iterations)")
+                why = why2
+        if det is not None:
+            notes += det.notes
+        notes += why
+        if accepted:
+            t_start = ev_tick[seg[:, 0]]
+            t_stop = np.where(seg[:, 1] < n, ev_tick[np.minimum(seg[:, 1], n - 1)], n_ticks)
+            seg_ticks = np.stack([t_start, t_stop], axis=1)
+            period = det.period
+        else:
+            source = "learned"
+            seg = np.array([[0, n]])
+            seg_ticks = np.array([[0, n_ticks]])
+            period = n
+            evidence.setdefault("signal", "allocator events: no repeating string")
+            notes.append(f"one iteration: the whole trace ({n:,} allocator events)")
     seg = seg.astype(np.int64)
     seg_ticks = seg_ticks.astype(np.int64)
+    lens = seg[:, 1] - seg[:, 0]
+    if period is None:  # marked: the most common length after the first, latest on ties
+        pool = lens[1:] if len(lens) > 1 else lens
+        vals, cnt = np.unique(pool, return_counts=True)
+        best = vals[cnt == cnt.max()]
+        period = int(next(x for x in pool[::-1] if x in best))
+    if source == "markers":
+        evidence["coverage"] = float(lens.sum() / n)
+
+    oom = trace.meta.get("oom")
+    if isinstance(oom, dict) and oom.get("count"):
+        first_oom = (oom.get("entries") or [{}])[0]
+        notes.append(
+            f"{oom['count']} out-of-memory entr{'y' if oom['count'] == 1 else 'ies'} in the "
+            f"recording: the allocator failed to allocate {first_oom.get('size', 0):,} bytes "
+            f"at tick {first_oom.get('tick', '?')} (device free: "
+            f"{first_oom.get('device_free', 0):,} bytes)"
+            + (" -- the first of them" if oom["count"] > 1 else ""))
+
+    cats = trace.meta.get("bytes_by_category")
+    if isinstance(cats, dict) and cats:
+        total = sum(int(v) for v in cats.values()) or 1
+        notes.append("bytes allocated by category (from the profiler): " + ", ".join(
+            f"{k} {int(v) / total:.0%}" for k, v in sorted(cats.items(), key=lambda kv: -kv[1])))
 
     # -- representative iteration and regularity ------------------------------------------
-    lens = seg[:, 1] - seg[:, 0]
-    if period is None:  # markers unchecked and uneven: the steady length is the last one
-        period = int(lens[-1])
     full = lens == period
     hashes = np.zeros(len(seg), np.uint64)
     if full.any():
         hashes[full] = rh.window(seg[full, 0], period)
-    if source == "learned" and det.period is not None:
+    if source == "learned" and det is not None and det.period == period:
         ref = rh.window([det.phase], period)[0]
     elif full.any():
         vals, inv, cnt = np.unique(hashes[full], return_inverse=True, return_counts=True)
@@ -306,10 +347,10 @@ def analyze(trace: Trace) -> Pattern:
         period = int(lens[rep])
     es, ee = int(seg[rep, 0]), int(seg[rep, 1])
     ts, te = int(seg_ticks[rep, 0]), int(seg_ticks[rep, 1])
-    if len(seg) > 1 and not identical.all():
-        odd = np.flatnonzero(~identical)
-        notes.append(f"{len(odd)} of {len(seg)} iterations differ from the representative "
-                     f"(#{', #'.join(map(str, odd[:8]))}{'...' if len(odd) > 8 else ''})")
+    kinds = iteration_kinds(seg, rep, tok, ev_kind)
+    line = describe_kinds(kinds, len(seg))
+    if line:
+        notes.append(line)
 
     # -- time per tick -------------------------------------------------------------------
     tick_time, tsrc = _tick_time(trace)
@@ -331,23 +372,55 @@ def analyze(trace: Trace) -> Pattern:
         stop_tick=te,
         iteration_events=[(int(a), int(b)) for a, b in seg],
         identical=identical,
-        coverage=float(det.coverage),
+        coverage=float(evidence.get("coverage", 0.0)),
         tick_ns_source=tsrc,
         has_accesses=trace.has_accesses,
         name=str(trace.meta.get("name") or trace.meta.get("source") or "trace"),
         notes=notes,
+        evidence=evidence,
+        kinds=kinds,
     )
+
+
+def _learn(tok, rh, ev_kind, ev_size, ev_block, ev_tick):
+    """detect_period on ``tok``, then Note [Never invent an iteration]:
+    (accepted, detection, segments, evidence, notes)."""
+    det = detect_period(tok, ev_kind, ev_size, ev_tick, rh)
+    if det.period is None:
+        return False, det, None, {}, []
+    b, is_it = det.boundaries, det.is_iteration
+    keep = np.flatnonzero(is_it)
+    if not len(keep):  # cannot happen when R is primitive; never return no iteration
+        keep = np.flatnonzero(b[:-1] == det.phase)
+    seg = np.stack([b[keep], b[keep + 1]], axis=1).astype(np.int64)
+    ok, evidence, why = check_learned(seg, det.period, ev_kind, ev_size, ev_block,
+                                      repeated=int(round(det.coverage * len(tok))))
+    return ok, det, seg, evidence, why
+
+
+def _frame_step_ends(trace: Trace, ev_tick: np.ndarray, n: int) -> np.ndarray | None:
+    """Allocator-event positions where training steps end, from ``meta["step_ends"]``
+    (ticks, written by importers: a snapshot's Python frames, an Execution Trace's
+    ``Optimizer.step#`` ranges)."""
+    fs = trace.meta.get("step_ends")
+    if not isinstance(fs, dict) or not isinstance(fs.get("ends"), list):
+        return None
+    ends = np.unique(np.asarray([int(t) for t in fs["ends"]], np.int64))
+    pos = np.unique(np.searchsorted(ev_tick, ends, "left"))
+    return pos[pos > 0]
 
 
 # -- device time ---------------------------------------------------------------------------
 def _tick_time(trace: Trace) -> tuple[np.ndarray, str]:
     tns = np.array(trace.tick_ns, np.float64)
     known = np.isfinite(tns)
+    clock = trace.meta.get("clock")
     if known.all():
-        return tns, "trace"
+        return tns, (clock if isinstance(clock, str) and clock.startswith("assumed") else "trace")
     t, tn = trace.tick, trace.t_ns
     n_ticks = len(tns)
-    if len(t) == 0 or np.array_equal(t, tn) or n_ticks == 0:
+    no_clock = trace.meta.get("clock") == "none" or np.array_equal(t, tn)
+    if len(t) == 0 or no_clock or n_ticks == 0:
         return tns, ("trace" if known.any() else "unknown")
     ticks = np.arange(n_ticks)
     first = np.searchsorted(t, ticks, "left")

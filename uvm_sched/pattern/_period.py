@@ -27,7 +27,7 @@ Steps, each vectorised with numpy (n = allocator events):
    coverage is below ``MIN_COVERAGE``.
 4. **Phase and segmentation** -- inside the longest balanced run the iteration starts where
    the fewest bytes are live (between the optimizer step and the next forward), at a tick
-   boundary. The representative string ``R`` is the ``p`` tokens from there. Boundaries are
+   boundary; among equal levels, the one that starts the longest stretch above it. The representative string ``R`` is the ``p`` tokens from there. Boundaries are
    the occurrences (rolling hash, verified exactly) of a start signature (the shortest prefix
    of ``R`` that occurs once in ``R`` read cyclically) and the ends of the matching end
    signature. Segments between boundaries are iterations when they hold ``R``'s tokens
@@ -282,7 +282,14 @@ def detect_period(
     tick_edge[win > 0] = ev_tick[win[win > 0]] != ev_tick[win[win > 0] - 1]
     live = net_cum[win].astype(np.float64)
     live[~tick_edge] = np.inf
-    phase = int(win[np.argmin(live)]) if tick_edge.any() else a
+    phase = a
+    if tick_edge.any():
+        # Ties (an optimizer's per-parameter loop returns to the level after each
+        # parameter): the one that starts the longest stretch above the level, read
+        # cyclically -- the forward and backward passes, not a parameter's update.
+        at = np.flatnonzero(live == live.min())
+        gap = np.diff(np.append(at, at[0] + p))
+        phase = int(win[at[int(np.argmax(gap))]])
     det.phase = phase
     det.boundaries, det.is_iteration = _segment(tok, kind, rh, phase, p)
     return det

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ..trace._model import AccessMode, Trace, TraceBuilder
 
-__all__ = ["training_trace"]
+__all__ = ["training_trace", "step_trace"]
 
 _R, _W, _RW = AccessMode.READ, AccessMode.WRITE, AccessMode.READ_WRITE
 
@@ -144,4 +144,147 @@ def training_trace(
                 tick()
             tb.free(h)
             tick()
+    return tb.build()
+
+
+def step_trace(
+    *,
+    steps: int = 1,
+    layers: int = 12,
+    width: int = 64,
+    seqs: tuple[int, ...] = (32,),
+    batch: int = 4,
+    identical_layers: bool = True,
+    optimizer: str = "per_param",
+    opt_temps: int = 2,
+    state_in_setup: bool = True,
+    free_activations: str = "in_backward",
+    backward: bool = True,
+    autotune: int = 0,
+    markers: bool = False,
+    phases: "list[str] | None" = None,
+    tick_ns: float = 1000.0,
+    name: str = "steps",
+) -> Trace:
+    """A transformer-like training run with the shapes that fool a period detector.
+
+    Set-up allocates per layer four weights and two norms (identical across layers when
+    ``identical_layers``) and their gradients (kept across steps: ``zero_grad`` without
+    ``set_to_none``), plus Adam's state when ``state_in_setup`` (else the first step does).
+    Each step: an input batch of ``seqs[step % len(seqs)]`` tokens, a forward pass keeping
+    five activations per layer (plus a temporary), a loss, then when ``backward`` the
+    backward pass per layer (a gradient input and a temporary; the layer's activations freed
+    there when ``free_activations == "in_backward"``, else all after the pass), then Adam
+    over every parameter: ``"per_param"`` (``opt_temps`` temporaries per parameter: the loop
+    of identical layers repeats, balanced) or ``"foreach"`` (two temporaries per step).
+    ``autotune``: before the first forward, an autotuner benchmarks the forward graph by
+    running it twice, trying ``autotune`` configurations (an output each) per layer and
+    freeing everything (a balanced string repeated exactly twice).
+    ``phases``: when a list, one entry is appended per allocator event: "setup", "forward",
+    "backward", "optimizer" or "autotune" (for tests that attach Python frames).
+    """
+    tb = TraceBuilder(source="synthetic", name=name)
+    d = width
+    log = phases if phases is not None else []
+
+    def alloc(size, phase):
+        log.append(phase)
+        return tb.alloc(int(size))
+
+    def free(b, phase):
+        log.append(phase)
+        tb.free(b)
+
+    def tick():
+        tb.next_tick(tick_ns)
+
+    def scale(l):
+        return 1 if identical_layers else 1 + l
+
+    p_sizes = []
+    for l in range(layers):
+        k = scale(l)
+        p_sizes += [4 * d * 3 * d * k, 4 * d * d * k, 4 * d * 4 * d * k, 4 * 4 * d * d * k,
+                    4 * d, 4 * d]
+    params = [alloc(s, "setup") for s in p_sizes]
+    tick()
+    grads = [alloc(s, "setup") for s in p_sizes]
+    tick()
+    state = []
+    if state_in_setup:
+        state = [(alloc(s, "setup"), alloc(s, "setup")) for s in p_sizes]
+        tick()
+    for step in range(steps):
+        seq = seqs[step % len(seqs)]
+        S = 4 * batch * seq * d
+        if markers:
+            tb.mark()
+        if autotune and step == 0:
+            for _ in range(2):
+                scratch = alloc(64 * S, "autotune")
+                h = alloc(S, "autotune")
+                for l in range(layers):
+                    for c in range(autotune):
+                        free(alloc(S * scale(l) + 512 * c, "autotune"), "autotune")
+                    out = alloc(S * scale(l), "autotune")
+                    tmp = alloc(2 * S * scale(l), "autotune")
+                    free(tmp, "autotune")
+                    free(h, "autotune")
+                    h = out
+                    tick()
+                free(h, "autotune")
+                free(scratch, "autotune")
+                tick()
+        x = alloc(S, "forward")
+        tick()
+        acts = []
+        for l in range(layers):
+            k = scale(l)
+            a = [alloc(3 * S * k, "forward"), alloc(4 * batch * seq * seq * k, "forward"),
+                 alloc(S * k, "forward"), alloc(4 * S * k, "forward"), alloc(S * k, "forward")]
+            tmp = alloc(4 * S * k, "forward")
+            free(tmp, "forward")
+            acts.append(a)
+            tick()
+        loss = alloc(512, "forward")
+        tick()
+        if not backward:
+            continue
+        gout = alloc(S, "backward")
+        free(loss, "backward")
+        tick()
+        for l in reversed(range(layers)):
+            k = scale(l)
+            gin = alloc(S * k, "backward")
+            tmp = alloc(4 * S * k, "backward")
+            free(tmp, "backward")
+            if free_activations == "in_backward":
+                for a in acts[l]:
+                    free(a, "backward")
+            free(gout, "backward")
+            gout = gin
+            tick()
+        free(gout, "backward")
+        free(x, "backward")
+        if free_activations != "in_backward":
+            for a in acts:
+                for b in a:
+                    free(b, "backward")
+        tick()
+        if not state:
+            state = [(alloc(s, "optimizer"), alloc(s, "optimizer")) for s in p_sizes]
+        if optimizer == "per_param":
+            for s in p_sizes:
+                ts = [alloc(s, "optimizer") for _ in range(opt_temps)]
+                for t in ts:
+                    free(t, "optimizer")
+                tick()
+        else:
+            total = sum(p_sizes)
+            t1 = alloc(total, "optimizer")
+            t2 = alloc(total, "optimizer")
+            free(t1, "optimizer")
+            free(t2, "optimizer")
+            tick()
+    del params, grads
     return tb.build()

@@ -228,6 +228,8 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "oblivious", **opts: Any) -
         "iteration_peak_bytes": int(info["iteration_peak"]),
         "guard": list(guards),
         "source": trace.meta.get("name") or trace.meta.get("source"),
+        # "unknown": the trace has no clock, every tick was taken as 1 us (order only)
+        "tick_time_source": getattr(pat, "tick_ns_source", "unknown"),
         "predicted": pred,
     }
     if mode == "sampled":

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..trace import AccessMode, EventKind, Trace
+from ..trace import AccessMode, EventKind, Trace, TraceError
 
 __all__ = ["Prepared", "prepare"]
 
@@ -63,6 +63,13 @@ def _tick_seconds(trace: Trace) -> np.ndarray:
     the first event time of the tick and of the next (the host-side clock, an upper bound on
     device time when the host waited), the last tick taking the median known value."""
     n = trace.n_ticks
+    if n and len(trace) and not trace.has_clock:
+        # unknown is unknown: 1 ns per event (t_ns counting ticks) would be made up.
+        # TraceError (a ValueError): the input lacks what is needed, the CLI's exit 2
+        raise TraceError(
+            f"trace {trace.meta.get('name') or ''!r} has no clock (no time_us, op times or "
+            "kernel times): its compute time is unknown; to simulate with an assumed time, "
+            "use trace.assume_tick_ns(ns) (CLI: --assume-tick-us US)")
     tns = np.asarray(trace.tick_ns, np.float64)[:n].copy()
     bad = ~np.isfinite(tns)
     if bad.any() and len(trace):

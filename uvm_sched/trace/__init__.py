@@ -4,9 +4,13 @@
 
 * a uvm_sched Parquet trace (``Trace.save``);
 * a PyTorch memory snapshot pickle (``torch.cuda.memory._dump_snapshot``), option
-  ``device=0`` (CUDA device index);
+  ``device`` (CUDA device index or ``"cuda:N"``; default: the one device with events);
 * a Kineto / Chrome trace JSON, plain or gzip (``torch.profiler`` with
-  ``profile_memory=True``), option ``device="cuda"`` (or ``"cuda:N"``, ``"cpu"``);
+  ``profile_memory=True``; PyTorch <= 1.9's ``[memory]`` events without ``Addr`` too),
+  option ``device="cuda"`` (or ``"cuda:N"``, ``"cpu"``);
+* a ``torch.profiler`` memory timeline raw export (``export_memory_timeline(
+  "x.raw.json.gz")``), and a PyTorch Execution Trace (Chakra JSON, ground-truth accesses;
+  option ``device``), told apart from Kineto JSON by content;
 * a kernel-level workload folder (``kernels.csv`` + ``tensors.csv``, the G10 artifact's
   format), option ``iterations=2``;
 * a ``.npy`` drain of the native allocator's events (``numpy.save(path,

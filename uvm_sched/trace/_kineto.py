@@ -3,11 +3,19 @@ gzip) recorded with ``profile_memory=True``.
 
 Mapping to a Trace (one tick per allocator event of the chosen device):
 
-* ``[memory]`` instant events: ``args["Bytes"] > 0`` allocates ``args["Addr"]``, ``< 0``
-  frees it (``0`` is skipped); ``Device Type`` 1 = CUDA, 0 = CPU; ``Device Id``. Events
-  are taken in time order (stable). A free of an address the profile never allocated was
-  allocated before profiling began: it is allocated at tick 0 (see
-  ``_snapshot.replay_addresses``).
+* ``[memory]`` instant events (``ph`` "i"; fields as the TensorBoard profiler plugin reads
+  them, ``tb_plugin/torch_tb_profiler/profiler/trace.py`` ``MemoryEvent``):
+  ``args["Bytes"] > 0`` allocates ``args["Addr"]``, ``< 0`` frees it (``0`` is skipped);
+  ``Device Type`` 1 = CUDA, 0 = CPU; ``Device Id``; optional ``Total Allocated`` /
+  ``Total Reserved`` (bytes after the event). Events are taken in time order (stable). A
+  free of an address the profile never allocated was allocated before profiling began: it
+  is allocated at tick 0 (see ``_snapshot.replay_addresses``).
+* Without ``Addr`` (PyTorch <= 1.9 wrote only Device Type/Device Id/Bytes): a free of ``b``
+  bytes pairs with the most recent live allocation of ``b`` bytes (``meta["free_pairing"]``
+  says so). Counts and live bytes are exact; which of several equal-sized blocks a free
+  ends is a guess (last in, first out: activations are freed in reverse order in the
+  backward pass). When ``Total Allocated`` is present, the bytes live before profiling
+  (first event's total minus its bytes) go to ``meta["bytes_before_profiling"]``.
 * ``ProfilerStep#N`` spans: a MARK at the first allocator event at or after the span's
   start (the profiler names one span per ``prof.step()``; the GPU timeline's copy of the
   span, ``gpu_user_annotation``, is not a second mark).
@@ -98,7 +106,8 @@ def trace_from_chrome(doc: Any, *, device: str = "cuda", where: str = "trace",
             f"{where}: JSON, but not a Chrome/Kineto trace (expected a 'traceEvents' list or a "
             "list of events)"
         )
-    mem: list[tuple[float, int, int, int, int]] = []  # (ts, seq, addr, bytes, device id)
+    mem: list[tuple[float, int, Any, int, int]] = []  # (ts, seq, addr or None, bytes, device id)
+    totals: list[Any] = []  # Total Allocated after each kept event (None: absent)
     other_types: dict[int, int] = {}  # device type -> events
     other_ids: set[int] = set()  # CUDA device ids other than the one asked for
     steps: dict[int, float] = {}  # ProfilerStep number -> start (us)
@@ -114,13 +123,14 @@ def trace_from_chrome(doc: Any, *, device: str = "cuda", where: str = "trace",
                 raise TraceError(f"{where}: traceEvents[{i}] ([memory]) has no args")
             ty, did, addr, nb, ts = (a.get("Device Type"), a.get("Device Id"), a.get("Addr"),
                                      a.get("Bytes"), e.get("ts"))
-            if not all(isinstance(x, int) and not isinstance(x, bool) for x in (ty, did, addr, nb)) \
+            if not all(isinstance(x, int) and not isinstance(x, bool) for x in (ty, did, nb)) \
+                    or not (addr is None or (isinstance(addr, int) and not isinstance(addr, bool))) \
                     or not _num(ts):
                 raise TraceError(
                     f"{where}: traceEvents[{i}] ([memory]) lacks an integer Device Type/Device "
-                    f"Id/Addr/Bytes or a numeric ts: {json.dumps(e)[:200]}"
+                    f"Id/Bytes (and Addr, when present) or a numeric ts: {json.dumps(e)[:200]}"
                 )
-            if not (abs(nb) < 2**62 and 0 <= addr < 2**64):
+            if not (abs(nb) < 2**62 and (addr is None or 0 <= addr < 2**64)):
                 raise TraceError(f"{where}: traceEvents[{i}] ([memory]) Bytes/Addr out of range")
             if ty != dtype:
                 other_types[ty] = other_types.get(ty, 0) + 1
@@ -128,6 +138,8 @@ def trace_from_chrome(doc: Any, *, device: str = "cuda", where: str = "trace",
                 other_ids.add(did)
             elif nb != 0:
                 mem.append((float(ts), i, addr, nb, did))
+                tot = a.get("Total Allocated")
+                totals.append(tot if _num(tot) else None)
             continue
         ph = e.get("ph")
         if ph != "X":
@@ -161,12 +173,12 @@ def trace_from_chrome(doc: Any, *, device: str = "cuda", where: str = "trace",
         if dtype == _CUDA and other_types.get(_CPU):
             raise TraceError(
                 f"{where}: no CUDA memory events, but {other_types[_CPU]:,} CPU ones; pass "
-                'device="cpu" to import the CPU allocator\'s events'
+                'device="cpu" (CLI: --device cpu) to import the CPU allocator\'s events'
             )
         if dtype == _CPU and other_types.get(_CUDA):
             raise TraceError(
                 f"{where}: no CPU memory events, but {other_types[_CUDA]:,} CUDA ones; pass "
-                'device="cuda"'
+                'device="cuda" (CLI: --device cuda)'
             )
         if other_ids:
             raise TraceError(
@@ -184,15 +196,28 @@ def trace_from_chrome(doc: Any, *, device: str = "cuda", where: str = "trace",
     ids = sorted({m[4] for m in mem})
     if dtype == _CUDA and dev_id is None and len(ids) > 1:
         raise TraceError(
-            f"{where}: memory events of several CUDA devices {ids}; pass device=\"cuda:N\""
+            f"{where}: memory events of several CUDA devices {ids}; pass device=\"cuda:N\" "
+            "(CLI: --device cuda:N)"
         )
-    mem.sort(key=lambda m: (m[0], m[1]))
+    order = sorted(range(len(mem)), key=lambda j: (mem[j][0], mem[j][1]))
+    mem = [mem[j] for j in order]
+    totals = [totals[j] for j in order]
     ts_arr = np.array([m[0] for m in mem])
     t0 = ts_arr[0]
     t_ns = np.rint((ts_arr - t0) * 1000).astype(np.int64)
     ops = [1 if m[3] > 0 else -1 for m in mem]
-    addrs = [m[2] for m in mem]
     sizes = [abs(m[3]) for m in mem]
+    has_addr = [m[2] is not None for m in mem]
+    pairing = None
+    if all(has_addr):
+        addrs = [m[2] for m in mem]
+    elif not any(has_addr):
+        addrs = _pair_by_size(ops, sizes)
+        pairing = "by size, last in first out (the [memory] events carry no Addr)"
+    else:
+        j = has_addr.index(False)
+        raise TraceError(f"{where}: traceEvents[{mem[j][1]}] ([memory]) has no Addr while "
+                         f"{sum(has_addr):,} others have one: a mixed or corrupt trace")
     n = len(mem)
     # MARK at the first allocator event at or after each step's start.
     marks = np.searchsorted(ts_arr, np.array(sorted(steps.values())), side="left") if steps else []
@@ -211,6 +236,10 @@ def trace_from_chrome(doc: Any, *, device: str = "cuda", where: str = "trace",
         "profiler_steps": len(steps),
         "kernels": len(kernels),
     }
+    if pairing:
+        meta["free_pairing"] = pairing
+    if totals and totals[0] is not None:
+        meta["bytes_before_profiling"] = int(totals[0] - (sizes[0] if ops[0] > 0 else -sizes[0]))
     return replay_addresses(
         ops, addrs, sizes, t_ns, [0] * n,
         device=0 if dtype == _CPU else ids[0], where=where,
@@ -219,8 +248,30 @@ def trace_from_chrome(doc: Any, *, device: str = "cuda", where: str = "trace",
     )
 
 
-def load_kineto(path, data: bytes | None = None, *, device: str = "cuda") -> Trace:
-    """Read a Chrome/Kineto trace JSON (optionally gzip) at ``path``; see module docstring."""
+def _pair_by_size(ops: list[int], sizes: list[int]) -> list[int]:
+    """Synthetic addresses that pair each free with the most recent live allocation of the
+    same size (a free with none gets a fresh address: allocated before profiling)."""
+    live: dict[int, list[int]] = {}  # size -> stack of addresses
+    out, nxt = [], 1
+    for op, sz in zip(ops, sizes):
+        if op > 0:
+            live.setdefault(sz, []).append(nxt)
+            out.append(nxt)
+            nxt += 1
+        else:
+            stack = live.get(sz)
+            if stack:
+                out.append(stack.pop())
+            else:
+                out.append(nxt)
+                nxt += 1
+    return out
+
+
+def load_kineto(path, data: bytes | None = None, *, device: str | None = None) -> Trace:
+    """Read a JSON export of torch.profiler (optionally gzip) at ``path``: a Chrome/Kineto
+    trace (see module docstring), a memory timeline (``_timeline``) or an Execution Trace
+    (``_et``), told apart by content. ``device``: None = "cuda" where it applies."""
     p = Path(path)
     if data is None:
         data = p.read_bytes()
@@ -228,6 +279,24 @@ def load_kineto(path, data: bytes | None = None, *, device: str = "cuda") -> Tra
         doc = decode_json(data, str(p))
         stem = p.name.split(".")[0] or p.name
         try:
+            # other JSON exports of torch.profiler, told apart by content
+            from ._et import is_execution_trace, trace_from_execution_trace
+            from ._timeline import is_memory_timeline, is_timeline_plot, trace_from_timeline
+
+            if is_memory_timeline(doc):
+                if device is not None:
+                    raise TraceError(
+                        f"{p}: a torch.profiler memory timeline holds one device's events "
+                        f"(chosen when it was exported); device={device!r} does not apply")
+                return trace_from_timeline(doc, where=str(p), name=stem)
+            device = "cuda" if device is None else device
+            if is_timeline_plot(doc):
+                raise TraceError(
+                    f"{p}: a torch.profiler memory timeline plot ([times, sizes by category]) "
+                    "holds no allocations; export the raw timeline instead: "
+                    'prof.export_memory_timeline("x.raw.json.gz")')
+            if is_execution_trace(doc):
+                return trace_from_execution_trace(doc, device=device, where=str(p), name=stem)
             return trace_from_chrome(doc, device=device, where=str(p), name=stem)
         except (TypeError, AttributeError, KeyError, IndexError) as e:
             # a field of an unexpected type that the checks above did not anticipate

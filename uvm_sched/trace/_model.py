@@ -292,6 +292,24 @@ class Trace:
             cols[name] = np.concatenate([np.asarray(extra, COLUMNS[name]), main])
         return Trace(cols, tick_ns=self.tick_ns[start:stop], meta=self.meta)
 
+    @property
+    def has_clock(self) -> bool:
+        """False when the trace holds no time at all: no known ``tick_ns`` and ``t_ns`` just
+        the tick (or ``meta["clock"] == "none"``). Its times are then unknown, not zero."""
+        if np.isfinite(self.tick_ns).any():
+            return True
+        return not (self.meta.get("clock") == "none"
+                    or np.array_equal(self._cols["t_ns"], self._cols["tick"]))
+
+    def assume_tick_ns(self, ns: float) -> "Trace":
+        """This trace with ``ns`` nanoseconds assumed for every tick of unknown device time,
+        and ``meta["clock"]`` saying so (for traces without a clock, to simulate at all)."""
+        if not (isinstance(ns, (int, float)) and np.isfinite(ns) and ns > 0):
+            raise ValueError(f"assumed tick time must be a positive number of ns, got {ns!r}")
+        tns = np.where(np.isfinite(self.tick_ns), self.tick_ns, float(ns))
+        meta = dict(self.meta, clock=f"assumed {float(ns):g} ns per tick")
+        return Trace(self._cols, tick_ns=tns, meta=meta, validate=False)
+
     # -- validation ----------------------------------------------------------------------
     def validate(self) -> None:
         """Raise ``TraceError`` naming the first bad row: negative size, ticks or time going

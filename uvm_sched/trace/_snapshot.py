@@ -11,8 +11,21 @@ Mapping to a Trace (one tick per allocator event):
 * ``alloc`` -> ALLOC of a fresh block id (addresses are reused by the allocator; block ids
   never are). ``free_completed`` -> FREE; ``free_requested`` is the free only when the
   device's trace has no ``free_completed`` at all (the caching allocator records both; a
-  hand-made trace may record one). Segment, oom and snapshot entries are not allocator
-  events of a tensor and are skipped.
+  hand-made trace may record one). Segment entries (``segment_alloc``/``segment_free``,
+  and ``segment_map``/``segment_unmap`` of expandable segments) and ``snapshot`` entries are
+  not allocator events of a tensor: they are counted in ``meta["segment_entries"]``
+  (``meta["expandable_segments"]`` when maps occur). ``oom`` entries (the allocator
+  failed) are kept in ``meta["oom"]``: their count and the first 100 with ``tick`` (the
+  tick of the allocator event they precede), ``size``, ``device_free``, ``time_us``.
+* Steps from Python frames (``frames`` of each entry, ``_record_memory_history(
+  stacks="python")``): a run of events whose frames include ``torch/optim/`` (an
+  optimizer's step; not ``zero_grad``, not an LR scheduler) ends a training step where the
+  next event with other frames comes (events without frames -- C++ only -- do not break a
+  run); without optimizer frames, runs of ``backward`` frames do. The ends are
+  ``meta["step_ends"] = {"signal", "ends": [tick, ...]}``; ``pattern.analyze`` takes them as
+  step markers (iteration k ends at ``ends[k]``; iteration 1 starts at the first event).
+* ``device``: the CUDA device index; by default the one device with events (a TraceError
+  lists each device's entries when there are several).
 * Forward compatibility: an entry whose action this importer does not know, and fields
   it does not know (top level, or in an entry), are skipped with one ``uvm_sched.Warning``
   each that names them, so a snapshot from a newer PyTorch still loads.
@@ -20,7 +33,9 @@ Mapping to a Trace (one tick per allocator event):
   or an ``active_*`` block of ``segments`` that no alloc of the trace explains -- are
   allocated at tick 0, before the recorded events (which then start at tick 1).
 * ``t_ns`` = ``time_us`` * 1000 relative to the first event (origin in ``meta["t0_us"]``);
-  a clock that steps backwards is clamped so time never decreases.
+  a clock that steps backwards is clamped so time never decreases. Entries without
+  ``time_us``: no clock -- ``t_ns`` repeats the tick and ``meta["clock"] = "none"``, so no
+  time is made up downstream.
 
 The pickle is read with an unpickler that resolves no globals except plain builtin
 containers, so a hostile file cannot run code.
@@ -215,7 +230,9 @@ def replay_addresses(
     out["length"][:] = -1
     out["device"][:] = device
     if t_ns is None or n == 0:
-        tn = np.arange(n, dtype=np.int64)  # no clock: time counts events
+        # no clock: t_ns repeats the tick (the convention for "no time", see
+        # pattern._analyze), and meta says so
+        tn = np.arange(n, dtype=np.int64) + (1 if n_pre else 0)
     else:
         tn = np.maximum.accumulate(np.asarray(t_ns, np.int64))
     t0 = int(tn[0]) if n else 0
@@ -224,7 +241,7 @@ def replay_addresses(
     out["block"][:n_pre] = np.arange(n_pre)
     out["size"][:n_pre] = [s for _, s, _ in pre] + [s for s, _ in still]
     out["stream"][:n_pre] = [st for _, _, st in pre] + [st for _, st in still]
-    out["t_ns"][:n_pre] = t0
+    out["t_ns"][:n_pre] = t0 if t_ns is not None else 0
     # event rows, with MARK rows inserted before their event
     pos = n_pre + np.arange(n) + np.searchsorted(np.asarray(marks, np.int64), np.arange(n), side="right")
     out["tick"][pos] = np.arange(n) + shift
@@ -250,11 +267,55 @@ def replay_addresses(
         tns[0] = 0.0  # the tick-0 allocations are bookkeeping, no kernel runs there
     m = dict(meta or {})
     m.setdefault("preexisting_blocks", n_pre)
+    if t_ns is None:
+        m["clock"] = "none"
     return Trace(out, tick_ns=tns, meta=m)
 
 
 _ALLOC, _FREE_REQ, _FREE_DONE = "alloc", "free_requested", "free_completed"
-_SKIPPED = {"segment_alloc", "segment_free", "segment_map", "segment_unmap", "oom", "snapshot"}
+_SEGMENT = {"segment_alloc", "segment_free", "segment_map", "segment_unmap"}
+_SKIPPED = _SEGMENT | {"snapshot"}
+_OOM_KEPT = 100  # OOM entries listed in meta (all are counted)
+
+
+def _frame_class(frames: Any) -> int:
+    """1: a Python frame of an optimizer's step; 2: of a backward call; 0: other frames;
+    -1: no frames (C++ only, or not recorded: it says nothing)."""
+    if type(frames) is not list or not frames:
+        return -1
+    back = False
+    for f in frames:
+        if type(f) is not dict:
+            continue
+        fn, name = f.get("filename"), f.get("name")
+        if type(fn) is not str or type(name) is not str:
+            continue
+        fn = fn.replace("\\", "/")
+        if "torch/optim/" in fn and "lr_scheduler" not in fn and name != "zero_grad":
+            return 1
+        if name in ("backward", "_engine_run_backward") and (
+                "torch/_tensor.py" in fn or "torch/autograd/" in fn):
+            back = True
+    return 2 if back else 0
+
+
+def _step_ends(cls: list[int]) -> tuple[list[int], str | None]:
+    """Event positions where training steps end, from per-event frame classes: the end of
+    each run of optimizer-step events (events without frames do not break a run); without
+    any, of each run of backward events. A run ends at the next event with other frames."""
+    for want, signal in ((1, "torch.optim step frames"), (2, "backward frames")):
+        ends, inside = [], False
+        for i, c in enumerate(cls):
+            if c == want:
+                inside = True
+            elif c >= 0 and inside:
+                ends.append(i)
+                inside = False
+        if inside:
+            ends.append(len(cls))
+        if ends:
+            return ends, signal
+    return [], None
 # Fields this importer knows (torch 2.4-2.13). A newer torch may add more: they are reported
 # in one warning and ignored, so a snapshot from a newer torch still loads (the alloc/free
 # fields it maps have kept their meaning since the format appeared).
@@ -305,20 +366,47 @@ def _segment_blocks(segments: Any, device: int, where: str) -> list[tuple[int, i
     return out
 
 
+def _device_listing(traces: list) -> str:
+    """'device 0: 1,234 alloc/free entries, 1 oom; device 2: ...' for the devices with events."""
+    parts = []
+    for i, d in enumerate(traces):
+        if not isinstance(d, list) or not d:
+            continue
+        acts = [e.get("action") for e in d if isinstance(e, dict)]
+        n_af = sum(a in (_ALLOC, _FREE_REQ, _FREE_DONE) for a in acts)
+        n_oom = acts.count("oom")
+        parts.append(f"device {i}: {n_af:,} alloc/free entries"
+                     + (f", {n_oom} oom" if n_oom else ""))
+    return "; ".join(parts) or "none"
+
+
 def trace_from_snapshot(
-    snap: dict, *, device: int = 0, where: str = "snapshot", name: str | None = None
+    snap: dict, *, device: "int | str | None" = None, where: str = "snapshot",
+    name: str | None = None
 ) -> Trace:
-    """Convert an unpickled snapshot dict (see the module docstring) to a Trace."""
+    """Convert an unpickled snapshot dict (see the module docstring) to a Trace.
+    ``device``: CUDA device index (or ``"cuda:N"``); None = the one device with events (a
+    TraceError lists them when there are several)."""
     traces = snap["device_traces"]
     if not isinstance(traces, list):
         raise TraceError(f"{where}: 'device_traces' is a {type(traces).__name__}, expected a list")
-    if isinstance(device, bool) or not isinstance(device, int) or device < 0:
-        raise ValueError(f"device must be a CUDA device index (int >= 0), got {device!r}")
+    if isinstance(device, str) and device.startswith("cuda:") and device[5:].isdigit():
+        device = int(device[5:])
+    elif device == "cuda":  # any CUDA device: the one with events
+        device = None
     nonempty = [i for i, d in enumerate(traces) if isinstance(d, list) and d]
+    if device is None:
+        if len(nonempty) > 1:
+            raise TraceError(
+                f"{where}: allocator events on {len(nonempty)} devices ({_device_listing(traces)});"
+                f" pass device=N (CLI: --device cuda:N) to choose one")
+        device = nonempty[0] if nonempty else 0
+    if isinstance(device, bool) or not isinstance(device, int) or device < 0:
+        raise ValueError(f'device must be a CUDA device index (int >= 0) or "cuda:N", got {device!r}')
     if device >= len(traces) or not isinstance(traces[device], list) or not traces[device]:
         raise TraceError(
             f"{where}: no allocator events for device {device} (devices with events: "
-            f"{nonempty or 'none'}); pass device=<one of those>"
+            f"{_device_listing(traces)}); pass device=<one of those>"
         )
     entries = traces[device]
     extra_top = {str(k): 1 for k in snap if k not in _TOP_FIELDS}
@@ -335,6 +423,10 @@ def trace_from_snapshot(
     times: list[int] = []
     streams: list[int] = []
     index: list[int] = []
+    fcls: list[int] = []  # _frame_class of each kept event
+    ooms: list[dict] = []
+    n_oom = 0
+    seg_actions: dict[str, int] = {}
     have_time = True
     def bad(i: int, why: str) -> TraceError:
         return TraceError(f"{where}: device_traces[{device}][{i}] {why}")
@@ -354,6 +446,17 @@ def trace_from_snapshot(
             op = 1
         elif action == free_action:
             op = -1
+        elif action == "oom":
+            # the allocator failed here: kept beside the trace, before the next event
+            n_oom += 1
+            if len(ooms) < _OOM_KEPT:
+                ooms.append({"before_event": len(ops), "entry": i,
+                             **{k: e[k] for k in ("size", "device_free", "time_us", "stream")
+                                if type(e.get(k)) in (int, float)}})
+            continue
+        elif action in _SEGMENT:
+            seg_actions[action] = seg_actions.get(action, 0) + 1
+            continue
         elif action in _SKIPPED or action == _FREE_REQ or action == _FREE_DONE:
             continue
         else:
@@ -381,6 +484,7 @@ def trace_from_snapshot(
         times.append(t)
         streams.append(stream)
         index.append(i)
+        fcls.append(_frame_class(e.get("frames")))
     if unknown_actions:
         _warn_unknown(where, "entries with actions", unknown_actions)
     if unknown_fields:
@@ -399,17 +503,32 @@ def trace_from_snapshot(
     }
     if have_time:
         meta["t0_us"] = t0
-    return replay_addresses(
+    if seg_actions:
+        meta["segment_entries"] = seg_actions
+        if "segment_map" in seg_actions or "segment_unmap" in seg_actions:
+            meta["expandable_segments"] = True
+    tr = replay_addresses(
         ops, addrs, sizes, t_ns, streams,
         device=device, where=where,
         describe=lambda j: f"device_traces[{device}][{index[j]}] ({entries[index[j]].get('action')})",
         live_at_end=pre_live, meta=meta,
     )
+    # positions -> ticks: recorded events start at tick 1 when blocks predate the recording
+    shift = 1 if tr.meta.get("preexisting_blocks") else 0
+    if n_oom:
+        for o in ooms:
+            o["tick"] = o.pop("before_event") + shift
+        tr.meta["oom"] = {"count": n_oom, "entries": ooms}
+    ends, signal = _step_ends(fcls)
+    if ends:
+        tr.meta["step_ends"] = {"signal": signal, "ends": [e + shift for e in ends]}
+    return tr
 
 
-def load_snapshot(path, data: bytes | None = None, *, device: int = 0) -> Trace:
+def load_snapshot(path, data: bytes | None = None, *, device: "int | str | None" = None) -> Trace:
     """Read a memory snapshot pickle at ``path`` (bytes already read may be passed as
-    ``data``) for CUDA device ``device``."""
+    ``data``) for CUDA device ``device`` (index or ``"cuda:N"``; None = the only one with
+    events)."""
     p = Path(path)
     if data is None:
         data = p.read_bytes()

@@ -148,6 +148,10 @@ def _trace_summary(trace: Trace) -> str:
     if known.any():
         parts.append(f"device time {fmt_ms(float(np.nansum(trace.tick_ns)) / 1e9)}"
                      + ("" if known.all() else f" over the {int(known.sum()):,} ticks with a known time"))
+    elif trace.meta.get("clock") == "none":
+        parts.append("time unavailable: the trace has no clock")
+    if str(trace.meta.get("clock", "")).startswith("assumed"):
+        parts.append(f"times {trace.meta['clock']} (the trace has no clock)")
     parts.append("ground-truth accesses: " + ("yes" if trace.has_accesses else "no"))
     for key in ("source", "hw", "model", "batch"):
         if trace.meta.get(key) not in (None, ""):
