@@ -2,6 +2,7 @@
 re-learn when the batch size changes."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 native = pytest.importorskip("uvm_sched.native")
@@ -58,10 +59,13 @@ def test_scheduler_learns_plans_and_arms_after_warmup(host):
         _run(s, loop, batch=8, iters=3)
         assert s.state == "recording"
         _run(s, loop, batch=8, iters=1)
-        assert s.state == "armed", s.last_error
+        assert s.state == "recording" and s.stats()["planning"]  # off the training thread
+        assert s.wait_planned(60), s.last_error
+        assert s.state == "armed"
         _run(s, loop, batch=8, iters=3)
         st = s.stats()
         assert st["plans"] == 1 and st["relearns"] == 0
+        assert st["steps_before_plan"] == 4 and st["plan_time_s"] > 0
         assert st["native"]["plan_armed"] == 1
         assert st["native"]["actions_issued"] > 0
         assert st["native"]["divergences"] == 0
@@ -74,14 +78,15 @@ def test_scheduler_learns_plans_and_arms_after_warmup(host):
 def test_batch_size_change_diverges_then_relearns(host):
     loop = Loop()
     with Scheduler(budget="60%", warmup_iters=2, relearn_after=2, hook=False) as s:
-        _run(s, loop, batch=8, iters=4)
-        assert s.state == "armed"
+        _run(s, loop, batch=8, iters=3)
+        assert s.wait_planned(60), s.last_error
+        _run(s, loop, batch=8, iters=1)
         _run(s, loop, batch=6, iters=3)  # every iteration now diverges at its first alloc
         st = s.stats()
         assert st["divergences"] >= 2 and st["relearns"] == 1
         assert s.state == "recording"
-        _run(s, loop, batch=6, iters=4)
-        assert s.state == "armed", s.last_error
+        _run(s, loop, batch=6, iters=3)
+        assert s.wait_planned(60), s.last_error
         assert s.stats()["plans"] == 2
         assert s.plan.meta["alloc_sizes"][0] == 6 * MiB
         # the new plan runs clean
@@ -95,7 +100,7 @@ def test_a_plan_from_one_batch_size_on_another_breaks_nothing(host):
     loop = Loop()
     with Scheduler(budget="60%", warmup_iters=2, relearn_after=100, hook=False) as s:
         _run(s, loop, batch=8, iters=3)
-        assert s.state == "armed"
+        assert s.wait_planned(60), s.last_error
         _run(s, loop, batch=4, iters=3)  # plan disarmed each iteration, allocator unharmed
         st = s.stats()
         assert st["divergences"] >= 3 and s.state == "armed"
@@ -159,7 +164,8 @@ def test_sampled_mode_records_its_samples_from_pytorch_ops_during_warmup(host):
                    hook=False, touch_device="cpu") as s:
         assert s._touches.active  # tracing while it learns
         _run(s, loop, batch=2, iters=4)
-        assert s.state == "armed" and s.plan.meta["mode"] == "sampled"
+        assert s.wait_planned(60), s.last_error
+        assert s.plan.meta["mode"] == "sampled"
         assert not s._touches.active  # and no longer once the plan is armed
         smp = s.samples
         ev = s.pattern.events
@@ -182,8 +188,7 @@ def test_without_markers_the_learned_period_arms_the_plan(host):
     with Scheduler(budget="60%", warmup_iters=3, hook=False, min_period_events=16) as s:
         for _ in range(8):
             loop.iteration(8)
-            s.poll()
-            if s.state == "armed":
+            if s.wait_planned(60):  # (a learned period needs warmup_iters repetitions)
                 break
         assert s.state == "armed", s.last_error
         assert s.plan.meta["sync"] == "period"
@@ -200,6 +205,10 @@ def test_without_markers_a_poll_mid_iteration_arms_at_the_phase_it_is_at(host):
     with Scheduler(budget="60%", warmup_iters=3, hook=False, min_period_events=16) as s:
         for _ in range(8):
             loop.iteration(8, mid=s.poll)  # polled only ever in the middle of forward
+            if s._job is not None:
+                # the loop runs on while the plan is made; the next poll arms it where the
+                # loop has got to
+                assert s._job.done.wait(60)
             if s.state == "armed":
                 break
         assert s.state == "armed", s.last_error
@@ -229,7 +238,7 @@ def test_optimizer_step_hook_marks_iterations(host):
             w.grad = torch.ones(4)
             opt.step()  # the global hook marks the iteration
         assert native.stats()["marks"] >= 4
-        assert s.state == "armed", s.last_error
+        assert s.wait_planned(60), s.last_error
     marks = native.stats()["marks"]
     opt.step()  # closed: the hook is gone
     assert native.stats()["marks"] == marks
@@ -241,7 +250,8 @@ def test_sampled_mode_that_sees_no_op_on_its_blocks_says_so(host):
     loop = Loop()  # allocations only: no PyTorch op touches the blocks
     with Scheduler(budget="60%", hw="h200-pcie5", warmup_iters=3, mode="sampled",
                    hook=False, touch_device="cpu") as s:
-        _run(s, loop, batch=2, iters=5)
+        _run(s, loop, batch=2, iters=4)
+        assert not s.wait_planned(60)
         assert s.state == "recording" and s.stats()["learn_failures"] >= 1
         assert "dispatch tracer saw no PyTorch op" in s.last_error
     loop.close()
@@ -257,7 +267,8 @@ def test_tuning_keeps_the_guard_whose_iterations_the_clock_finds_fastest(host):
     with Scheduler(budget="60%", hw="h200-pcie5", warmup_iters=3, hook=False,
                    tune=(8,), tune_iters=2) as s:
         _run(s, loop, batch=8, iters=4)
-        assert s.state == "armed" and s.stats()["tuning_now"] == "auto"
+        assert s.wait_planned(60), s.last_error
+        assert s.stats()["tuning_now"] == "auto"
         seen = []
         for _ in range(12):
             s.step()
@@ -278,10 +289,10 @@ def test_tuning_without_markers_says_why_it_did_not_run(host):
                    tune=(8,)) as s:
         for _ in range(8):
             loop.iteration(8)
-            s.poll()
-            if s.state == "armed":
+            if s.wait_planned(60):  # (a learned period needs warmup_iters repetitions)
                 break
-        assert s.state == "armed" and s.plan.meta["sync"] == "period"
+        assert s.state == "armed", s.last_error
+        assert s.plan.meta["sync"] == "period"
         assert s.tuning == {} and "iteration markers" in s.stats()["tuning_skipped"]
     loop.close()
 
@@ -300,8 +311,42 @@ def test_sampled_mode_can_measure_its_plan_against_the_oblivious_one(host):
     loop = TensorLoop()
     with Scheduler(budget="60%", hw="h200-pcie5", warmup_iters=3, mode="sampled",
                    hook=False, touch_device="cpu", tune=("oblivious",), tune_iters=1) as s:
-        _run(s, loop, batch=2, iters=4 + 2 * 3)
+        _run(s, loop, batch=2, iters=4)
+        assert s.wait_planned(60), s.last_error
+        _run(s, loop, batch=2, iters=2 * 3 + 1)
         assert s.tuning.keys() == {"auto", "oblivious"}
         assert s.plan.meta["mode"] == ("oblivious" if s.tuning["oblivious"] < s.tuning["auto"]
                                        else "sampled")
     loop.close()
+
+
+def test_planning_on_a_thread_of_this_process_arms_the_same_way(host):
+    loop = Loop()
+    with Scheduler(budget="60%", warmup_iters=2, hook=False, worker="thread") as s:
+        _run(s, loop, batch=8, iters=3)
+        assert s.wait_planned(60), s.last_error
+        _run(s, loop, batch=8, iters=2)
+        st = s.stats()
+        assert st["native"]["actions_issued"] > 0 and st["native"]["divergences"] == 0
+    loop.close()
+    with pytest.raises(ValueError, match="worker must be 'process' or 'thread'"):
+        Scheduler(worker="fork")
+
+
+def test_live_blocks_are_tracked_across_batches_with_reused_addresses(host):
+    """The vectorised live-block table: an address freed and allocated again within one
+    drained batch is alive with its last allocation; one freed last is gone."""
+    with Scheduler(hook=False) as s:
+        a = native.malloc(MiB)
+        b = native.malloc(MiB)
+        s.poll()
+        native.free(a)
+        c = native.malloc(MiB)  # may reuse a's address
+        native.free(b)
+        s.poll()
+        live = {int(x) for x in s._live["addr"]}
+        assert live == {c}
+        assert s._live_args(np.array([c, b], np.uint64)).tolist()[1] == -1
+        native.free(c)
+        s.poll()
+        assert len(s._live) == 0

@@ -1,0 +1,248 @@
+"""Learning and planning for the runtime, off the training thread.
+
+``learn(request)`` turns recorded allocator events into a plan (trace, pattern, plan, the
+tuning candidates' plans): seconds of work on an LLM-sized iteration. The ``Scheduler``
+must not stall the training loop for that, and a Python thread would not do: while it
+holds the GIL, every ctypes call of the loop (each malloc and free releases and retakes the
+GIL) waits up to the interpreter's switch interval (5 ms), so the loop would crawl while it
+plans. So ``Worker`` runs ``learn`` in a helper process by default (``kind="process"``):
+one per Python process, started on first use with the interpreter running the
+training loop (``python -c``: it imports only uvm_sched's trace/pattern/planner, never the
+user's script, unlike multiprocessing's spawn), fed over pipes with pickle protocol 5 (the
+event arrays go out of band, written from a helper thread that releases the GIL while it
+writes). ``kind="thread"`` runs ``learn`` in the helper thread itself (no second process;
+for environments that forbid one); if the process cannot be started, the worker falls
+back to that with a logged warning.
+"""
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import pickle
+import struct
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["learn", "Worker", "Job", "main", "shared_worker"]
+
+logger = logging.getLogger(__name__)
+
+
+def learn(req: dict) -> dict:
+    """Plan from recorded events. ``req``: ``events`` (list of EVENT_DTYPE arrays, in order),
+    ``budget``, ``hw``, ``mode``, ``warmup_iters``, ``plan_opts``, ``touches`` (None, or
+    (clocks, addresses, device type) of the dispatch tracer), ``tune`` (candidates).
+    Returns ``status`` "ok" (with ``plan``, ``pattern``, ``addrs``: persistent ordinal ->
+    address, ``start_ev``: the allocator event where the learned iteration starts,
+    ``samples``, ``cands``: [(label, plan)] for tuning, ``tuning_skipped``), "wait" (a
+    learned period with too few repetitions yet), or "error" (``error``: what failed)."""
+    from .pattern import PatternError, analyze
+    from .planner import PlanError, plan, samples_from_touches, tuning_candidates
+    from .trace import EventKind
+    from .trace._native import trace_from_events
+
+    t0 = time.perf_counter()
+    parts = req["events"]
+    events = np.concatenate(parts) if len(parts) != 1 else parts[0]
+    try:
+        trace, addresses = trace_from_events(events, return_addresses=True)
+        pat = analyze(trace)
+        if pat.source != "markers" and len(pat.iterations) < req["warmup_iters"]:
+            return {"status": "wait"}  # not enough repetitions yet to trust a learned period
+        opts = dict(req["plan_opts"])
+        mode = req["mode"]
+        if req["touches"] is not None:
+            clocks, taddrs, device_type = req["touches"]
+            opts["samples"] = samples_from_touches(trace, addresses, pat, clocks, taddrs,
+                                                   k0=int(events["tick"][0]))
+            if not len(opts["samples"]):
+                # planning on would quietly be the oblivious mode
+                raise ValueError(
+                    f"sampled mode: the dispatch tracer saw no PyTorch op touch a "
+                    f"uvm_sched block on device type {device_type!r} during "
+                    f"the warm-up ({len(clocks):,} touches recorded); are "
+                    "the model's tensors there, allocated through uvm_sched.allocator()?")
+        p = plan(trace, req["budget"], req["hw"], mode=mode, pattern=pat, **opts)
+        cands, skipped = [], None
+        if req["tune"]:
+            if p.meta.get("sync") != "marker":
+                # the clock is read at markers: without them there is nothing to time
+                skipped = ("the plan syncs on the learned period, not on iteration "
+                           "markers, and tuning times iterations between markers: "
+                           "call Scheduler.step() each iteration (or let the optimizer "
+                           "hook do it)")
+            else:
+                (first, _, _), *rest = tuning_candidates(req["tune"], mode, opts)
+                cands = [(first, None)] + [
+                    (label, plan(trace, req["budget"], req["hw"], mode=m, pattern=pat, **o))
+                    for label, m, o in rest]
+    except (PatternError, PlanError, ValueError) as e:
+        return {"status": "error", "error": f"{type(e).__name__}: {e}"}
+    # persistent blocks: the plan names them by ALLOC ordinal in the trace
+    alloc_blocks = trace.block[trace.kind == EventKind.ALLOC]
+    return {
+        "status": "ok", "plan": p, "pattern": pat,
+        "addrs": [int(a) for a in np.asarray(addresses)[alloc_blocks]],
+        "start_ev": int(np.searchsorted(trace.tick[trace.kind <= EventKind.FREE],
+                                        pat.start_tick)),
+        "samples": opts.get("samples") if mode == "sampled" else None,
+        "cands": cands, "tuning_skipped": skipped,
+        "learn_s": time.perf_counter() - t0,
+    }
+
+
+class Job:
+    """One request in flight: ``done`` is set when ``result`` (learn's dict) is there;
+    ``wall_s`` is the time from submission to the result."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.result: dict | None = None
+        self.wall_s = 0.0
+
+
+# -- the wire: a frame is (pickle bytes, out-of-band buffers), lengths first ---------------
+def _write_frame(f, obj) -> None:
+    bufs: list = []
+    data = pickle.dumps(obj, protocol=5, buffer_callback=bufs.append)
+    raws = [b.raw() for b in bufs]
+    head = struct.pack(f"<QQ{len(raws)}Q", len(data), len(raws), *(r.nbytes for r in raws))
+    f.write(head)
+    f.write(data)
+    for r in raws:
+        f.write(r)
+    f.flush()
+
+
+def _read_exact(f, n: int) -> bytearray:
+    out = bytearray(n)
+    view, got = memoryview(out), 0
+    while got < n:
+        k = f.readinto(view[got:])
+        if not k:
+            raise EOFError(f"the planning process closed its pipe ({got:,} of {n:,} bytes read)")
+        got += k
+    return out
+
+
+def _read_frame(f):
+    n, nb = struct.unpack("<QQ", _read_exact(f, 16))
+    sizes = struct.unpack(f"<{nb}Q", _read_exact(f, 8 * nb)) if nb else ()
+    data = _read_exact(f, n)
+    return pickle.loads(data, buffers=[_read_exact(f, s) for s in sizes])
+
+
+def main() -> None:
+    """The helper process: requests in on stdin, results out on stdout, until stdin closes.
+    Anything else that writes to stdout goes to stderr (the pipe carries frames only)."""
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    inp = sys.stdin.buffer
+    while True:
+        try:
+            req = _read_frame(inp)
+        except EOFError:
+            return
+        try:
+            res = learn(req)
+        except Exception as e:  # never let the loop's process die of a planner bug
+            import traceback
+
+            res = {"status": "error", "error": f"{type(e).__name__}: {e}",
+                   "traceback": traceback.format_exc()}
+        _write_frame(out, res)
+
+
+class Worker:
+    """Runs ``learn`` requests one at a time off the calling thread; ``submit`` returns at
+    once with a ``Job``. ``kind``: "process" (default) or "thread" (see module doc)."""
+
+    def __init__(self, kind: str = "process") -> None:
+        if kind not in ("process", "thread"):
+            raise ValueError(f"worker must be 'process' or 'thread', got {kind!r}")
+        self.kind = kind
+        self._proc: subprocess.Popen | None = None
+        self._io = threading.Lock()  # one request on the pipe at a time
+
+    def submit(self, req: dict) -> Job:
+        job = Job()
+        threading.Thread(target=self._run, args=(req, job), name="uvm_sched-learn",
+                         daemon=True).start()
+        return job
+
+    def _run(self, req: dict, job: Job) -> None:
+        t0 = time.perf_counter()
+        try:
+            with self._io:
+                job.result = self._remote(req) if self.kind == "process" else learn(req)
+        except Exception as e:  # a failed learn leaves the loop unplanned, never broken
+            logger.warning("uvm_sched: planning failed: %s: %s", type(e).__name__, e)
+            job.result = {"status": "error", "error": f"{type(e).__name__}: {e}"}
+        job.wall_s = time.perf_counter() - t0
+        job.done.set()
+
+    def _remote(self, req: dict) -> dict:
+        if self._proc is None or self._proc.poll() is not None:
+            try:
+                self._proc = _start_process()
+            except OSError as e:
+                logger.warning("uvm_sched: cannot start the planning process (%s); planning "
+                               "on a thread of this process instead", e)
+                self.kind = "thread"
+                return learn(req)
+        try:
+            _write_frame(self._proc.stdin, req)
+            res = _read_frame(self._proc.stdout)
+        except (OSError, EOFError, pickle.UnpicklingError) as e:
+            self.close()
+            raise RuntimeError(f"the planning process failed: {e}") from None
+        if "traceback" in res:
+            logger.warning("uvm_sched: the planner raised in the planning process:\n%s",
+                           res["traceback"])
+        return res
+
+    def close(self) -> None:
+        p, self._proc = self._proc, None
+        if p is not None:
+            try:
+                p.stdin.close()
+                p.wait(timeout=5)
+            except Exception:  # already gone, or stuck: it must not outlive us
+                p.kill()
+
+
+def _start_process() -> subprocess.Popen:
+    root = str(Path(__file__).resolve().parents[1])  # the folder holding uvm_sched
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([root] + ([env["PYTHONPATH"]]
+                                                  if env.get("PYTHONPATH") else []))
+    # its own session: a Ctrl-C meant for the training loop does not kill it mid-plan
+    return subprocess.Popen([sys.executable, "-c", "from uvm_sched._learn import main; main()"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+                            start_new_session=True)
+
+
+_shared: dict[str, Worker] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_worker(kind: str) -> Worker:
+    """The process-wide worker of a kind (one helper process serves every Scheduler)."""
+    with _shared_lock:
+        w = _shared.get(kind)
+        if w is None:
+            w = _shared[kind] = Worker(kind)
+        return w
+
+
+@atexit.register
+def _close_all() -> None:
+    for w in list(_shared.values()):
+        w.close()
