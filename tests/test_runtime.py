@@ -335,7 +335,7 @@ def test_planning_on_a_thread_of_this_process_arms_the_same_way(host):
 
 def test_live_blocks_are_tracked_across_batches_with_reused_addresses(host):
     """The vectorised live-block table: an address freed and allocated again within one
-    drained batch is alive with its last allocation; one freed last is gone."""
+    drained batch is alive with its last allocation (ordinal); one freed last is gone."""
     with Scheduler(hook=False) as s:
         a = native.malloc(MiB)
         b = native.malloc(MiB)
@@ -346,7 +346,34 @@ def test_live_blocks_are_tracked_across_batches_with_reused_addresses(host):
         s.poll()
         live = {int(x) for x in s._live["addr"]}
         assert live == {c}
-        assert s._live_args(np.array([c, b], np.uint64)).tolist()[1] == -1
+        ords = s._live["arg"]
+        assert s._live_ordinal(np.array([ords[0], ords[0] - 1])).tolist() == [True, False]
         native.free(c)
+        s.poll()
+        assert len(s._live) == 0
+
+
+def test_live_block_table_matches_a_dict_model_over_random_batches(host):
+    """The table _track_live keeps equals the plain model (the set of blocks this test
+    holds), whatever the mix of blocks born and freed within and across drained batches,
+    and stays in allocation order."""
+    import random
+
+    rnd = random.Random(7)
+    held: set[int] = set()
+    with Scheduler(hook=False) as s:
+        for _ in range(40):
+            for _ in range(rnd.randrange(0, 60)):
+                if held and rnd.random() < 0.45:
+                    a = rnd.choice(sorted(held))
+                    native.free(a)
+                    held.remove(a)
+                else:
+                    held.add(native.malloc(rnd.choice([4096, MiB, 3 * MiB])))
+            s.poll()
+            assert {int(a) for a in s._live["addr"]} == held
+            assert list(s._live["arg"]) == sorted(s._live["arg"])  # allocation order
+        for a in sorted(held):
+            native.free(a)
         s.poll()
         assert len(s._live) == 0

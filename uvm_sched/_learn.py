@@ -20,13 +20,13 @@ import atexit
 import logging
 import os
 import pickle
+import queue
 import struct
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -150,6 +150,14 @@ def main() -> None:
             req = _read_frame(inp)
         except EOFError:
             return
+        if req.get("ping"):  # (Worker.warm: load what learn needs, then say so)
+            from . import pattern  # noqa: F401
+            from .planner import _fast
+            from .trace import _native  # noqa: F401
+
+            _fast.available()  # numba and the compiled sweep, where installed
+            _write_frame(out, {"status": "ready"})
+            continue
         try:
             res = learn(req)
         except Exception as e:  # never let the loop's process die of a planner bug
@@ -169,37 +177,67 @@ class Worker:
             raise ValueError(f"worker must be 'process' or 'thread', got {kind!r}")
         self.kind = kind
         self._proc: subprocess.Popen | None = None
-        self._io = threading.Lock()  # one request on the pipe at a time
+        self._todo: queue.SimpleQueue = queue.SimpleQueue()  # (request, Job), in order
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+
+    def warm(self) -> None:
+        """Start the helper thread and, for "process", the helper process now, in the
+        background (its imports take a second or two: better during the warm-up
+        iterations than after them; and starting a thread from ``step()`` costs
+        milliseconds on a loaded machine)."""
+        self._ensure_thread()
+        if self.kind == "process":
+            self._todo.put(({"ping": True}, Job()))
 
     def submit(self, req: dict) -> Job:
         job = Job()
-        threading.Thread(target=self._run, args=(req, job), name="uvm_sched-learn",
-                         daemon=True).start()
+        self._ensure_thread()
+        self._todo.put((req, job))
         return job
 
-    def _run(self, req: dict, job: Job) -> None:
-        t0 = time.perf_counter()
-        try:
-            with self._io:
-                job.result = self._remote(req) if self.kind == "process" else learn(req)
-        except Exception as e:  # a failed learn leaves the loop unplanned, never broken
-            logger.warning("uvm_sched: planning failed: %s: %s", type(e).__name__, e)
-            job.result = {"status": "error", "error": f"{type(e).__name__}: {e}"}
-        job.wall_s = time.perf_counter() - t0
-        job.done.set()
+    def _ensure_thread(self) -> None:
+        with self._start_lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._serve, name="uvm_sched-learn",
+                                                daemon=True)
+                self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            req, job = self._todo.get()
+            t0 = time.perf_counter()
+            try:
+                if req.get("ping"):
+                    try:
+                        self._remote(req)
+                    except Exception as e:  # the first real request tries again, says why
+                        logger.debug("uvm_sched: starting the planning process: %s", e)
+                else:
+                    job.result = self._remote(req) if self.kind == "process" else learn(req)
+            except Exception as e:  # a failed learn leaves the loop unplanned, never broken
+                if not sys.is_finalizing():  # (at exit: nobody waits for this plan)
+                    logger.warning("uvm_sched: planning failed: %s: %s", type(e).__name__, e)
+                job.result = {"status": "error", "error": f"{type(e).__name__}: {e}"}
+            job.wall_s = time.perf_counter() - t0
+            job.done.set()
+
+    def _ensure_process(self) -> subprocess.Popen:
+        if self._proc is None or self._proc.poll() is not None:
+            self._proc = _start_process()
+        return self._proc
 
     def _remote(self, req: dict) -> dict:
-        if self._proc is None or self._proc.poll() is not None:
-            try:
-                self._proc = _start_process()
-            except OSError as e:
-                logger.warning("uvm_sched: cannot start the planning process (%s); planning "
-                               "on a thread of this process instead", e)
-                self.kind = "thread"
-                return learn(req)
         try:
-            _write_frame(self._proc.stdin, req)
-            res = _read_frame(self._proc.stdout)
+            proc = self._ensure_process()
+        except OSError as e:
+            logger.warning("uvm_sched: cannot start the planning process (%s); planning "
+                           "on a thread of this process instead", e)
+            self.kind = "thread"
+            return {"status": "ready"} if req.get("ping") else learn(req)
+        try:
+            _write_frame(proc.stdin, req)
+            res = _read_frame(proc.stdout)
         except (OSError, EOFError, pickle.UnpicklingError) as e:
             self.close()
             raise RuntimeError(f"the planning process failed: {e}") from None

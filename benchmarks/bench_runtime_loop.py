@@ -1,0 +1,140 @@
+"""The Scheduler's cost on the training thread: replay an LLM-shaped allocator stream
+(``trace._llm``) through ``malloc``/``free``/``Scheduler.step()`` on the host backend and
+time every ``step()`` (it drains the ring, tracks live blocks, records or watches, and
+arms a plan that is ready).
+
+Per state (``recording``: before the recording is handed over; ``planning``: while the
+worker makes the plan and the loop runs on unplanned; ``armed``) it prints the number of
+steps, the events they drained, the longest ``step()`` and the Python side's cost per
+drained event (time in ``step()`` / events). Both workers run side by side: ``process``
+(the default) and ``thread`` (planning in this process, competing for the GIL).
+Targets (issue 24): longest ``step()`` while learning <= 10 ms; <= 100 ns per event.
+
+    python benchmarks/bench_runtime_loop.py [--events 300000] [--iters 6] [--warmup 2]
+
+Each worker runs in its own process (a fresh allocator); writes
+``benchmarks/results/runtime_loop.md`` and ``.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "benchmarks" / "results"
+
+
+def one(events: int, iters: int, warmup: int, worker: str) -> dict:
+    os.environ["UVM_SCHED_BACKEND"] = "host"
+    sys.path.insert(0, str(ROOT))
+    import numpy as np
+
+    from uvm_sched import native
+    from uvm_sched.runtime import Scheduler
+    from uvm_sched.trace import EventKind
+    from uvm_sched.trace._llm import llm_trace_for_events
+
+    # small shapes: the host backend maps what it hands out; the event stream is the point
+    tr = llm_trace_for_events(events, iters=iters, hidden=64, seq=32, vocab=256)
+    kind, block, size = tr.kind, tr.block, tr.size
+    rows = np.flatnonzero((kind == EventKind.ALLOC) | (kind == EventKind.FREE)
+                          | (kind == EventKind.MARK))
+    ptr: dict[int, int] = {}
+    steps = []
+    drained = 0
+    s = Scheduler(budget="60%", hw="h200-pcie5", warmup_iters=warmup, hook=False,
+                  worker=worker).start()
+    t_loop = time.perf_counter()
+    for k, b, z in zip(kind[rows].tolist(), block[rows].tolist(), size[rows].tolist()):
+        if k == EventKind.ALLOC:
+            ptr[b] = native.malloc(z)
+            drained += 1
+        elif k == EventKind.FREE:
+            native.free(ptr.pop(b))
+            drained += 1
+        else:
+            before = "planning" if s._job is not None else s.state
+            t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
+            s.step()
+            dt, dc = time.perf_counter_ns() - t0, time.thread_time_ns() - c0
+            steps.append({"state": before, "ns": dt, "cpu_ns": dc, "events": drained + 1})
+            drained = 0
+    loop_s = time.perf_counter() - t_loop
+    s.wait_planned(600)
+    st = s.stats()
+    s.close()
+    by: dict[str, dict] = {}
+    for x in steps:
+        d = by.setdefault(x["state"], {"steps": 0, "events": 0, "ns": 0, "max_ns": 0,
+                                       "cpu_ns": 0, "max_cpu_ns": 0})
+        d["steps"] += 1
+        d["events"] += x["events"]
+        d["ns"] += x["ns"]
+        d["max_ns"] = max(d["max_ns"], x["ns"])
+        d["cpu_ns"] += x["cpu_ns"]
+        d["max_cpu_ns"] = max(d["max_cpu_ns"], x["cpu_ns"])
+    return {"worker": worker, "events": int(len(rows)), "iterations": iters,
+            "loop_s": loop_s, "states": by, "plan_time_s": st["plan_time_s"],
+            "steps_before_plan": st["steps_before_plan"],
+            "steps_while_planning": st["steps_while_planning"], "plans": st["plans"],
+            "last_error": st["last_error"]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, default=300_000)
+    ap.add_argument("--iters", type=int, default=6)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--one", choices=["process", "thread"], help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.one:
+        print(json.dumps(one(a.events, a.iters, a.warmup, a.one)))
+        return
+    res = []
+    for w in ("process", "thread"):
+        cmd = [sys.executable, __file__, "--one", w, "--events", str(a.events),
+               "--iters", str(a.iters), "--warmup", str(a.warmup)]
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=ROOT)
+        res.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    lines = [f"# Scheduler on the training thread: {res[0]['events']:,}-event LLM-shaped "
+             f"stream, {a.iters} iterations, warmup_iters={a.warmup}, host backend",
+             "", "Command: `python benchmarks/bench_runtime_loop.py --events "
+             f"{a.events} --iters {a.iters} --warmup {a.warmup}`", "",
+             "Wall: the clock on the training thread (on a shared 2-core machine it includes "
+             "time the thread waited for a core; `uptime` load average at the start: "
+             f"{os.getloadavg()[0]:.1f}). CPU: the training thread's own CPU time "
+             "(`time.thread_time_ns`), what the Scheduler costs it.", "",
+             "| worker | state | steps | events drained | longest step() ms wall / CPU | "
+             "ns per event wall / CPU | target (CPU) |", "|---|---|---|---|---|---|---|"]
+    for r in res:
+        for state in ("recording", "planning", "armed"):
+            d = r["states"].get(state)
+            if not d:
+                continue
+            per = d["ns"] / max(d["events"], 1)
+            cpu = d["cpu_ns"] / max(d["events"], 1)
+            ok = d["max_cpu_ns"] <= 10e6 and cpu <= 100
+            lines.append(f"| {r['worker']} | {state} | {d['steps']} | {d['events']:,} | "
+                         f"{d['max_ns'] / 1e6:.2f} / {d['max_cpu_ns'] / 1e6:.2f} | "
+                         f"{per:.0f} / {cpu:.0f} | "
+                         f"{'met' if ok else 'NOT met'} (<= 10 ms, <= 100 ns) |")
+    lines += ["", "| worker | plan made in s | steps before the first plan | steps run while "
+              "planning | replay loop s | plans | last error |", "|---|---|---|---|---|---|---|"]
+    for r in res:
+        lines.append(f"| {r['worker']} | {r['plan_time_s']:.2f} | {r['steps_before_plan']} | "
+                     f"{r['steps_while_planning']} | {r['loop_s']:.2f} | {r['plans']} | "
+                     f"{r['last_error'] or ''} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "runtime_loop.md").write_text(text)
+    (OUT / "runtime_loop.json").write_text(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    main()
