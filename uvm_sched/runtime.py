@@ -151,7 +151,8 @@ class Scheduler:
         self._iter_div = 0  # divergences in the current iteration
         self._counters = {"plans": 0, "relearns": 0, "iterations_armed": 0,
                           "divergences": 0, "learn_failures": 0, "plan_time_s": 0.0,
-                          "steps": 0, "steps_before_plan": None, "steps_while_planning": 0}
+                          "steps": 0, "steps_before_plan": None, "steps_while_planning": 0,
+                          "arm_time_s": 0.0}
         self.last_error: str | None = None
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -376,7 +377,9 @@ class Scheduler:
             start_now = True
         else:
             start_now = self._at_marker
+        t0 = time.perf_counter()
         native.arm_plan(p, addrs, start_now=start_now, phase=phase, phase_allocs=phase_allocs)
+        self._counters["arm_time_s"] += time.perf_counter() - t0
         self.plan, self.pattern, self._addrs = p, pat, addrs
         self._start_tuning(res)
         self.samples = res["samples"]
@@ -496,8 +499,8 @@ class Scheduler:
         worker to its plan, summed over plans; ``steps``: markers seen,
         ``steps_before_plan``: markers seen when the first plan was armed (None before),
         ``steps_while_planning``: markers the loop ran through while a plan was being made;
-        ``planning``: one is being made now), the plan's prediction and the native
-        counters."""
+        ``planning``: one is being made now; ``arm_time_s``: seconds the training thread
+        spent arming plans), the plan's prediction and the native counters."""
         from . import native
 
         with self._lock:
