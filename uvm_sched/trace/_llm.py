@@ -4,8 +4,8 @@ benchmarks.
 What a framework's caching allocator sees for a GPT-like model trained with mixed-precision
 AdamW and gradient accumulation, built with ``TraceBuilder``:
 
-* once: fp32 master weights, bf16 working weights, fp32 AdamW moments (m, v) and fp32
-  accumulated gradients, per layer (QKV, attention output, MLP up, MLP down, two norms) plus
+* once, one parameter per tick: fp32 master weights, bf16 working weights, fp32 AdamW
+  moments (m, v) and fp32 accumulated gradients, per layer (QKV, attention output, MLP up, MLP down, two norms) plus
   the embedding and the LM head;
 * per micro-batch, forward: per layer the saved activations (norm output, QKV, attention
   probabilities, attention output, residual, MLP up, GELU output, MLP down), a workspace
@@ -54,15 +54,15 @@ def llm_trace(*, layers: int = 8, micro_batches: int = 4, iters: int = 3, hidden
     # weights per layer: qkv, out, up, down, two norms
     shapes = [3 * h * h, h * h, 4 * h * h, 4 * h * h, h, h]
     params = [vocab * h] + [n for _ in range(layers) for n in shapes] + [vocab * h]
-    master = [tb.alloc(4 * n) for n in params]
-    tick(0)
-    work = [tb.alloc(2 * n) for n in params]
-    for w in work:
-        acc(w, _W)
-    tick(0)
-    moments = [(tb.alloc(4 * n), tb.alloc(4 * n)) for n in params]
-    gacc = [tb.alloc(4 * n) for n in params]
-    tick(0)
+    master, work, moments, gacc = [], [], [], []
+    for n in params:  # one parameter's state per tick (as a model's init creates them)
+        master.append(tb.alloc(4 * n))
+        work.append(tb.alloc(2 * n))
+        moments.append((tb.alloc(4 * n), tb.alloc(4 * n)))
+        gacc.append(tb.alloc(4 * n))
+        acc(master[-1], _W)
+        acc(work[-1], _W)
+        tick(4 * n)
 
     def lw(layer: int, j: int) -> int:  # index of weight j of a layer in `params`
         return 1 + 6 * layer + j
