@@ -56,41 +56,36 @@ def one(n: int, hw: str, budget: str, sim: bool, reference: bool) -> dict:
     r["first_call_s"] = time.perf_counter() - t
     del small
     r["base_rss_bytes"] = _rss_now()
-    t = time.perf_counter()
-    tr = llm_trace_for_events(n)
-    r["build_s"] = time.perf_counter() - t
+
+    def timed(key, fn, *args, **kw):
+        t, c = time.perf_counter(), time.process_time()
+        out = fn(*args, **kw)
+        r[key] = time.perf_counter() - t
+        r[key.replace("_s", "_cpu_s")] = time.process_time() - c
+        return out
+
+    tr = timed("build_s", llm_trace_for_events, n)
     r["events"] = len(tr.kind)
     r["name"] = tr.meta.get("name")
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "t.parquet"
-        t = time.perf_counter()
-        tr.save(path)
-        r["save_s"] = time.perf_counter() - t
-        t = time.perf_counter()
-        back = load(path)
-        r["load_s"] = time.perf_counter() - t
+        timed("save_s", tr.save, path)
+        back = timed("load_s", load, path)
         assert len(back.kind) == len(tr.kind)
-    t = time.perf_counter()
-    pat = analyze(tr)
-    r["analyze_s"] = time.perf_counter() - t
+        del back
+    pat = timed("analyze_s", analyze, tr)
     calls = _fast.calls()
-    t = time.perf_counter()
-    p = plan(tr, budget, hw, pattern=pat)
-    r["plan_s"] = time.perf_counter() - t
+    p = timed("plan_s", plan, tr, budget, hw, pattern=pat)
     r["fast_sweeps"] = _fast.calls() - calls
     r["actions"] = len(p.actions)
     if reference:
         os.environ["UVM_SCHED_PLANNER_KERNEL"] = "python"
-        t = time.perf_counter()
-        ref = plan(tr, budget, hw, pattern=pat)
-        r["plan_reference_s"] = time.perf_counter() - t
+        ref = timed("plan_reference_s", plan, tr, budget, hw, pattern=pat)
         del os.environ["UVM_SCHED_PLANNER_KERNEL"]
         r["identical_plan"] = bool(ref.actions.equals(p.actions))
     if sim:
         for name, pol in (("demand", "demand"), ("plan", p)):
-            t = time.perf_counter()
-            res = simulate(tr, pol, hw, budget)
-            r[f"sim_{name}_s"] = time.perf_counter() - t
+            res = timed(f"sim_{name}_s", simulate, tr, pol, hw, budget)
             r[f"sim_{name}_iteration_s"] = float(res.iteration_time_s)
     r["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return r
@@ -147,7 +142,9 @@ def main() -> None:
     lines = [f"# Scale: LLM-shaped traces ({a.hw}, budget {a.budget})", "",
              "Command: `python benchmarks/bench_scale.py --sizes " + a.sizes
              + (" --no-sim" if a.no_sim else "") + f" --reference-max {a.reference_max}`", "",
-             "Seconds per stage; `plan` uses the compiled selection sweep, `plan (reference "
+             "Seconds per stage, wall / CPU (this process's CPU time: on a shared machine the "
+             "wall clock also counts waiting for a core; the targets are checked on CPU "
+             "time, wall beside it). `plan` uses the compiled selection sweep, `plan (reference "
              "sweep)` the plain-Python one (the baseline; `same plan` checks the two plans' "
              "actions are equal). Each size runs in a fresh process; machine: 2 shared cores, "
              f"load average {os.getloadavg()[0]:.1f} when the table was written. First calls "
@@ -158,7 +155,8 @@ def main() -> None:
              + " | same plan | peak RSS MiB | over the start, bytes/event |",
              "|---" * (len(cols) + 5) + "|"]
     for r in rows:
-        cells = [f"{r[k]:.2f}" if r.get(k) is not None else "" for k, _ in cols]
+        cells = [f"{r[k]:.2f} / {r[k.replace('_s', '_cpu_s')]:.2f}" if r.get(k) is not None
+                 else "" for k, _ in cols]
         lines.append(f"| {r['events']:,} | {r['name']} | " + " | ".join(cells)
                      + f" | {r.get('identical_plan', '')} | {r['peak_rss_bytes'] / 2**20:.0f}"
                      f" | {(r['peak_rss_bytes'] - r['base_rss_bytes']) / r['events']:.0f} |")
@@ -166,19 +164,23 @@ def main() -> None:
     if len(big) >= 2:
         lines += ["", "Growth exponent (log-log slope from ~100k events up):", ""]
         for k, h in cols:
-            pts = [(r["events"], r[k]) for r in big if r.get(k) is not None]
+            pts = [(r["events"], r[k], r[k.replace("_s", "_cpu_s")]) for r in big
+                   if r.get(k) is not None]
             if len(pts) >= 2:
-                lines.append(f"- {h}: {_slope(*zip(*pts)):.2f}")
+                x, w, c = zip(*pts)
+                lines.append(f"- {h}: {_slope(x, c):.2f} CPU, {_slope(x, w):.2f} wall")
     top = max(rows, key=lambda r: r["events"])
     per = 1e5 / top["events"]
     lines += ["", f"At {top['events']:,} events (targets from issue 24):", ""]
-    checks = [("plan per 100k events", top["plan_s"] * per, 0.5, "s")]
-    for k in ("sim_demand_s", "sim_plan_s"):
+    checks = [("plan per 100k events (CPU)", top["plan_cpu_s"] * per, 0.5, "s")]
+    for k in ("sim_demand_cpu_s", "sim_plan_cpu_s"):
         if top.get(k) is not None:
-            checks.append((f"{k[4:-2]} simulation per 100k events", top[k] * per, 1.0, "s"))
+            checks.append((f"{k[4:-6]} simulation per 100k events (CPU)", top[k] * per, 1.0,
+                           "s"))
     checks += [("peak RSS over the process's start (imports, first calls) per event",
                 (top["peak_rss_bytes"] - top["base_rss_bytes"]) / top["events"], 1024, "bytes"),
-               ("Parquet save", top["save_s"], 1.0, "s"), ("Parquet load", top["load_s"], 1.0, "s")]
+               ("Parquet save (CPU)", top["save_cpu_s"], 1.0, "s"),
+               ("Parquet load (CPU)", top["load_cpu_s"], 1.0, "s")]
     for what, v, lim, unit in checks:
         lines.append(f"- {what}: {v:.2f} {unit} (target <= {lim:g} {unit}): "
                      f"{'met' if v <= lim else 'NOT met, ' + format(v / lim, '.1f') + 'x over'}")

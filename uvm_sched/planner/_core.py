@@ -274,8 +274,11 @@ def build_schedule(p: Problem, budget: int, *, guards=(4,), rounds: int = 6) -> 
     # per byte over budget at the worst tick).
     resident = base - saved
     if int((resident - budget).max(initial=0)) > p.remote_min_excess:
-        cand = [i for i in range(n) if p.remote_ok[i]]
-        cand.sort(key=lambda i: (-int(size[i]), i))
+        cand = np.flatnonzero(p.remote_ok)
+        cand = cand[np.lexsort((cand, -size[cand]))].tolist()  # largest first, then by index
+        of_blk: dict[int, list] = {}  # block -> its chosen gaps (one pass, not one per block)
+        for g in chosen:
+            of_blk.setdefault(g.blk, []).append(g)
         for i in cand:
             over = resident - budget
             worst = int(over.max())
@@ -291,9 +294,8 @@ def build_schedule(p: Problem, budget: int, *, guards=(4,), rounds: int = 6) -> 
                     <= p.remote_cost_ns[i]:
                 continue
             # its own gaps become pointless
-            for g in chosen:
-                if g.blk == i:
-                    g.chosen = False
+            for g in of_blk.get(i, ()):
+                g.chosen = False
             remote.append(i)
             resident[lf:lt + 1] -= size[i]
         if remote:
