@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 native = pytest.importorskip("uvm_sched.native")
 pytest.importorskip("uvm_sched.trace._native", reason="trace_from_events (native drain -> Trace) has not landed")
@@ -377,3 +379,38 @@ def test_live_block_table_matches_a_dict_model_over_random_batches(host):
             native.free(a)
         s.poll()
         assert len(s._live) == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 30), st.booleans()), max_size=200),
+       st.lists(st.integers(1, 40), min_size=1, max_size=10))
+def test_live_block_table_on_synthetic_batches_with_dropped_events(ops, cuts):
+    """_track_live over event arrays built here (no allocator): allocations with rising
+    ordinals, frees of live ones, some ALLOC records lost (as a full ring drops them, so
+    ordinals skip), split into batches anywhere; the table holds exactly the blocks the
+    model holds that were seen allocated, in ordinal order."""
+    from uvm_sched.native import EVENT_DTYPE
+
+    rows, live, seen, ordinal = [], {}, set(), 0
+    for is_alloc, pick, dropped in ops:
+        if is_alloc or not live:
+            ordinal += 1
+            live[ordinal] = 4096 * ordinal
+            if not dropped:
+                rows.append((0, 4096 * ordinal, ordinal))
+                seen.add(ordinal)
+        else:
+            o = sorted(live)[pick % len(live)]
+            del live[o]
+            rows.append((1, 4096 * o, o))
+    ev = np.zeros(len(rows), EVENT_DTYPE)
+    if rows:
+        ev["kind"], ev["addr"], ev["arg"] = zip(*rows)
+    s = Scheduler(hook=False)
+    i = 0
+    for c in cuts * (1 + len(ev) // max(sum(cuts), 1)):
+        s._track_live(ev[i:i + c])
+        i += c
+        if i >= len(ev):
+            break
+    assert list(s._live["arg"]) == sorted(o for o in live if o in seen)

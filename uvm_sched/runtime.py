@@ -275,13 +275,20 @@ class Scheduler:
             # most blocks born in a batch die in it (activations): drop those first, so
             # only survivors are copied
             a_ord = arg[ia]
-            j = np.searchsorted(a_ord, freed)
-            inb = j < len(ia)
-            jj = j[inb]
-            hit = a_ord[jj] == freed[inb]
+            a0 = int(a_ord[0])
             keep_new = np.ones(len(ia), bool)
-            keep_new[jj[hit]] = False
-            inb[inb] = hit
+            if int(a_ord[-1]) - a0 == len(ia) - 1:
+                # consecutive ordinals (every one of them in this batch): a free's index is
+                # arithmetic
+                inb = (freed >= a0) & (freed <= int(a_ord[-1]))
+                keep_new[freed[inb] - a0] = False
+            else:
+                j = np.searchsorted(a_ord, freed)
+                inb = j < len(ia)
+                jj = j[inb]
+                hit = a_ord[jj] == freed[inb]
+                keep_new[jj[hit]] = False
+                inb[inb] = hit
             freed = freed[~inb]  # frees of blocks born before this batch
         # rows move as raw records: numpy copies a structured dtype field by field
         # (measured 20x slower than the same gather as void records)
