@@ -29,6 +29,15 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results"
 
 
+def _provenance() -> dict:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from bench_quality import provenance
+
+    out = provenance()
+    out["simulated"] = False  # wall and CPU times measured on this machine
+    return out
+
+
 def one(events: int, iters: int, warmup: int, worker: str, armed_iters: int) -> dict:
     os.environ["UVM_SCHED_BACKEND"] = "host"
     sys.path.insert(0, str(ROOT))
@@ -148,11 +157,15 @@ def main() -> None:
                      f"{r['steps_while_planning']} | {r['repeats_of_last_iteration']} | "
                      f"{r['loop_s']:.2f} | {r['plans']} | {r['arm_time_s'] * 1e3:.1f} | "
                      f"{r['last_error'] or ''} |")
+    prov = _provenance()
+    lines += ["", f"Run {prov['date']}, commit `{prov['commit']}`, {prov['machine']['platform']}, "
+              f"{prov['machine']['cpu_count']} CPUs; command `{prov['command']}`."]
     text = "\n".join(lines) + "\n"
     print(text)
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "runtime_loop.md").write_text(text)
-    (OUT / "runtime_loop.json").write_text(json.dumps(res, indent=1))
+    (OUT / "runtime_loop.json").write_text(json.dumps({"provenance": prov, "runs": res},
+                                                      indent=1))
 
 
 if __name__ == "__main__":

@@ -34,6 +34,15 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results"
 
 
+def _provenance() -> dict:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from bench_quality import provenance
+
+    out = provenance()
+    out["simulated"] = False  # wall and CPU times measured on this machine
+    return out
+
+
 def one(n: int, hw: str, budget: str, sim: bool, reference: bool) -> dict:
     sys.path.insert(0, str(ROOT))
     from uvm_sched.pattern import analyze
@@ -91,6 +100,36 @@ def one(n: int, hw: str, budget: str, sim: bool, reference: bool) -> dict:
     return r
 
 
+def profile_sim(n: int, hw: str, budget: str, top: int = 10) -> dict:
+    """cProfile of ``simulate`` (demand, then the plan) on an ``n``-event trace: the
+    functions with the most time of their own."""
+    import cProfile
+    import io
+    import pstats
+
+    sys.path.insert(0, str(ROOT))
+    from uvm_sched.planner import plan
+    from uvm_sched.sim import simulate
+    from uvm_sched.trace._llm import llm_trace_for_events
+
+    tr = llm_trace_for_events(n)
+    p = plan(tr, budget, hw)
+    out = {}
+    for name, pol in (("demand", "demand"), ("plan", p)):
+        pr = cProfile.Profile()
+        pr.enable()
+        simulate(tr, pol, hw, budget)
+        pr.disable()
+        buf = io.StringIO()
+        st = pstats.Stats(pr, stream=buf)
+        total = st.total_tt
+        rows = sorted(st.stats.items(), key=lambda kv: -kv[1][2])[:top]
+        out[name] = {"total_s": total, "rows": [
+            {"function": f"{Path(f).name}:{line}({fn})", "calls": int(nc), "own_s": tt,
+             "cum_s": ct} for (f, line, fn), (cc, nc, tt, ct, _) in rows]}
+    return out
+
+
 def _rss_now() -> int:
     """Resident bytes of this process now (Linux /proc; the peak where that is absent)."""
     try:
@@ -117,11 +156,17 @@ def main() -> None:
     ap.add_argument("--no-sim", action="store_true")
     ap.add_argument("--hw", default="h200-pcie5")
     ap.add_argument("--budget", default="50%")
+    ap.add_argument("--profile-sim", type=int, default=100_000,
+                    help="profile the simulator on a trace of this many events (0: no)")
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--profile-one", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--ref", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.one:
         print(json.dumps(one(a.one, a.hw, a.budget, not a.no_sim, a.ref)))
+        return
+    if a.profile_one:
+        print(json.dumps(profile_sim(a.profile_one, a.hw, a.budget)))
         return
     rows = []
     for n in [int(x) for x in a.sizes.split(",")]:
@@ -184,11 +229,27 @@ def main() -> None:
     for what, v, lim, unit in checks:
         lines.append(f"- {what}: {v:.2f} {unit} (target <= {lim:g} {unit}): "
                      f"{'met' if v <= lim else 'NOT met, ' + format(v / lim, '.1f') + 'x over'}")
+    if a.profile_sim and not a.no_sim:
+        cmd = [sys.executable, __file__, "--profile-one", str(a.profile_sim), "--hw", a.hw,
+               "--budget", a.budget]
+        out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, check=True)
+        prof = json.loads(out.stdout.strip().splitlines()[-1])
+        lines += ["", f"Where the simulator's time goes (cProfile, {a.profile_sim:,}-event trace; "
+                  "the engine is `uvm_sched/sim/_engine.py`):", ""]
+        for name, d in prof.items():
+            lines += [f"`simulate({name!r})`: {d['total_s']:.2f} s under the profiler", "",
+                      "| function | calls | own s | cumulative s |", "|---|---|---|---|"]
+            lines += [f"| `{x['function']}` | {x['calls']:,} | {x['own_s']:.2f} | "
+                      f"{x['cum_s']:.2f} |" for x in d["rows"]]
+            lines.append("")
+    prov = _provenance()
+    lines += ["", f"Run {prov['date']}, commit `{prov['commit']}`, {prov['machine']['platform']}, "
+              f"{prov['machine']['cpu_count']} CPUs; command `{prov['command']}`."]
     text = "\n".join(lines) + "\n"
     print(text)
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "scale.md").write_text(text)
-    (OUT / "scale.json").write_text(json.dumps(rows, indent=1))
+    (OUT / "scale.json").write_text(json.dumps({"provenance": prov, "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":
