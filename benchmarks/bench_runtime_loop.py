@@ -150,8 +150,8 @@ def main() -> None:
                          f"{per:.0f} / {cpu:.0f} | "
                          f"{'met' if ok else 'NOT met'} (<= 10 ms, <= 100 ns) |")
     lines += ["", "| worker | plan made in s | steps before the first plan | steps run while "
-              "planning | repeats of the last iteration | replay loop s | plans | arming ms (training "
-              "thread) | last error |", "|---|---|---|---|---|---|---|---|---|"]
+              "planning | repeats of the last iteration | replay loop s | plans | arming ms "
+              "(training thread) | last error |", "|---|---|---|---|---|---|---|---|---|"]
     for r in res:
         lines.append(f"| {r['worker']} | {r['plan_time_s']:.2f} | {r['steps_before_plan']} | "
                      f"{r['steps_while_planning']} | {r['repeats_of_last_iteration']} | "

@@ -44,8 +44,8 @@ def _assert_same(ref, fast):
     assert a == b
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                 HealthCheck.function_scoped_fixture])
+@settings(max_examples=20, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(layers=st.integers(1, 6), mb=st.integers(1, 3), iters=st.integers(2, 3),
        hidden=st.sampled_from([64, 256, 1024]), seq=st.sampled_from([32, 256]),
        pct=st.integers(15, 95))
@@ -57,8 +57,8 @@ def test_fast_sweep_plans_as_the_reference_on_llm_traces(layers, mb, iters, hidd
     _assert_same(ref, fast)
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                 HealthCheck.function_scoped_fixture])
+@settings(max_examples=20, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(layers=st.integers(1, 8), iters=st.integers(3, 4), batch=st.sampled_from([4, 64, 512]),
        pct=st.integers(15, 95), mode=st.sampled_from(["oblivious", "sampled"]),
        guard=st.sampled_from(["auto", 0, 4]))

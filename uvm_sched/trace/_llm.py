@@ -5,8 +5,8 @@ What a framework's caching allocator sees for a GPT-like model trained with mixe
 AdamW and gradient accumulation, built with ``TraceBuilder``:
 
 * once, one parameter per tick: fp32 master weights, bf16 working weights, fp32 AdamW
-  moments (m, v) and fp32 accumulated gradients, per layer (QKV, attention output, MLP up, MLP down, two norms) plus
-  the embedding and the LM head;
+  moments (m, v) and fp32 accumulated gradients, per layer (QKV, attention output, MLP up,
+  MLP down, two norms) plus the embedding and the LM head;
 * per micro-batch, forward: per layer the saved activations (norm output, QKV, attention
   probabilities, attention output, residual, MLP up, GELU output, MLP down), a workspace
   and temporaries freed in the same or the next tick; the logits and the loss;
