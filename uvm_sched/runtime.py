@@ -139,7 +139,7 @@ class Scheduler:
         from .native import EVENT_DTYPE
 
         self._chunks: list[np.ndarray] = []
-        # every block alive: its ALLOC event, sorted by address (see _track_live)
+        # every block alive: its ALLOC event, in allocation order (see _track_live)
         self._live = np.empty(0, EVENT_DTYPE)
         self._prefix = self._live  # ALLOC events of blocks alive when recording (re)started
         self._at_marker = False  # the last event drained was a MARK (an iteration starts)
@@ -250,8 +250,7 @@ class Scheduler:
     def wait_planned(self, timeout: float | None = None) -> bool:
         """``poll()``, then block until the plan being made in the background (if any) is
         ready and arm it (as the next ``poll()`` would). ``timeout``: seconds, None = no
-        limit. Returns
-        True when a plan is armed; False on timeout or when learning failed
+        limit. Returns True when a plan is armed; False on timeout or when learning failed
         (``last_error`` says why) or needs more iterations."""
         self.poll()  # (which may hand a recording to the worker now)
         job = self._job
