@@ -85,10 +85,13 @@ def learn(req: dict) -> dict:
                     for label, m, o in rest]
     except (PatternError, PlanError, ValueError) as e:
         return {"status": "error", "error": f"{type(e).__name__}: {e}"}
+    from .native import plan_table
+
     # persistent blocks: the plan names them by ALLOC ordinal in the trace
     alloc_blocks = trace.block[trace.kind == EventKind.ALLOC]
     return {
         "status": "ok", "plan": p, "pattern": pat,
+        "table": plan_table(p),  # (what arming converts: done here, off the loop's thread)
         "addrs": [int(a) for a in np.asarray(addresses)[alloc_blocks]],
         "start_ev": int(np.searchsorted(trace.tick[trace.kind <= EventKind.FREE],
                                         pat.start_tick)),

@@ -384,7 +384,8 @@ class Scheduler:
         else:
             start_now = self._at_marker
         t0 = time.perf_counter()
-        native.arm_plan(p, addrs, start_now=start_now, phase=phase, phase_allocs=phase_allocs)
+        native.arm_plan(p, addrs, start_now=start_now, phase=phase, phase_allocs=phase_allocs,
+                        table=res["table"])
         self._counters["arm_time_s"] += time.perf_counter() - t0
         self.plan, self.pattern, self._addrs = p, pat, addrs
         self._start_tuning(res)
