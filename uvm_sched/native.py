@@ -580,7 +580,9 @@ def arm(table: np.ndarray, alloc_sizes: Iterable[int], period_events: int, *,
     a divergence. Raises ``ValueError`` for a phase out of range."""
     lib = _load()
     t = np.ascontiguousarray(table, dtype=PLAN_ROW_DTYPE)
-    sizes = np.ascontiguousarray(np.asarray(list(alloc_sizes), dtype=np.uint64))
+    sizes = np.ascontiguousarray(np.asarray(
+        alloc_sizes if isinstance(alloc_sizes, np.ndarray) else list(alloc_sizes),
+        dtype=np.uint64))
     if sync not in _SYNC:
         raise ValueError(f"sync must be 'marker' or 'period', got {sync!r}")
     phase = int(phase)
@@ -604,9 +606,28 @@ def arm(table: np.ndarray, alloc_sizes: Iterable[int], period_events: int, *,
     _raise(s, "arming the plan")
 
 
+def plan_table(plan) -> np.ndarray:
+    """A ``Plan``'s actions as ``PLAN_ROW_DTYPE`` rows, persistent blocks not yet resolved
+    (block = the plan's ordinal, addr 0): what :func:`arm_plan` starts from. Needs no
+    library, so a background worker can do it (``arm_plan(..., table=)``)."""
+    acts = plan.actions
+    table = np.zeros(len(acts), PLAN_ROW_DTYPE)
+    if len(acts):
+        table["tick"] = acts["tick"].to_numpy()
+        code = {a: i for i, a in enumerate(_ACTION_NAMES)}
+        # over a plain object array: iterating the Arrow-backed column itself cost 4 us a
+        # row (the Scheduler arms on the training thread)
+        table["action"] = [code[a] for a in acts["action"].to_numpy(dtype=object)]
+        table["persistent"] = acts["persistent"].to_numpy(dtype=bool)
+        table["block"] = acts["block"].to_numpy()
+        table["offset"] = acts["offset"].to_numpy()
+        table["bytes"] = acts["bytes"].to_numpy()
+    return table
+
+
 def arm_plan(plan, persistent_addrs: Mapping[int, int] | Iterable[int] | None = None, *,
              device: int = 0, start_now: bool = True, phase: int = 0,
-             phase_allocs: Iterable[int] | None = None) -> None:
+             phase_allocs: Iterable[int] | None = None, table: np.ndarray | None = None) -> None:
     """Arm the executor with a ``uvm_sched.planner.Plan``. ``persistent_addrs`` maps the
     plan's persistent block ordinals (ordinal among all allocations since recording
     started) to live addresses: a mapping, or a sequence indexed by ordinal (e.g. the
@@ -614,19 +635,11 @@ def arm_plan(plan, persistent_addrs: Mapping[int, int] | Iterable[int] | None = 
     that is not live (now, or when the action is due, even if its address was reused)
     is skipped and counted. Raises ``ValueError`` naming the first persistent row whose
     block has no address at all. ``phase``/``phase_allocs``: arm mid-iteration, see
-    :func:`arm`."""
-    acts = plan.actions
-    n = len(acts)
-    table = np.zeros(n, PLAN_ROW_DTYPE)
+    :func:`arm`. ``table``: ``plan_table(plan)`` made beforehand (not modified)."""
+    table = plan_table(plan) if table is None else np.array(table, PLAN_ROW_DTYPE)
+    n = len(table)
     if n:
-        code = {a: i for i, a in enumerate(_ACTION_NAMES)}
-        table["tick"] = acts["tick"].to_numpy()
-        table["action"] = [code[a] for a in acts["action"]]
-        pers = acts["persistent"].to_numpy(dtype=bool)
-        table["persistent"] = pers
-        table["block"] = acts["block"].to_numpy()
-        table["offset"] = acts["offset"].to_numpy()
-        table["bytes"] = acts["bytes"].to_numpy()
+        pers = table["persistent"].astype(bool)
         if pers.any():
             if persistent_addrs is None:
                 i = int(np.flatnonzero(pers)[0])
@@ -634,16 +647,24 @@ def arm_plan(plan, persistent_addrs: Mapping[int, int] | Iterable[int] | None = 
                                  "pass persistent_addrs (ordinal -> address)")
             lookup = (persistent_addrs.get if isinstance(persistent_addrs, Mapping)
                       else _seq_get(list(persistent_addrs)))
-            for i in np.flatnonzero(pers):
-                b = int(table["block"][i])
+            # one identity check per block (several rows name each), in row order
+            rows = np.flatnonzero(pers)
+            blocks = table["block"][rows]
+            ub, first, inv = np.unique(blocks, return_index=True, return_inverse=True)
+            ords, addrs = ub.copy(), np.zeros(len(ub), np.uint64)
+            for j in np.argsort(first, kind="stable").tolist():
+                b = int(ub[j])
                 a = lookup(b)
                 if not a:
-                    raise ValueError(f"plan row {int(i)}: no address for persistent block {b}")
+                    raise ValueError(f"plan row {int(rows[first[j]])}: no address for "
+                                     f"persistent block {b}")
                 try:
-                    table["block"][i] = block_info(int(a))["ordinal"]  # identity check
-                    table["addr"][i] = int(a)
+                    ords[j] = block_info(int(a))["ordinal"]  # identity check
+                    addrs[j] = int(a)
                 except ValueError:
-                    table["addr"][i] = 0  # freed already: the executor skips (counts) it
+                    pass  # freed already (addr 0): the executor skips (counts) it
+            table["block"][rows] = ords[inv]
+            table["addr"][rows] = addrs[inv]
     meta = plan.meta
     arm(table, meta["alloc_sizes"], int(meta["period_events"]), sync=meta.get("sync", "marker"),
         device=device, start_now=start_now, phase=phase, phase_allocs=phase_allocs)

@@ -16,6 +16,15 @@ back to ``recording`` when divergences persist for ``relearn_after`` iterations 
 (a new batch size, sequence length...). A plan is only a hint: a wrong one costs time,
 never correctness, so every failure to learn or plan leaves the allocator running
 unplanned and is reported in ``stats()["last_error"]``.
+
+Learning and planning (seconds on an LLM-sized iteration) never run on the training
+thread: once enough is recorded, the events go to a background worker (``_learn``: a
+helper process by default) and the loop keeps running unplanned, still ``recording``;
+the plan is armed at the first ``poll()`` (a ``step()``, the hook) after it is ready --
+at a marker it starts with the iteration that begins there, elsewhere with the next one
+(or, synced on the learned period, at the phase the loop has reached).
+``wait_planned(timeout)`` blocks until the plan being made is armed (tests, scripts).
+The training thread's own work per drained event is vectorised (numpy over the batch).
 """
 from __future__ import annotations
 
@@ -30,7 +39,7 @@ import numpy as np
 
 __all__ = ["Scheduler"]
 
-_log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 # event kinds of the native ring (uvm_sched.native.EVENT_KINDS)
 _ALLOC, _FREE, _MARK, _ITER, _DIVERGENCE = 0, 1, 3, 4, 37
@@ -62,13 +71,17 @@ class Scheduler:
     one to settle), times them between markers, and keeps the fastest; ``tuning`` holds the
     median seconds per candidate. ``sim.simulate(..., "uvm-sched", tune=...)`` does the same
     with the simulator standing in for the clock.
+
+    ``worker``: where learning and planning run, ``"process"`` (a helper process shared by
+    every Scheduler of this process) or ``"thread"`` (a thread of this process: no second
+    process, but it competes with the loop for the GIL).
     """
 
     def __init__(self, budget: Any = "100%", hw: Any = "h200-pcie5", warmup_iters: int = 3,
                  mode: str = "oblivious", *, relearn_after: int = 2, hook: Any = "auto",
                  plan_opts: dict | None = None, min_period_events: int = 64,
                  touch_device: str = "cuda", tune: Any = None, tune_iters: int = 2,
-                 device: int | None = None) -> None:
+                 device: int | None = None, worker: str = "process") -> None:
         if warmup_iters < 1:
             raise ValueError(f"warmup_iters must be >= 1, got {warmup_iters}")
         if relearn_after < 1:
@@ -81,7 +94,11 @@ class Scheduler:
         # one process per GPU (torchrun) runs one Scheduler per rank, each on its own device
         self.device: int | None = None if device is None else int(device)
         self.rank: int = 0
-        self._learnt_trace = None  # the trace the armed plan was made from
+        self._learnt_events: list[np.ndarray] = []  # what the armed plan was learned from
+        if worker not in ("process", "thread"):
+            raise ValueError(f"worker must be 'process' or 'thread', got {worker!r}")
+        self.worker = worker
+        self._job = None  # the learn request in flight (a _learn.Job), None when idle
         self.tune = tuple(tune) if tune else ()
         if self.tune:
             from .planner import tuning_candidates
@@ -127,9 +144,13 @@ class Scheduler:
         self.plan = None
         self.pattern = None
         # recording buffer (EVENT_DTYPE arrays) and blocks alive when it started
+        from .native import EVENT_DTYPE
+
         self._chunks: list[np.ndarray] = []
-        self._live: dict[int, np.void] = {}  # addr -> its ALLOC event (all blocks alive)
-        self._prefix: list = []  # ALLOC events of blocks alive when recording (re)started
+        # every block alive: its ALLOC event, in allocation order (see _track_live)
+        self._live = np.empty(0, EVENT_DTYPE)
+        self._prefix = self._live  # ALLOC events of blocks alive when recording (re)started
+        self._at_marker = False  # the last event drained was a MARK (an iteration starts)
         self._marks = 0
         self._alloc_events = 0
         self._next_try = self.min_period_events
@@ -137,7 +158,9 @@ class Scheduler:
         self._div_iters = 0  # iterations in a row with a divergence
         self._iter_div = 0  # divergences in the current iteration
         self._counters = {"plans": 0, "relearns": 0, "iterations_armed": 0,
-                          "divergences": 0, "learn_failures": 0, "plan_time_s": 0.0}
+                          "divergences": 0, "learn_failures": 0, "plan_time_s": 0.0,
+                          "steps": 0, "steps_before_plan": None, "steps_while_planning": 0,
+                          "arm_time_s": 0.0}
         self.last_error: str | None = None
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -151,13 +174,16 @@ class Scheduler:
             if self.device is None:
                 self.device = _current_device()
             self.rank = _rank()
+            from ._learn import shared_worker
+
+            shared_worker(self.worker).warm()  # the planner loads while the loop warms up
             self._install_hook()
             self._start_touches()
-            _log.info("recording: %d warm-up iterations, then a %s plan for budget %r on %s "
-                      "(markers: %s)", self.warmup_iters, self.mode, self.budget,
-                      getattr(self.hw, "name", self.hw),
-                      "optimizer hook" if self._hook_handle is not None
-                      else "step() or the learned period")
+            logger.info("recording: %d warm-up iterations, then a %s plan for budget %r on %s "
+                        "(markers: %s)", self.warmup_iters, self.mode, self.budget,
+                        getattr(self.hw, "name", self.hw),
+                        "optimizer hook" if self._hook_handle is not None
+                        else "step() or the learned period")
             self.poll()
         return self
 
@@ -177,11 +203,12 @@ class Scheduler:
                 from . import native
 
                 native.disarm()
-                _log.info("disarmed: the scheduler was closed")
+                logger.info("disarmed: the scheduler was closed")
             self._remove_hook()
             self._stop_touches()
+            self._job = None  # a plan still being made is not armed any more
             self.state = "closed"
-            _log.info("closed: %s", self._summary())
+            logger.info("closed: %s", self._summary())
 
     def __enter__(self) -> "Scheduler":
         return self.start()
@@ -227,19 +254,81 @@ class Scheduler:
             ev = native.drain_events()
             if len(ev):
                 self._track_live(ev)
+                k = ev["kind"]
+                self._at_marker = int(k[-1]) == _MARK
+                marks = int(np.count_nonzero(k == _MARK))
+                self._counters["steps"] += marks
+                if self._job is not None:
+                    self._counters["steps_while_planning"] += marks
             if self.state == "recording":
                 self._record(ev)
             elif self.state == "armed":
                 self._watch(ev)
 
+    def wait_planned(self, timeout: float | None = None) -> bool:
+        """``poll()``, then block until the plan being made in the background (if any) is
+        ready and arm it (as the next ``poll()`` would). ``timeout``: seconds, None = no
+        limit. Returns True when a plan is armed; False on timeout or when learning failed
+        (``last_error`` says why) or needs more iterations."""
+        self.poll()  # (which may hand a recording to the worker now)
+        job = self._job
+        if job is not None:
+            if not job.done.wait(timeout):
+                return False
+            self.poll()
+        return self.state == "armed"
+
     def _track_live(self, ev: np.ndarray) -> None:
+        """Update the table of live blocks with a drained batch, vectorised. An ALLOC's
+        ``arg`` is the global allocation ordinal (rising) and a FREE's names the ordinal it
+        frees, so the table stays sorted by ordinal by appending, and a free is a binary
+        search: O(b + f log(L + b)) for b events, f frees and L live blocks, no sort."""
         k = ev["kind"]
-        for i in np.flatnonzero((k == _ALLOC) | (k == _FREE)).tolist():
-            e = ev[i]
-            if int(e["kind"]) == _ALLOC:
-                self._live[int(e["addr"])] = e.copy()
+        arg = ev["arg"]
+        ia = np.flatnonzero(k == _ALLOC)
+        freed = arg[k == _FREE]
+        keep_new = None
+        if len(freed) and len(ia):
+            # most blocks born in a batch die in it (activations): drop those first, so
+            # only survivors are copied
+            a_ord = arg[ia]
+            a0 = int(a_ord[0])
+            keep_new = np.ones(len(ia), bool)
+            if int(a_ord[-1]) - a0 == len(ia) - 1:
+                # consecutive ordinals (every one of them in this batch): a free's index is
+                # arithmetic
+                inb = (freed >= a0) & (freed <= int(a_ord[-1]))
+                keep_new[freed[inb] - a0] = False
             else:
-                self._live.pop(int(e["addr"]), None)
+                j = np.searchsorted(a_ord, freed)
+                inb = j < len(ia)
+                jj = j[inb]
+                hit = a_ord[jj] == freed[inb]
+                keep_new[jj[hit]] = False
+                inb[inb] = hit
+            freed = freed[~inb]  # frees of blocks born before this batch
+        # rows move as raw records: numpy copies a structured dtype field by field
+        # (measured 20x slower than the same gather as void records)
+        raw_t = np.dtype(f"V{ev.dtype.itemsize}")
+        live = self._live.view(raw_t)
+        if len(freed) and len(live):
+            ords = self._live["arg"]
+            i = np.searchsorted(ords, freed)
+            ok = i < len(ords)  # (a block allocated before the scheduler started)
+            i = i[ok]
+            keep = np.ones(len(live), bool)
+            keep[i[ords[i] == freed[ok]]] = False
+            live = live[keep]
+        if len(ia):
+            born = ev.view(raw_t)[ia if keep_new is None else ia[keep_new]]
+            live = np.concatenate([live, born]) if len(born) else live
+        self._live = live.view(ev.dtype)
+
+    def _live_ordinal(self, ordinals: np.ndarray) -> np.ndarray:
+        """Whether each allocation ordinal is still alive (bool per ordinal)."""
+        ords = self._live["arg"]
+        i = np.minimum(np.searchsorted(ords, ordinals), max(len(ords) - 1, 0))
+        return (ords[i] == ordinals) if len(ords) else np.zeros(len(ordinals), bool)
 
     def _record(self, ev: np.ndarray) -> None:
         if len(ev):
@@ -247,140 +336,132 @@ class Scheduler:
             k = ev["kind"]
             self._marks += int(np.count_nonzero(k == _MARK))
             self._alloc_events += int(np.count_nonzero((k == _ALLOC) | (k == _FREE)))
+        if self._job is not None:
+            if self._job.done.is_set():
+                self._finish_learning()
+            return  # (the loop runs on unplanned while the plan is made)
         # with markers: learn after warmup_iters complete iterations (+ the one starting)
         if self._marks >= self.warmup_iters + 1:
-            self._learn(at_marker=bool(len(ev)) and int(ev["kind"][-1]) == _MARK)
+            self._submit()
         elif self._marks == 0 and self._alloc_events >= self._next_try:
             self._next_try = 2 * self._alloc_events
-            self._learn(at_marker=False)
+            self._submit()
 
-    def _recorded(self) -> np.ndarray:
-        from .native import EVENT_DTYPE
+    def _submit(self) -> None:
+        """Hand what is recorded to the background worker (no copy of the events here:
+        the chunks are never written again)."""
+        from ._learn import shared_worker
 
-        parts = ([np.array(self._prefix, EVENT_DTYPE)] if self._prefix else []) + self._chunks
-        return np.concatenate(parts) if parts else np.empty(0, EVENT_DTYPE)
+        touches = None
+        if self._touches is not None:
+            touches = (self._touches.clocks, self._touches.addresses,
+                       self._touches.device_type)
+        req = {"events": ([self._prefix] if len(self._prefix) else []) + list(self._chunks),
+               "budget": self.budget, "hw": self.hw, "mode": self.mode,
+               "warmup_iters": self.warmup_iters, "plan_opts": self.plan_opts,
+               "touches": touches, "tune": self.tune}
+        if not req["events"]:
+            return
+        logger.debug("uvm_sched: learning from %d recorded iterations in the background",
+                     self._marks)
+        self._job = shared_worker(self.worker).submit(req)
+        self._job.request_events = req["events"]  # what trace() shows once it is armed
 
-    def _learn(self, *, at_marker: bool) -> None:
-        from . import native
-        from .pattern import PatternError, analyze
-        from .planner import PlanError, plan
-        from .trace._native import trace_from_events
-
-        events = self._recorded()
-        t0 = time.perf_counter()
-        try:
-            trace, addresses = trace_from_events(events, return_addresses=True)
-            pat = analyze(trace)
-            if pat.source != "markers" and len(pat.iterations) < self.warmup_iters:
-                _log.debug("period %d events learned from %d iterations, fewer than the %d "
-                           "warm-up iterations: recording on", pat.period_events,
-                           len(pat.iterations), self.warmup_iters)
-                return  # not enough repetitions yet to trust a learned period
-            opts = dict(self.plan_opts)
-            if self._touches is not None:
-                from .planner import samples_from_touches
-
-                opts["samples"] = samples_from_touches(
-                    trace, addresses, pat, self._touches.clocks, self._touches.addresses,
-                    k0=int(events["tick"][0]))
-                if not len(opts["samples"]):
-                    # planning on would quietly be the oblivious mode
-                    raise ValueError(
-                        f"sampled mode: the dispatch tracer saw no PyTorch op touch a "
-                        f"uvm_sched block on device type {self._touches.device_type!r} during "
-                        f"the warm-up ({len(self._touches.clocks):,} touches recorded); are "
-                        "the model's tensors there, allocated through uvm_sched.allocator()?")
-            p = plan(trace, self.budget, self.hw, mode=self.mode, pattern=pat, **opts)
-        except (PatternError, PlanError, ValueError, ImportError) as e:
-            # ImportError: a --no-deps install without pandas; the loop runs on, unplanned
+    def _finish_learning(self) -> None:
+        """Arm the plan the worker made (on the training thread: cheap), or note why
+        there is none."""
+        job, self._job = self._job, None
+        res = job.result
+        if res["status"] == "wait":
+            logger.debug("a learned period with fewer repetitions than the %d warm-up "
+                         "iterations: recording on", self.warmup_iters)
+            return
+        if res["status"] == "error":
             self._counters["learn_failures"] += 1
-            self.last_error = f"{type(e).__name__}: {e}" + (
-                f" (planning needs it: pip install {e.name})"
-                if isinstance(e, ImportError) and e.name else "")
+            self.last_error = res["error"]
             retry = self._marks >= self.warmup_iters + 1
             # after a full warm-up it is a failure to see; before one (no markers, the
             # period tried at each doubling of the events) it is a step of recording
-            _log.log(logging.WARNING if retry else logging.INFO,
-                     "learning failed (%d so far), the allocator runs unplanned; %s: %s",
-                     self._counters["learn_failures"],
-                     "recording fresh iterations" if retry else "recording on",
-                     self.last_error)
+            logger.log(logging.WARNING if retry else logging.INFO,
+                       "learning failed (%d so far), the allocator runs unplanned; %s: %s",
+                       self._counters["learn_failures"],
+                       "recording fresh iterations" if retry else "recording on",
+                       self.last_error)
             if retry:
                 self._restart_recording()  # try again on fresh iterations
             return
-        self._counters["plan_time_s"] += time.perf_counter() - t0
-        # persistent blocks: the plan names them by ALLOC ordinal in the trace
-        from .trace import EventKind
+        from . import native
 
-        k = events["kind"]
-        alloc_blocks = trace.block[trace.kind == EventKind.ALLOC]
-        addrs = [int(addresses[b]) for b in alloc_blocks]
+        self._counters["plan_time_s"] += job.wall_s
+        p, pat, addrs = res["plan"], res["pattern"], res["addrs"]
         phase, phase_allocs = 0, None
         if p.meta.get("sync") == "period":
             # arm now, mid-iteration if need be: the phase is how far the current iteration
-            # (counted in whole periods from the representative one's start) has got
-            ev_rows = np.flatnonzero((k == _ALLOC) | (k == _FREE))
-            start_ev = int(np.searchsorted(trace.tick[(trace.kind <= 1)], pat.start_tick))
-            phase = (len(ev_rows) - start_ev) % int(p.meta["period_events"])
+            # (counted in whole periods from the representative one's start) has got --
+            # counted over everything recorded, including what ran while it was planned
+            n_ev = len(self._prefix) + self._alloc_events
+            phase = (n_ev - res["start_ev"]) % int(p.meta["period_events"])
             # its allocations so far, in order; 0 for one already freed (its rows are skipped)
-            tail = events[ev_rows[len(ev_rows) - phase:]] if phase else events[:0]
-            phase_allocs = []
-            for e in tail[tail["kind"] == _ALLOC]:
-                live = self._live.get(int(e["addr"]))
-                same = live is not None and int(live["arg"]) == int(e["arg"])
-                phase_allocs.append(int(e["addr"]) if same else 0)
+            tail = self._last_allocator_events(phase)
+            tail = tail[tail["kind"] == _ALLOC]
+            same = self._live_ordinal(tail["arg"])  # allocated then and still alive
+            phase_allocs = np.where(same, tail["addr"], 0).astype(np.int64).tolist()
             # more than the plan knows: diverged already (the next allocation says so)
             phase_allocs = phase_allocs[:len(p.meta["alloc_sizes"])]
             start_now = True
         else:
-            start_now = at_marker
+            start_now = self._at_marker
         p.meta.update(device=self.device, rank=self.rank)
-        self._learnt_trace = trace
+        self._learnt_events = job.request_events
+        t0 = time.perf_counter()
         native.arm_plan(p, addrs, device=self.device, start_now=start_now, phase=phase,
-                        phase_allocs=phase_allocs)
+                        phase_allocs=phase_allocs, table=res["table"])
+        self._counters["arm_time_s"] += time.perf_counter() - t0
         self.plan, self.pattern, self._addrs = p, pat, addrs
-        self._start_tuning(trace, pat, opts)
-        self.samples = opts.get("samples") if self.mode == "sampled" else None
+        self._start_tuning(res)
+        self.samples = res["samples"]
         self._stop_touches()  # sampling costs per op: only while learning
         self.state = "armed"
         self._counters["plans"] += 1
+        if self._counters["steps_before_plan"] is None:
+            self._counters["steps_before_plan"] = self._counters["steps"]
         self._div_iters = self._iter_div = 0
         self._chunks = []
-        self._prefix = []
+        self._prefix = self._live[:0]
         self.last_error = None
-        _log.info("learned: period %d allocator events (from %s, %d iterations), mode %s; "
-                  "planned %d actions for a budget of %s bytes (planning so far: %.3f s)",
-                  int(p.meta["period_events"]), pat.source, len(pat.iterations), self.mode,
-                  len(p), f"{int(p.meta['budget_bytes']):,}",
-                  self._counters["plan_time_s"])
-        _log.info("armed: plan %d, sync on %s%s", self._counters["plans"], p.meta.get("sync"),
-                  f" at phase {phase} of the period" if phase else "")
+        logger.info("learned: period %d allocator events (from %s, %d iterations), mode %s; "
+                    "planned %d actions for a budget of %s bytes in the background (%.2f s)",
+                    int(p.meta["period_events"]), pat.source, len(pat.iterations), self.mode,
+                    len(p), f"{int(p.meta['budget_bytes']):,}", job.wall_s)
+        logger.info("armed: plan %d, sync on %s%s", self._counters["plans"], p.meta.get("sync"),
+                    f" at phase {phase} of the period" if phase else "")
         if self.tuning_skipped:
-            _log.info("tuning skipped: %s", self.tuning_skipped)
+            logger.info("tuning skipped: %s", self.tuning_skipped)
         elif self._tuner is not None:
-            _log.info("tuning: %d candidates, %d timed iterations each: %s",
-                      len(self._tuner["cands"]), self.tune_iters,
-                      ", ".join(str(label) for label, _ in self._tuner["cands"]))
+            logger.info("tuning: %d candidates, %d timed iterations each: %s",
+                        len(self._tuner["cands"]), self.tune_iters,
+                        ", ".join(str(label) for label, _ in self._tuner["cands"]))
+
+    def _last_allocator_events(self, n: int) -> np.ndarray:
+        """The last ``n`` ALLOC/FREE events recorded (prefix included), oldest first."""
+        parts: list[np.ndarray] = []
+        for c in reversed([self._prefix] + self._chunks):
+            if n <= 0:
+                break
+            k = c["kind"]
+            rows = c[(k == _ALLOC) | (k == _FREE)]
+            parts.append(rows[max(0, len(rows) - n):])
+            n -= len(parts[-1])
+        return np.concatenate(parts[::-1]) if parts else self._prefix[:0]
 
     # -- tuning the guard by the clock -------------------------------------------------------
-    def _start_tuning(self, trace, pat, opts: dict) -> None:
+    def _start_tuning(self, res: dict) -> None:
+        """The candidates' plans were made with the plan (``_learn.learn``)."""
         self._tuner = None
-        self.tuning_skipped = None
-        if not self.tune:
+        self.tuning_skipped = res["tuning_skipped"]
+        if not res["cands"]:
             return
-        if self.plan.meta.get("sync") != "marker":
-            # the clock is read at markers: without them there is nothing to time
-            self.tuning_skipped = ("the plan syncs on the learned period, not on iteration "
-                                   "markers, and tuning times iterations between markers: "
-                                   "call Scheduler.step() each iteration (or let the optimizer "
-                                   "hook do it)")
-            return
-        from .planner import plan, tuning_candidates
-
-        (first, _, _), *rest = tuning_candidates(self.tune, self.mode, opts)
-        cands = [(first, self.plan)] + [
-            (label, plan(trace, self.budget, self.hw, mode=m, pattern=pat, **o))
-            for label, m, o in rest]
+        cands = [(label, self.plan if p is None else p) for label, p in res["cands"]]
         self._tuner = {"cands": cands, "i": 0, "times": [[] for _ in cands], "last": None,
                        "skip": 1, "bad": False}
 
@@ -412,7 +493,7 @@ class Scheduler:
         if tu["i"] < len(tu["cands"]):
             p = tu["cands"][tu["i"]][1]
             tu.update(last=None, skip=1, bad=False)
-            _log.info("tuning: armed candidate %s", tu["cands"][tu["i"]][0])
+            logger.info("tuning: armed candidate %s", tu["cands"][tu["i"]][0])
         else:
             import statistics
 
@@ -421,7 +502,7 @@ class Scheduler:
             best = min(self.tuning, key=self.tuning.get)
             p = dict(tu["cands"])[best]
             self._tuner = None
-            _log.info("tuned: keeping %s (median s per iteration: %s)", best, ", ".join(
+            logger.info("tuned: keeping %s (median s per iteration: %s)", best, ", ".join(
                 f"{label}: {t:.6f}" for label, t in self.tuning.items()))
             if p is self.plan:
                 return
@@ -442,16 +523,16 @@ class Scheduler:
             # a new iteration starts: judge the one that ended
             self._counters["iterations_armed"] += 1
             self._div_iters = self._div_iters + 1 if self._iter_div else 0
-            _log.debug("armed iteration %d ended: %d divergences (%d iterations in a row "
-                       "with one)", self._counters["iterations_armed"], self._iter_div,
-                       self._div_iters)
+            logger.debug("armed iteration %d ended: %d divergences (%d iterations in a row "
+                         "with one)", self._counters["iterations_armed"], self._iter_div,
+                         self._div_iters)
             self._iter_div = 0
         if self._div_iters >= self.relearn_after:
             from . import native
 
             native.disarm()
-            _log.info("disarmed: %d iterations in a row diverged from the learned one "
-                      "(relearn_after=%d); relearning", self._div_iters, self.relearn_after)
+            logger.info("disarmed: %d iterations in a row diverged from the learned one "
+                        "(relearn_after=%d); relearning", self._div_iters, self.relearn_after)
             self._counters["relearns"] += 1
             self.plan = None
             self._tuner = None
@@ -462,7 +543,7 @@ class Scheduler:
         self._start_touches()
         # the blocks alive now (weights, optimizer state) start the new recording, in
         # their allocation order, so persistent ordinals and addresses stay right
-        self._prefix = sorted(self._live.values(), key=lambda e: (int(e["arg"]), int(e["tick"])))
+        self._prefix = self._live  # (in allocation order)
         self._chunks = []
         self._marks = 0
         self._alloc_events = 0
@@ -479,22 +560,29 @@ class Scheduler:
 
         with self._lock:
             self.poll()
-            events = self._recorded()
-            if self.state == "recording" or self._learnt_trace is None:
-                trace = trace_from_events(events)
+            if self.state == "recording" or not self._learnt_events:
+                parts = ([self._prefix] if len(self._prefix) else []) + list(self._chunks)
             else:
-                trace = self._learnt_trace
+                parts = self._learnt_events
+            events = np.concatenate(parts) if parts else self._prefix[:0]
+            trace = trace_from_events(events)
             trace.meta.update(source="uvm_sched.Scheduler", device=self.device, rank=self.rank)
             return trace
 
     def stats(self) -> dict[str, Any]:
         """State, counters (plans, relearns, iterations armed, divergences seen, learn
-        failures, planning time in s), the plan's prediction and the native counters."""
+        failures, ``plan_time_s``: seconds from handing the recording to the background
+        worker to its plan, summed over plans; ``steps``: markers seen,
+        ``steps_before_plan``: markers seen when the first plan was armed (None before),
+        ``steps_while_planning``: markers the loop ran through while a plan was being made;
+        ``planning``: one is being made now; ``arm_time_s``: seconds the training thread
+        spent arming plans), the plan's prediction and the native counters."""
         from . import native
 
         with self._lock:
             self.poll()  # counters as of now
             out: dict[str, Any] = {"state": self.state, **self._counters,
+                                   "planning": self._job is not None,
                                    "last_error": self.last_error, "device": self.device,
                                    "rank": self.rank}
             if self.plan is not None:

@@ -9,10 +9,11 @@ unrolled once so that gaps of persistent blocks may wrap around the iteration bo
 from __future__ import annotations
 
 import dataclasses
-import heapq
 from typing import Any
 
 import numpy as np
+
+from . import _fast, _reference
 
 __all__ = ["Problem", "Schedule", "build_schedule"]
 
@@ -273,8 +274,11 @@ def build_schedule(p: Problem, budget: int, *, guards=(4,), rounds: int = 6) -> 
     # per byte over budget at the worst tick).
     resident = base - saved
     if int((resident - budget).max(initial=0)) > p.remote_min_excess:
-        cand = [i for i in range(n) if p.remote_ok[i]]
-        cand.sort(key=lambda i: (-int(size[i]), i))
+        cand = np.flatnonzero(p.remote_ok)
+        cand = cand[np.lexsort((cand, -size[cand]))].tolist()  # largest first, then by index
+        of_blk: dict[int, list] = {}  # block -> its chosen gaps (one pass, not one per block)
+        for g in chosen:
+            of_blk.setdefault(g.blk, []).append(g)
         for i in cand:
             over = resident - budget
             worst = int(over.max())
@@ -290,9 +294,8 @@ def build_schedule(p: Problem, budget: int, *, guards=(4,), rounds: int = 6) -> 
                     <= p.remote_cost_ns[i]:
                 continue
             # its own gaps become pointless
-            for g in chosen:
-                if g.blk == i:
-                    g.chosen = False
+            for g in of_blk.get(i, ()):
+                g.chosen = False
             remote.append(i)
             resident[lf:lt + 1] -= size[i]
         if remote:
@@ -427,102 +430,11 @@ def _select(gaps, resident, budget, size, T, q) -> list:
     """One Belady-like sweep: at each over-budget tick evict, among the unchosen gaps
     whose on-time window covers it, the one whose window reaches furthest (next use
     furthest). When none is left, delay a prefetch past the tick (a predicted stall, which
-    costs less than the driver evicting and faulting the block back)."""
-    starts: dict[int, list] = {}
-    late_starts: dict[int, list] = {}
-    for gi, g in enumerate(gaps):
-        if g.bad:
-            continue
-        if not g.chosen:
-            for s, e in _segments(g.t_off, g.t_on, T):
-                starts.setdefault(s, []).append((gi, s, e))
-        for s, e in _segments(g.t_off, g.t_on_late, T):
-            late_starts.setdefault(s, []).append((gi, s, e))
-    diff = np.zeros(T + 1, np.int64)
-    run = 0
-    heap: list = []
-    late: list = []
-    picked = []
-    for t in range(T):
-        run += diff[t]
-        for gi, s, e in starts.get(t, ()):
-            g = gaps[gi]
-            # reach: how far the saving lasts (a wrapping window continues into the next
-            # iteration's start)
-            reach = g.t_on if (e == T and g.t_on > T) else e
-            heapq.heappush(heap, (g.level, -reach, -int(size[g.blk]), gi, s, e))
-        for gi, s, e in late_starts.get(t, ()):
-            heapq.heappush(late, (-e, gi, s, e))
-        need = resident[t] + run - budget
-        deferred = []
-        while need > 0 and heap:
-            item = heapq.heappop(heap)
-            _, _, _, gi, s, e = item
-            g = gaps[gi]
-            if g.chosen or g.bad or e <= t:
-                continue
-            c = next((x for x in g.sibs if x.chosen), None)
-            sz = int(size[g.blk])
-            if c is not None:
-                # upgrade the chosen sibling to this narrower guard: only the extra ticks
-                # at both ends of the window are new savings
-                if c.level > g.level:
-                    continue
-                if c.t_off <= t < c.t_on:
-                    deferred.append(item)  # may help past the sibling's window
-                    continue
-                c.chosen = False
-                g.chosen = True
-                picked.append(g)
-                for s2, e2 in ((g.t_off, min(c.t_off, g.t_on)), (max(c.t_on, g.t_off), g.t_on)):
-                    if e2 <= s2:
-                        continue
-                    if s2 <= t < e2:
-                        run -= sz
-                        diff[min(e2, T)] += sz
-                        need -= sz
-                    elif s2 > t and s2 < T:
-                        diff[s2] -= sz
-                        diff[min(e2, T)] += sz
-                continue
-            g.chosen = True
-            picked.append(g)
-            run -= sz
-            diff[e] += sz
-            need -= sz
-            for s2, e2 in _segments(g.t_off, g.t_on, T):
-                if (s2, e2) != (s, e) and s2 > t:
-                    diff[s2] -= sz
-                    diff[e2] += sz
-        for item in deferred:
-            heapq.heappush(heap, item)
-        keep = []
-        while need > 0 and late:
-            item = heapq.heappop(late)
-            _, gi, s, e = item
-            g = gaps[gi]
-            if e <= t:
-                continue
-            if g.bad or (not g.chosen and any(x.chosen for x in g.sibs)):
-                continue
-            keep.append(item)  # it may need extending again at a later tick
-            t_unr = t if t >= g.t_off else t + T
-            if g.chosen and g.t_off <= t_unr < g.t_on:
-                continue  # already saving here
-            k = int(np.searchsorted(q, t_unr, side="left"))
-            g.kp_min = max(g.kp_min, k)
-            end = min(int(q[k]) + 1 - (t_unr - t), e)
-            g.t_on = max(g.t_on, int(q[k]) + 1)
-            if not g.chosen:
-                g.chosen = True
-                picked.append(g)
-            sz = int(size[g.blk])
-            run -= sz
-            diff[end] += sz
-            need -= sz
-        for item in keep:
-            heapq.heappush(late, item)
-    return picked
+    costs less than the driver evicting and faulting the block back). The sweep itself is
+    ``_reference.select`` (plain Python, the definition) or ``_fast.select`` (the same
+    decisions in a compiled kernel, used when numba is installed)."""
+    return _fast.select(gaps, resident, budget, size, T, q) if _fast.available() \
+        else _reference.select(gaps, resident, budget, size, T, q)
 
 
 def _timing(chosen, p, C, tau, q, d2h, h2d, size, T, base=None, budget=0) -> np.ndarray:

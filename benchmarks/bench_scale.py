@@ -1,0 +1,256 @@
+"""Scale: LLM-shaped traces from 10k to 1M allocator events, timed end to end.
+
+    python benchmarks/bench_scale.py [--sizes 10000,30000,100000,300000,1000000]
+                                     [--reference-max 1000000] [--no-sim] [--hw h200-pcie5]
+                                     [--budget 50%]
+
+Traces come from ``uvm_sched.trace._llm.llm_trace_for_events`` (decoder-only, mixed-
+precision AdamW, gradient accumulation over up to 16 micro-batches, 3 iterations, shapes
+of a 1k-hidden model). Per size, in a fresh process (so peak RSS is that size's own):
+building the trace, Parquet save and load, ``pattern.analyze``, ``planner.plan`` with the
+compiled selection sweep and with the plain-Python reference sweep (the baseline; plans
+checked identical), ``sim.simulate`` of ``demand`` and of the plan, and the peak RSS.
+Growth exponents are least-squares slopes of log(time) over log(events), from 100k up.
+
+Targets (issue 24, 2-core machine): plan <= 0.5 s per 100k events and simulate <= 1 s per
+100k events per policy at 1M; growth exponent <= 1.1 from 100k to 1M; peak memory <= 1 KiB
+per event; Parquet load/save of 1M events <= 1 s. Writes ``benchmarks/results/scale.md``
+and ``.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "benchmarks" / "results"
+
+
+def _provenance() -> dict:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from bench_quality import provenance
+
+    out = provenance()
+    out["simulated"] = False  # wall and CPU times measured on this machine
+    return out
+
+
+def one(n: int, hw: str, budget: str, sim: bool, reference: bool) -> dict:
+    sys.path.insert(0, str(ROOT))
+    from uvm_sched.pattern import analyze
+    from uvm_sched.planner import _fast, plan
+    from uvm_sched.sim import simulate
+    from uvm_sched.trace import load
+    from uvm_sched.trace._llm import llm_trace_for_events
+
+    r: dict = {"target_events": n}
+    # first calls load pyarrow, the hardware profile and the compiled sweep (cached on
+    # disk): timed apart on a small trace, so that the table shows the work per size
+    t = time.perf_counter()
+    small = llm_trace_for_events(3000)
+    with tempfile.TemporaryDirectory() as d:
+        small.save(Path(d) / "s.parquet")
+        load(Path(d) / "s.parquet")
+    plan(small, budget, hw)
+    if sim:
+        simulate(small, "demand", hw, budget)
+    r["first_call_s"] = time.perf_counter() - t
+    del small
+    r["base_rss_bytes"] = _rss_now()
+
+    def timed(key, fn, *args, **kw):
+        t, c = time.perf_counter(), time.process_time()
+        out = fn(*args, **kw)
+        r[key] = time.perf_counter() - t
+        r[key.replace("_s", "_cpu_s")] = time.process_time() - c
+        return out
+
+    tr = timed("build_s", llm_trace_for_events, n)
+    r["events"] = len(tr.kind)
+    r["name"] = tr.meta.get("name")
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "t.parquet"
+        timed("save_s", tr.save, path)
+        back = timed("load_s", load, path)
+        assert len(back.kind) == len(tr.kind)
+        del back
+    pat = timed("analyze_s", analyze, tr)
+    calls = _fast.calls()
+    p = timed("plan_s", plan, tr, budget, hw, pattern=pat)
+    r["fast_sweeps"] = _fast.calls() - calls
+    r["actions"] = len(p.actions)
+    if reference:
+        os.environ["UVM_SCHED_PLANNER_KERNEL"] = "python"
+        ref = timed("plan_reference_s", plan, tr, budget, hw, pattern=pat)
+        del os.environ["UVM_SCHED_PLANNER_KERNEL"]
+        r["identical_plan"] = bool(ref.actions.equals(p.actions))
+    if sim:
+        for name, pol in (("demand", "demand"), ("plan", p)):
+            res = timed(f"sim_{name}_s", simulate, tr, pol, hw, budget)
+            r[f"sim_{name}_iteration_s"] = float(res.iteration_time_s)
+    r["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return r
+
+
+def profile_sim(n: int, hw: str, budget: str, top: int = 10) -> dict:
+    """cProfile of ``simulate`` (demand, then the plan) on an ``n``-event trace: the
+    functions with the most time of their own."""
+    import cProfile
+    import io
+    import pstats
+
+    sys.path.insert(0, str(ROOT))
+    from uvm_sched.planner import plan
+    from uvm_sched.sim import simulate
+    from uvm_sched.trace._llm import llm_trace_for_events
+
+    tr = llm_trace_for_events(n)
+    p = plan(tr, budget, hw)
+    out = {}
+    for name, pol in (("demand", "demand"), ("plan", p)):
+        pr = cProfile.Profile()
+        pr.enable()
+        simulate(tr, pol, hw, budget)
+        pr.disable()
+        buf = io.StringIO()
+        st = pstats.Stats(pr, stream=buf)
+        total = st.total_tt
+        rows = sorted(st.stats.items(), key=lambda kv: -kv[1][2])[:top]
+        out[name] = {"total_s": total, "rows": [
+            {"function": f"{Path(f).name}:{line}({fn})", "calls": int(nc), "own_s": tt,
+             "cum_s": ct} for (f, line, fn), (cc, nc, tt, ct, _) in rows]}
+    return out
+
+
+def _rss_now() -> int:
+    """Resident bytes of this process now (Linux /proc; the peak where that is absent)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _slope(xs, ys) -> float:
+    lx = [math.log(x) for x in xs]
+    ly = [math.log(max(y, 1e-9)) for y in ys]
+    mx, my = sum(lx) / len(lx), sum(ly) / len(ly)
+    num = sum((a - mx) * (b - my) for a, b in zip(lx, ly))
+    den = sum((a - mx) ** 2 for a in lx)
+    return num / den if den else float("nan")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="10000,30000,100000,300000,1000000")
+    ap.add_argument("--reference-max", type=int, default=1_000_000,
+                    help="plan with the plain-Python sweep too up to this many events")
+    ap.add_argument("--no-sim", action="store_true")
+    ap.add_argument("--hw", default="h200-pcie5")
+    ap.add_argument("--budget", default="50%")
+    ap.add_argument("--profile-sim", type=int, default=100_000,
+                    help="profile the simulator on a trace of this many events (0: no)")
+    ap.add_argument("--one", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--profile-one", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--ref", action="store_true", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.one:
+        print(json.dumps(one(a.one, a.hw, a.budget, not a.no_sim, a.ref)))
+        return
+    if a.profile_one:
+        print(json.dumps(profile_sim(a.profile_one, a.hw, a.budget)))
+        return
+    rows = []
+    for n in [int(x) for x in a.sizes.split(",")]:
+        cmd = [sys.executable, __file__, "--one", str(n), "--hw", a.hw, "--budget", a.budget] \
+            + (["--no-sim"] if a.no_sim else []) + (["--ref"] if n <= a.reference_max else [])
+        out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+        if out.returncode:
+            print(out.stderr, file=sys.stderr)
+            raise SystemExit(f"size {n:,} failed (exit {out.returncode})")
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        rows.append(r)
+        print(json.dumps(r), file=sys.stderr)
+    cols = [("build_s", "build"), ("save_s", "parquet save"), ("load_s", "parquet load"),
+            ("analyze_s", "analyze"), ("plan_s", "plan"), ("plan_reference_s",
+                                                           "plan (reference sweep)"),
+            ("sim_demand_s", "simulate demand"), ("sim_plan_s", "simulate plan")]
+    cols = [c for c in cols if any(c[0] in r for r in rows)]
+    lines = [f"# Scale: LLM-shaped traces ({a.hw}, budget {a.budget})", "",
+             "Command: `python benchmarks/bench_scale.py --sizes " + a.sizes
+             + (" --no-sim" if a.no_sim else "") + f" --reference-max {a.reference_max}`", "",
+             "Seconds per stage, wall / CPU (this process's CPU time: on a shared machine the "
+             "wall clock also counts waiting for a core; the targets are checked on CPU "
+             "time, wall beside it). `plan` uses the compiled selection sweep, `plan (reference "
+             "sweep)` the plain-Python one (the baseline; `same plan` checks the two plans' "
+             "actions are equal). Each size runs in a fresh process; machine: 2 shared cores, "
+             f"load average {os.getloadavg()[0]:.1f} when the table was written. First calls "
+             "(imports, the compiled sweep's load from numba's cache) are timed apart, on a "
+             f"3k-event trace: {rows[0].get('first_call_s', float('nan')):.1f} s in the first "
+             "size's process.", "",
+             "| events | trace | " + " | ".join(h for _, h in cols)
+             + " | same plan | peak RSS MiB | over the start, bytes/event |",
+             "|---" * (len(cols) + 5) + "|"]
+    for r in rows:
+        cells = [f"{r[k]:.2f} / {r[k.replace('_s', '_cpu_s')]:.2f}" if r.get(k) is not None
+                 else "" for k, _ in cols]
+        lines.append(f"| {r['events']:,} | {r['name']} | " + " | ".join(cells)
+                     + f" | {r.get('identical_plan', '')} | {r['peak_rss_bytes'] / 2**20:.0f}"
+                     f" | {(r['peak_rss_bytes'] - r['base_rss_bytes']) / r['events']:.0f} |")
+    big = [r for r in rows if r["events"] >= 90_000]
+    if len(big) >= 2:
+        lines += ["", "Growth exponent (log-log slope from ~100k events up):", ""]
+        for k, h in cols:
+            pts = [(r["events"], r[k], r[k.replace("_s", "_cpu_s")]) for r in big
+                   if r.get(k) is not None]
+            if len(pts) >= 2:
+                x, w, c = zip(*pts)
+                lines.append(f"- {h}: {_slope(x, c):.2f} CPU, {_slope(x, w):.2f} wall")
+    top = max(rows, key=lambda r: r["events"])
+    per = 1e5 / top["events"]
+    lines += ["", f"At {top['events']:,} events (targets from issue 24):", ""]
+    checks = [("plan per 100k events (CPU)", top["plan_cpu_s"] * per, 0.5, "s")]
+    for k in ("sim_demand_cpu_s", "sim_plan_cpu_s"):
+        if top.get(k) is not None:
+            checks.append((f"{k[4:-6]} simulation per 100k events (CPU)", top[k] * per, 1.0,
+                           "s"))
+    checks += [("peak RSS over the process's start (imports, first calls) per event",
+                (top["peak_rss_bytes"] - top["base_rss_bytes"]) / top["events"], 1024, "bytes"),
+               ("Parquet save (CPU)", top["save_cpu_s"], 1.0, "s"),
+               ("Parquet load (CPU)", top["load_cpu_s"], 1.0, "s")]
+    for what, v, lim, unit in checks:
+        lines.append(f"- {what}: {v:.2f} {unit} (target <= {lim:g} {unit}): "
+                     f"{'met' if v <= lim else 'NOT met, ' + format(v / lim, '.1f') + 'x over'}")
+    if a.profile_sim and not a.no_sim:
+        cmd = [sys.executable, __file__, "--profile-one", str(a.profile_sim), "--hw", a.hw,
+               "--budget", a.budget]
+        out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, check=True)
+        prof = json.loads(out.stdout.strip().splitlines()[-1])
+        lines += ["", f"Where the simulator's time goes (cProfile, {a.profile_sim:,}-event trace; "
+                  "the engine is `uvm_sched/sim/_engine.py`):", ""]
+        for name, d in prof.items():
+            lines += [f"`simulate({name!r})`: {d['total_s']:.2f} s under the profiler", "",
+                      "| function | calls | own s | cumulative s |", "|---|---|---|---|"]
+            lines += [f"| `{x['function']}` | {x['calls']:,} | {x['own_s']:.2f} | "
+                      f"{x['cum_s']:.2f} |" for x in d["rows"]]
+            lines.append("")
+    prov = _provenance()
+    lines += ["", f"Run {prov['date']}, commit `{prov['commit']}`, {prov['machine']['platform']}, "
+              f"{prov['machine']['cpu_count']} CPUs; command `{prov['command']}`."]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "scale.md").write_text(text)
+    (OUT / "scale.json").write_text(json.dumps({"provenance": prov, "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,293 @@
+"""Learning and planning for the runtime, off the training thread.
+
+``learn(request)`` turns recorded allocator events into a plan (trace, pattern, plan, the
+tuning candidates' plans): seconds of work on an LLM-sized iteration. The ``Scheduler``
+must not stall the training loop for that, and a Python thread would not do: while it
+holds the GIL, every ctypes call of the loop (each malloc and free releases and retakes the
+GIL) waits up to the interpreter's switch interval (5 ms), so the loop would crawl while it
+plans. So ``Worker`` runs ``learn`` in a helper process by default (``kind="process"``):
+one per Python process, started on first use with the interpreter running the
+training loop (``python -c``: it imports only uvm_sched's trace/pattern/planner, never the
+user's script, unlike multiprocessing's spawn), fed over pipes with pickle protocol 5 (the
+event arrays go out of band, written from a helper thread that releases the GIL while it
+writes). ``kind="thread"`` runs ``learn`` in the helper thread itself (no second process;
+for environments that forbid one); if the process cannot be started, the worker falls
+back to that with a logged warning.
+"""
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import pickle
+import queue
+import struct
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["learn", "Worker", "Job", "main", "shared_worker"]
+
+logger = logging.getLogger(__name__)
+
+
+def learn(req: dict) -> dict:
+    """Plan from recorded events. ``req``: ``events`` (list of EVENT_DTYPE arrays, in order),
+    ``budget``, ``hw``, ``mode``, ``warmup_iters``, ``plan_opts``, ``touches`` (None, or
+    (clocks, addresses, device type) of the dispatch tracer), ``tune`` (candidates).
+    Returns ``status`` "ok" (with ``plan``, ``pattern``, ``addrs``: persistent ordinal ->
+    address, ``start_ev``: the allocator event where the learned iteration starts,
+    ``samples``, ``cands``: [(label, plan)] for tuning, ``tuning_skipped``), "wait" (a
+    learned period with too few repetitions yet), or "error" (``error``: what failed)."""
+    from .pattern import PatternError, analyze
+    from .planner import PlanError, plan, samples_from_touches, tuning_candidates
+    from .trace import EventKind
+    from .trace._native import trace_from_events
+
+    t0 = time.perf_counter()
+    parts = req["events"]
+    events = np.concatenate(parts) if len(parts) != 1 else parts[0]
+    try:
+        trace, addresses = trace_from_events(events, return_addresses=True)
+        pat = analyze(trace)
+        if pat.source != "markers" and len(pat.iterations) < req["warmup_iters"]:
+            return {"status": "wait"}  # not enough repetitions yet to trust a learned period
+        opts = dict(req["plan_opts"])
+        mode = req["mode"]
+        if req["touches"] is not None:
+            clocks, taddrs, device_type = req["touches"]
+            opts["samples"] = samples_from_touches(trace, addresses, pat, clocks, taddrs,
+                                                   k0=int(events["tick"][0]))
+            if not len(opts["samples"]):
+                # planning on would quietly be the oblivious mode
+                raise ValueError(
+                    f"sampled mode: the dispatch tracer saw no PyTorch op touch a "
+                    f"uvm_sched block on device type {device_type!r} during "
+                    f"the warm-up ({len(clocks):,} touches recorded); are "
+                    "the model's tensors there, allocated through uvm_sched.allocator()?")
+        p = plan(trace, req["budget"], req["hw"], mode=mode, pattern=pat, **opts)
+        cands, skipped = [], None
+        if req["tune"]:
+            if p.meta.get("sync") != "marker":
+                # the clock is read at markers: without them there is nothing to time
+                skipped = ("the plan syncs on the learned period, not on iteration "
+                           "markers, and tuning times iterations between markers: "
+                           "call Scheduler.step() each iteration (or let the optimizer "
+                           "hook do it)")
+            else:
+                (first, _, _), *rest = tuning_candidates(req["tune"], mode, opts)
+                cands = [(first, None)] + [
+                    (label, plan(trace, req["budget"], req["hw"], mode=m, pattern=pat, **o))
+                    for label, m, o in rest]
+    except (PatternError, PlanError, ValueError, ImportError) as e:
+        # ImportError: a --no-deps install without pandas; the loop runs on, unplanned
+        return {"status": "error", "error": f"{type(e).__name__}: {e}" + (
+            f" (planning needs it: pip install {e.name})"
+            if isinstance(e, ImportError) and e.name else "")}
+    from .native import plan_table
+
+    # persistent blocks: the plan names them by ALLOC ordinal in the trace
+    alloc_blocks = trace.block[trace.kind == EventKind.ALLOC]
+    return {
+        "status": "ok", "plan": p, "pattern": pat,
+        "table": plan_table(p),  # (what arming converts: done here, off the loop's thread)
+        "addrs": [int(a) for a in np.asarray(addresses)[alloc_blocks]],
+        "start_ev": int(np.searchsorted(trace.tick[trace.kind <= EventKind.FREE],
+                                        pat.start_tick)),
+        "samples": opts.get("samples") if mode == "sampled" else None,
+        "cands": cands, "tuning_skipped": skipped,
+        "learn_s": time.perf_counter() - t0,
+    }
+
+
+class Job:
+    """One request in flight: ``done`` is set when ``result`` (learn's dict) is there;
+    ``wall_s`` is the time from submission to the result."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.result: dict | None = None
+        self.wall_s = 0.0
+        self.request_events: list = []  # the submitter's record of what it sent
+
+
+# -- the wire: a frame is (pickle bytes, out-of-band buffers), lengths first ---------------
+def _write_frame(f, obj) -> None:
+    bufs: list = []
+    data = pickle.dumps(obj, protocol=5, buffer_callback=bufs.append)
+    raws = [b.raw() for b in bufs]
+    head = struct.pack(f"<QQ{len(raws)}Q", len(data), len(raws), *(r.nbytes for r in raws))
+    f.write(head)
+    f.write(data)
+    for r in raws:
+        f.write(r)
+    f.flush()
+
+
+def _read_exact(f, n: int) -> bytearray:
+    out = bytearray(n)
+    view, got = memoryview(out), 0
+    while got < n:
+        k = f.readinto(view[got:])
+        if not k:
+            raise EOFError(f"the planning process closed its pipe ({got:,} of {n:,} bytes read)")
+        got += k
+    return out
+
+
+def _read_frame(f):
+    n, nb = struct.unpack("<QQ", _read_exact(f, 16))
+    sizes = struct.unpack(f"<{nb}Q", _read_exact(f, 8 * nb)) if nb else ()
+    data = _read_exact(f, n)
+    return pickle.loads(data, buffers=[_read_exact(f, s) for s in sizes])
+
+
+def main() -> None:
+    """The helper process: requests in on stdin, results out on stdout, until stdin closes.
+    Anything else that writes to stdout goes to stderr (the pipe carries frames only)."""
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    inp = sys.stdin.buffer
+    while True:
+        try:
+            req = _read_frame(inp)
+        except EOFError:
+            return
+        if req.get("ping"):  # (Worker.warm: load what learn needs, then say so)
+            from . import pattern  # noqa: F401
+            from .planner import _fast
+            from .trace import _native  # noqa: F401
+
+            _fast.available()  # numba and the compiled sweep, where installed
+            _write_frame(out, {"status": "ready"})
+            continue
+        try:
+            res = learn(req)
+        except Exception as e:  # never let the loop's process die of a planner bug
+            import traceback
+
+            res = {"status": "error", "error": f"{type(e).__name__}: {e}",
+                   "traceback": traceback.format_exc()}
+        _write_frame(out, res)
+
+
+class Worker:
+    """Runs ``learn`` requests one at a time off the calling thread; ``submit`` returns at
+    once with a ``Job``. ``kind``: "process" (default) or "thread" (see module doc)."""
+
+    def __init__(self, kind: str = "process") -> None:
+        if kind not in ("process", "thread"):
+            raise ValueError(f"worker must be 'process' or 'thread', got {kind!r}")
+        self.kind = kind
+        self._proc: subprocess.Popen | None = None
+        self._todo: queue.SimpleQueue = queue.SimpleQueue()  # (request, Job), in order
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+
+    def warm(self) -> None:
+        """Start the helper thread and, for "process", the helper process now, in the
+        background (its imports take a second or two: better during the warm-up
+        iterations than after them; and starting a thread from ``step()`` costs
+        milliseconds on a loaded machine)."""
+        self._ensure_thread()
+        if self.kind == "process":
+            self._todo.put(({"ping": True}, Job()))
+
+    def submit(self, req: dict) -> Job:
+        job = Job()
+        self._ensure_thread()
+        self._todo.put((req, job))
+        return job
+
+    def _ensure_thread(self) -> None:
+        with self._start_lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._serve, name="uvm_sched-learn",
+                                                daemon=True)
+                self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            req, job = self._todo.get()
+            t0 = time.perf_counter()
+            try:
+                if req.get("ping"):
+                    try:
+                        self._remote(req)
+                    except Exception as e:  # the first real request tries again, says why
+                        logger.debug("uvm_sched: starting the planning process: %s", e)
+                else:
+                    job.result = self._remote(req) if self.kind == "process" else learn(req)
+            except Exception as e:  # a failed learn leaves the loop unplanned, never broken
+                if not sys.is_finalizing():  # (at exit: nobody waits for this plan)
+                    logger.warning("uvm_sched: planning failed: %s: %s", type(e).__name__, e)
+                job.result = {"status": "error", "error": f"{type(e).__name__}: {e}"}
+            job.wall_s = time.perf_counter() - t0
+            job.done.set()
+
+    def _ensure_process(self) -> subprocess.Popen:
+        if self._proc is None or self._proc.poll() is not None:
+            self._proc = _start_process()
+        return self._proc
+
+    def _remote(self, req: dict) -> dict:
+        try:
+            proc = self._ensure_process()
+        except OSError as e:
+            logger.warning("uvm_sched: cannot start the planning process (%s); planning "
+                           "on a thread of this process instead", e)
+            self.kind = "thread"
+            return {"status": "ready"} if req.get("ping") else learn(req)
+        try:
+            _write_frame(proc.stdin, req)
+            res = _read_frame(proc.stdout)
+        except (OSError, EOFError, pickle.UnpicklingError) as e:
+            self.close()
+            raise RuntimeError(f"the planning process failed: {e}") from None
+        if "traceback" in res:
+            logger.warning("uvm_sched: the planner raised in the planning process:\n%s",
+                           res["traceback"])
+        return res
+
+    def close(self) -> None:
+        p, self._proc = self._proc, None
+        if p is not None:
+            try:
+                p.stdin.close()
+                p.wait(timeout=5)
+            except Exception:  # already gone, or stuck: it must not outlive us
+                p.kill()
+
+
+def _start_process() -> subprocess.Popen:
+    root = str(Path(__file__).resolve().parents[1])  # the folder holding uvm_sched
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([root] + ([env["PYTHONPATH"]]
+                                                  if env.get("PYTHONPATH") else []))
+    # its own session: a Ctrl-C meant for the training loop does not kill it mid-plan
+    return subprocess.Popen([sys.executable, "-c", "from uvm_sched._learn import main; main()"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+                            start_new_session=True)
+
+
+_shared: dict[str, Worker] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_worker(kind: str) -> Worker:
+    """The process-wide worker of a kind (one helper process serves every Scheduler)."""
+    with _shared_lock:
+        w = _shared.get(kind)
+        if w is None:
+            w = _shared[kind] = Worker(kind)
+        return w
+
+
+@atexit.register
+def _close_all() -> None:
+    for w in list(_shared.values()):
+        w.close()

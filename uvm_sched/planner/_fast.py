@@ -1,0 +1,94 @@
+"""The planner's selection sweep as a compiled kernel (numba ``@njit(nogil=True)``).
+
+The rule is ``_reference.select`` (plain Python, the definition); this module makes the
+same decisions in the same order, over arrays in place of ``_Gap`` objects, and releases
+the GIL while it runs (the runtime plans on a background thread). Both heaps order their
+items by keys that are unique (a gap index and a segment start are part of every key), so
+any correct binary heap pops them in the reference's order and the plans are identical;
+``tests/test_planner_fast.py`` checks that on generated traces.
+
+numba is optional (the ``numba`` extra): without it ``available()`` is False and the
+planner runs the reference, with one logged note. Set ``UVM_SCHED_PLANNER_KERNEL=python``
+to force the reference (to compare, or to rule the kernel out when something looks wrong).
+"""
+from __future__ import annotations
+
+import logging
+import os
+
+import numpy as np
+
+__all__ = ["available", "select", "calls"]
+
+logger = logging.getLogger(__name__)
+
+_kernel = None  # the compiled sweep, once built
+_state = {"checked": False, "calls": 0}
+
+
+def available() -> bool:
+    """True when the compiled sweep can be used (numba installed and not switched off)."""
+    if os.environ.get("UVM_SCHED_PLANNER_KERNEL", "").lower() == "python":
+        return False
+    if not _state["checked"]:
+        _state["checked"] = True
+        try:
+            _build()
+        except ImportError as e:
+            logger.info("planner: numba is not installed (%s); the selection sweep runs in "
+                        "plain Python (about 10x slower on large traces; pip install numba)",
+                        e)
+    return _kernel is not None
+
+
+def calls() -> int:
+    """How many sweeps the compiled kernel has run in this process (for tests that check
+    the fast path was taken)."""
+    return _state["calls"]
+
+
+def select(gaps, resident, budget, size, T, q) -> list:
+    """``_reference.select`` (same arguments, same effects on the gaps, same result),
+    compiled. O((G + T) log G) plus the heap traffic of the late-prefetch queue."""
+    n = len(gaps)
+    blk = np.fromiter((g.blk for g in gaps), np.int64, n)
+    t_off = np.fromiter((g.t_off for g in gaps), np.int64, n)
+    t_on = np.fromiter((g.t_on for g in gaps), np.int64, n)
+    t_on_late = np.fromiter((g.t_on_late for g in gaps), np.int64, n)
+    level = np.fromiter((g.level for g in gaps), np.int64, n)
+    chosen = np.fromiter((g.chosen for g in gaps), np.bool_, n)
+    bad = np.fromiter((g.bad for g in gaps), np.bool_, n)
+    kp_min = np.fromiter((g.kp_min for g in gaps), np.int64, n)
+    # sibling groups as CSR in the reference's list order (the order they were built in)
+    index = {id(g): i for i, g in enumerate(gaps)}
+    grp = np.full(n, -1, np.int64)
+    ptr = [0]
+    members: list[int] = []
+    seen: dict[int, int] = {}
+    for i, g in enumerate(gaps):
+        if not g.sibs:
+            continue
+        k = seen.get(id(g.sibs))
+        if k is None:
+            k = seen[id(g.sibs)] = len(ptr) - 1
+            members.extend(index[id(x)] for x in g.sibs)
+            ptr.append(len(members))
+        grp[i] = k
+    old_on, old_kp, old_chosen = t_on.copy(), kp_min.copy(), chosen.copy()
+    picked = _kernel(blk, t_off, t_on, t_on_late, level, chosen, bad, kp_min, grp,
+                     np.asarray(ptr, np.int64), np.asarray(members, np.int64),
+                     np.ascontiguousarray(resident, np.int64), np.int64(budget),
+                     np.ascontiguousarray(size, np.int64), np.int64(T),
+                     np.ascontiguousarray(q, np.int64))
+    _state["calls"] += 1
+    for i in np.flatnonzero((t_on != old_on) | (kp_min != old_kp) | (chosen != old_chosen)):
+        g = gaps[i]
+        g.t_on, g.kp_min, g.chosen = int(t_on[i]), int(kp_min[i]), bool(chosen[i])
+    return [gaps[i] for i in picked.tolist()]
+
+
+def _build() -> None:
+    global _kernel
+    from . import _fast_kernels  # imports numba (ImportError without it)
+
+    _kernel = _fast_kernels.kernel
