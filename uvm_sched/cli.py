@@ -72,6 +72,7 @@ def _input_error_types() -> tuple[type, ...]:
                          PermissionError]
     for mod, name in (("uvm_sched.trace._model", "TraceError"),
                       ("uvm_sched.planner._plan", "PlanError"),
+                      ("uvm_sched.pattern", "PatternError"),
                       ("uvm_sched.hw", "ProfileError"),
                       ("uvm_sched.sim", "BudgetError")):
         m = sys.modules.get(mod)
@@ -264,22 +265,46 @@ def _check_budget_syntax(specs: Sequence[str]) -> None:
             raise UsageError(f"bad --budget {s!r}: {e}") from None
 
 
-def _writable(path: str) -> Path:
-    """``path`` as a Path whose folder exists (checked before long work, not after)."""
+def _writable(path: str, *inputs: "str | None") -> Path:
+    """``path`` as a Path whose folder exists and that names none of ``inputs`` (checked
+    before long work, not after: writing a plan over its own trace would destroy it)."""
+    from ._files import same_file
+
     p = Path(path)
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
         raise UsageError(f"cannot write {path}: folder {parent} does not exist")
     if p.is_dir():
         raise UsageError(f"cannot write {path}: it is a folder")
+    for src in inputs:
+        if src is not None and same_file(p, src):
+            raise UsageError(f"cannot write {path}: it is the input {src}; writing there would "
+                             "replace the input. Give another output file (-o)")
+    if p.exists() and not p.is_file():
+        raise UsageError(f"cannot write {path}: not a regular file (a device or FIFO?)")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"cannot write {path}: folder {parent} is not writable")
     return p
 
 
-def _write_text(path: Path, text: str) -> None:
+@contextmanager
+def _output(path: Path) -> Iterator[Path]:
+    """A temporary path to write beside ``path``, renamed over it when the block ends
+    (``uvm_sched._files.atomic_path``); a failure to write (a full disk, a read-only
+    folder) is bad input with the old file kept."""
+    from ._files import atomic_path
+
     try:
-        path.write_text(text, encoding="utf-8")
+        with atomic_path(path) as tmp:
+            yield tmp
     except OSError as e:
-        raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
+        raise UsageError(f"cannot write {path}: {e.strerror or e} (nothing written; "
+                         "an existing file is unchanged)") from None
+
+
+def _write_text(path: Path, text: str) -> None:
+    with _output(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
 
 
 def _trace_info(trace) -> dict[str, Any]:
@@ -418,10 +443,8 @@ def cmd_record(args, out: _Out) -> int:
         bar.step(f"recording {args.model} on meta tensors")
         trace = record(args.model, iters=args.iters, hw=args.hw, amp=args.amp, **opts)
     elapsed = time.perf_counter() - t0
-    try:
-        trace.save(dest)
-    except OSError as e:
-        raise UsageError(f"cannot write {dest}: {e.strerror or e}") from None
+    with _output(dest) as tmp:
+        trace.save(tmp)
     info = _trace_info(trace)
     if out.json:
         out.emit_json(_clean({"path": str(dest), "model": args.model, "record_s": elapsed, **info}))
@@ -464,7 +487,7 @@ def cmd_plan(args, out: _Out) -> int:
     trace = _load_trace(args.trace)  # bad input first, before any missing part
     hw = _profile(args.hw)
     _check_budget_syntax([args.budget])
-    dest = _writable(args.output) if args.output else None
+    dest = _writable(args.output, args.trace) if args.output else None
     plan_fn = _part("uvm_sched.planner", "plan", "the planner")
     opts: dict[str, Any] = {}
     if args.sample_rate is not None:
@@ -480,10 +503,8 @@ def cmd_plan(args, out: _Out) -> int:
         plan = plan_fn(trace, budget, hw, mode=args.mode, **opts)
         elapsed = time.perf_counter() - t0
     if dest is not None:
-        try:
-            plan.save(dest)
-        except OSError as e:
-            raise UsageError(f"cannot write {dest}: {e.strerror or e}") from None
+        with _output(dest) as tmp:
+            plan.save(tmp)
     summary = plan.summary()
     meta = {k: v for k, v in plan.meta.items() if k != "alloc_sizes"}
     meta["alloc_count"] = len(plan.meta.get("alloc_sizes", ()))
@@ -521,6 +542,8 @@ def cmd_simulate(args, out: _Out) -> int:
     if args.budget is not None:
         _check_budget_syntax([args.budget])
     plan = _load_plan(args.plan) if args.plan else None
+    if plan is not None:
+        _check_plan_fits(plan, trace, args.force, out)
     known = list(_part("uvm_sched.sim", "POLICIES", "the simulator"))
     if plan is not None and args.policy not in (None, "uvm-sched"):
         raise UsageError("--plan replays a saved plan; leave out --policy (or say uvm-sched)")
@@ -561,6 +584,18 @@ def cmd_simulate(args, out: _Out) -> int:
         out.stdout.print(f"tuned: kept {tuned} (iteration time per candidate: {times})",
                          markup=False)
     return EXIT_OK
+
+
+def _check_plan_fits(plan, trace, force: bool, out: _Out) -> None:
+    """A plan made for another trace is an error (its blocks are not this trace's), or with
+    --force a warning on stderr."""
+    try:
+        plan.check_trace(trace)
+    except ValueError as e:  # PlanError
+        if not force:
+            raise UsageError(str(e)) from None
+        msg = _one_line(e).split(" Plan for this trace")[0]
+        sys.stderr.write(f"{PROG}: warning: {msg} (--force: using it anyway)\n")
 
 
 def _check_tune(tune, mode: str) -> tuple:
@@ -607,7 +642,7 @@ def cmd_compare(args, out: _Out) -> int:
     compare = _part("uvm_sched.sim", "compare", "the simulator")
     known = list(_part("uvm_sched.sim", "POLICIES", "the simulator"))
     policies = _policies(args.policies, known)
-    plot = _writable(args.plot) if args.plot else None
+    plot = _writable(args.plot, args.trace) if args.plot else None
     frontier_fig = _part("uvm_sched.viz", "frontier", "plots") if plot else None
     import pandas as pd
 
@@ -663,13 +698,11 @@ def cmd_compare(args, out: _Out) -> int:
 
 def _save_figure(fig, path: Path) -> None:
     """Write a plotly figure as self-contained HTML, a matplotlib one as an image."""
-    try:
+    with _output(path) as tmp:
         if hasattr(fig, "write_html"):
-            fig.write_html(str(path), include_plotlyjs=True)
+            fig.write_html(str(tmp), include_plotlyjs=True)
         else:
-            fig.savefig(str(path))
-    except OSError as e:
-        raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
+            fig.savefig(str(tmp), format=path.suffix.lstrip(".") or None)
 
 
 def cmd_report(args, out: _Out) -> int:
@@ -677,9 +710,11 @@ def cmd_report(args, out: _Out) -> int:
     hw = _profile(args.hw)
     if args.budget is not None:
         _check_budget_syntax([args.budget])
-    dest = _writable(args.output)
+    dest = _writable(args.output, args.trace, args.plan)
     report = _part("uvm_sched.viz", "report", "the HTML report")
     plan = _load_plan(args.plan) if args.plan else None
+    if plan is not None:
+        _check_plan_fits(plan, trace, args.force, out)
     if args.budget is None and plan is not None:
         budget = int(plan.meta["budget_bytes"])
     else:
@@ -711,13 +746,11 @@ _EXPORT_SUFFIX = {"torch-snapshot": ".pickle", "perfetto": ".json"}
 def cmd_export(args, out: _Out) -> int:
     trace = _load_trace(args.trace)  # bad input first, before any missing part
     fn = _part("uvm_sched.trace", _EXPORTERS[args.to], f"the {args.to} exporter")
-    dest = _writable(args.output or (Path(args.trace).stem + _EXPORT_SUFFIX[args.to]))
+    dest = _writable(args.output or (Path(args.trace).stem + _EXPORT_SUFFIX[args.to]), args.trace)
     with out.progress(description="export") as bar:
         bar.step(f"writing {args.to}")
-        try:
-            fn(trace, dest)
-        except OSError as e:
-            raise UsageError(f"cannot write {dest}: {e.strerror or e}") from None
+        with _output(dest) as tmp:
+            fn(trace, tmp)
     if out.json:
         out.emit_json({"path": str(dest), "format": args.to, "bytes": dest.stat().st_size})
     else:
@@ -864,6 +897,11 @@ def _hw_arg(p, default=DEFAULT_HW):
                         "shipped: h200-pcie5, h100-pcie5, a100-40gb-pcie4, gh200-c2c, a100-40gb-g10")
 
 
+def _force_arg(p):
+    p.add_argument("--force", action="store_true",
+                   help="use a --plan made for another trace anyway (a warning, not an error)")
+
+
 def _mode_arg(p):
     p.add_argument("--mode", choices=("oblivious", "sampled"), default="oblivious",
                    help="planner mode: oblivious reads only allocator events (default); sampled "
@@ -952,6 +990,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--policy", help="ideal, demand, prefetch-on-alloc, swap-activations, bound, "
                                     "uvm-sched (default uvm-sched)")
     p.add_argument("--plan", metavar="FILE", help="replay a saved plan instead of planning")
+    _force_arg(p)
     p.add_argument("--budget", help="device memory budget (default: the plan's, else 50%%)")
     _hw_arg(p)
     _mode_arg(p)
@@ -975,6 +1014,7 @@ def build_parser() -> argparse.ArgumentParser:
             "  uvm-sched report gpt2.parquet --plan plan.json -o report.html\n")
     p.add_argument("trace", metavar="TRACE")
     p.add_argument("--plan", metavar="FILE", help="a saved plan to draw and simulate")
+    _force_arg(p)
     p.add_argument("--budget", help="budget to simulate at (default: the plan's, else 50%%)")
     _hw_arg(p)
     _mode_arg(p)
