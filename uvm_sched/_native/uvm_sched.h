@@ -136,11 +136,14 @@ UVM_API int uvm_sched_malloc_status(size_t size, int device, void *stream, void 
  * block's allocation stream.  size UVM_SIZE_ANY skips the size check. */
 UVM_API int uvm_sched_free_status(void *ptr, size_t size, int device, void *stream,
                                   int own_stream);
-/* Size (requested bytes), alloc ordinal and stream of the live block starting at ptr. */
+/* Size (requested bytes), alloc ordinal and stream of the live block starting at ptr
+ * (UVM_EINVAL when an out-pointer is NULL). */
 UVM_API int uvm_sched_block_info(void *ptr, uint64_t *size, uint64_t *ordinal,
                                  uint64_t *stream);
 UVM_API int uvm_sched_step(void);
-/* Return cached memory of empty arenas to the driver; returns bytes released (>= 0). */
+/* Return cached memory of empty arenas to the driver; returns bytes released (>= 0), or
+ * UVM_EDRIVER when the driver failed to free an arena (that arena stays reserved and
+ * usable; last_error says how many bytes did go back). */
 UVM_API int64_t uvm_sched_release_cached(void);
 
 /* Stats: a comma-separated list of names, and the values (uint64) in that order. */
