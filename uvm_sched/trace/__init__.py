@@ -93,7 +93,8 @@ def load(path, *, max_bytes: int = MAX_FILE_BYTES, **options: Any) -> Trace:
     """Open a trace file or workload folder, recognising its format by content.
 
     Formats and their options are listed in the module docstring. ``max_bytes``: the
-    largest file (and gzip content) read, in bytes. Raises ``FileNotFoundError`` for a
+    largest file read, in bytes (gzip content: at most ``GZIP_MAX_RATIO`` times the archive
+    plus 64 MiB, and at most ``max_bytes``). Raises ``FileNotFoundError`` for a
     missing path, ``TraceError`` for a file that is truncated, corrupt, inconsistent, of
     no known format, too large, or not a regular file (a FIFO or device is never read;
     nothing is half-loaded), ``TypeError`` for an option the format does not take.
@@ -130,7 +131,8 @@ def load(path, *, max_bytes: int = MAX_FILE_BYTES, **options: Any) -> Trace:
     if is_gzip(head) or looks_like_json(head):
         _check_options("kineto", p, options)
         return _translated(p, "kineto", lambda: load_kineto(
-            p, _gunzip(p, _read(p, size), int(max_bytes)) if is_gzip(head) else _read(p, size),
+            p, _gunzip(p, _read(p, size), _gzip_limit(size, int(max_bytes))) if is_gzip(head)
+            else _read(p, size),
             **options))
     if head.startswith(b"\x93NUMPY"):
         _check_options("npy", p, options)
@@ -145,6 +147,17 @@ def load(path, *, max_bytes: int = MAX_FILE_BYTES, **options: Any) -> Trace:
     )
 
 
+# gzip content read per byte of archive, at most: JSON traces compress 5-20x; a bomb of
+# repeated bytes ~1000x. At 100x (+ 64 MiB for small archives) refusing a bomb costs at
+# most that much memory, never the gigabytes it claims.
+GZIP_MAX_RATIO = 100
+_GZIP_SLACK = 64 << 20
+
+
+def _gzip_limit(size: int, max_bytes: int) -> int:
+    return min(max_bytes, GZIP_MAX_RATIO * size + _GZIP_SLACK)
+
+
 def _read(p: Path, size: int) -> bytes:
     """The file's bytes; at most ``size`` + 1 are read (a file that grew meanwhile is cut
     there, and then fails to parse, rather than read without end)."""
@@ -152,20 +165,30 @@ def _read(p: Path, size: int) -> bytes:
         return f.read(size + 1)
 
 
-def _gunzip(p: Path, data: bytes, limit: int) -> bytes:
-    """gzip content of at most ``limit`` bytes (a small archive can inflate a thousandfold)."""
+def _gunzip(p: Path, data: bytes, limit: int) -> bytearray:
+    """gzip content of at most ``limit`` bytes (``_gzip_limit``: a small archive can
+    inflate a thousandfold), inflated 16 MiB at a time into one buffer, so that refusing
+    costs about ``limit`` bytes, not twice that."""
     import zlib
 
-    out = b""
+    out = bytearray()
     rest = data
     while rest:  # gzip allows several members one after the other
         d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        try:
-            out += d.decompress(rest, limit + 1 - len(out))
-        except zlib.error as e:
-            raise TraceError(f"{p}: corrupt gzip ({e})") from None
-        if len(out) > limit:
-            raise TraceError(f"{p}: gzip content is larger than {limit:,} bytes (max_bytes)")
+        pending = rest
+        while True:
+            try:
+                out += d.decompress(pending, 16 << 20)
+            except zlib.error as e:
+                raise TraceError(f"{p}: corrupt gzip ({e})") from None
+            if len(out) > limit:
+                raise TraceError(
+                    f"{p}: gzip content is larger than {limit:,} bytes ({GZIP_MAX_RATIO}x the "
+                    f"archive's {len(data):,} bytes + 64 MiB, at most max_bytes): a "
+                    "decompression bomb, or gunzip it first")
+            pending = d.unconsumed_tail
+            if d.eof or not pending:
+                break
         if not d.eof:
             raise TraceError(f"{p}: truncated gzip (the archive ends before its content does)")
         rest = d.unused_data
