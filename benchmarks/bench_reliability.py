@@ -35,7 +35,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-sys.path.insert(0, str(REPO))
+sys.path.append(str(REPO))  # after PYTHONPATH: the package under test can be another tree
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "tests" / "native"))
 sys.path.insert(0, str(HERE))
