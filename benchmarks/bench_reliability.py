@@ -42,6 +42,7 @@ sys.path.insert(0, str(HERE))
 
 import numpy as np  # noqa: E402
 
+import uvm_sched  # noqa: E402,F401 - first, so that PYTHONPATH (not bench_quality's path) picks it
 from _reliability import full_disk, leftovers, readonly_dir, run_cli, small_trace  # noqa: E402
 
 OUTCOMES = ("clear error", "accepted", "crash", "hang", "wrong", "data loss")
@@ -752,20 +753,52 @@ def run_case(fn) -> tuple[str, str]:
     return outcome, detail
 
 
+def _table(rows: list[dict]) -> tuple[list[str], dict]:
+    classes = list(dict.fromkeys(r["class"] for r in rows))
+    table = ["| class | inputs tried | " + " | ".join(OUTCOMES) + " |",
+             "|---|---:|" + "---:|" * len(OUTCOMES)]
+    totals = dict.fromkeys(OUTCOMES, 0)
+    for c in classes:
+        mine = [r for r in rows if r["class"] == c]
+        counts = {o: sum(r["outcome"] == o for r in mine) for o in OUTCOMES}
+        for o in OUTCOMES:
+            totals[o] += counts[o]
+        table.append(f"| {c} | {len(mine)} | " + " | ".join(str(counts[o]) for o in OUTCOMES) + " |")
+    table.append(f"| **all** | **{len(rows)}** | " + " | ".join(f"**{totals[o]}**" for o in OUTCOMES)
+                 + " |")
+    return table, totals
+
+
+def _before_section(path: str | None) -> list[str]:
+    if not path:
+        return []
+    doc = json.loads(Path(path).read_text())
+    p = doc["provenance"]
+    table, _ = _table(doc["rows"])
+    return [f"## Before: the same inputs against {p.get('label') or p['uvm_sched']}\n",
+            f"Run {p['date']} with `PYTHONPATH` pointing at that tree ({p['command']}); "
+            "a valid input that tree refuses (e.g. a flag it does not have) counts as wrong "
+            "there.\n", "\n".join(table) + "\n"]
+
+
 def main(argv=None) -> int:
     global IN
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(HERE / "results" / "reliability"),
                     help="path prefix of the .md and .json written")
     ap.add_argument("--only", help="run only the classes whose name contains this")
+    ap.add_argument("--label", default="",
+                    help="what the package under test is (e.g. 'commit e04f2c1, before the fix')")
+    ap.add_argument("--before", metavar="JSON",
+                    help="the .json of an earlier run (e.g. of the tree before a fix, with "
+                         "PYTHONPATH pointing at it), shown beside this run's table")
     args = ap.parse_args(argv)
     from bench_quality import provenance, provenance_md
 
     prov = provenance(argv if argv is not None else sys.argv)
     prov["simulated"] = False
-    import uvm_sched
-
     prov["uvm_sched"] = str(Path(uvm_sched.__file__).parent)
+    prov["label"] = args.label
     t0 = time.perf_counter()
     root = Path(tempfile.mkdtemp(prefix="uvm_reliability_"))
     rows: list[dict] = []
@@ -787,18 +820,7 @@ def main(argv=None) -> int:
             os.chmod(root, 0o755)
         shutil.rmtree(root, ignore_errors=True)
     prov["elapsed_s"] = round(time.perf_counter() - t0, 1)
-    classes = list(dict.fromkeys(r["class"] for r in rows))
-    table = ["| class | inputs tried | " + " | ".join(OUTCOMES) + " |",
-             "|---|---:|" + "---:|" * len(OUTCOMES)]
-    totals = dict.fromkeys(OUTCOMES, 0)
-    for c in classes:
-        mine = [r for r in rows if r["class"] == c]
-        counts = {o: sum(r["outcome"] == o for r in mine) for o in OUTCOMES}
-        for o in OUTCOMES:
-            totals[o] += counts[o]
-        table.append(f"| {c} | {len(mine)} | " + " | ".join(str(counts[o]) for o in OUTCOMES) + " |")
-    table.append(f"| **all** | **{len(rows)}** | " + " | ".join(f"**{totals[o]}**" for o in OUTCOMES)
-                 + " |")
+    table, totals = _table(rows)
     bad = [r for r in rows if r["outcome"] in ("crash", "hang", "wrong", "data loss")]
     md = ["# Reliability: bad inputs, really run\n",
           "Produced by `benchmarks/bench_reliability.py`: every input below runs in a forked "
@@ -812,8 +834,10 @@ def main(argv=None) -> int:
           provenance_md(prov).replace(
               "- all figures are **simulated** (uvm_sched.sim with the named hardware profile), "
               "not measured on a GPU\n", "") + f"- package under test: `{prov['uvm_sched']}`\n"
-          f"- elapsed: {prov['elapsed_s']} s\n",
+          + (f"- label: {args.label}\n" if args.label else "")
+          + f"- elapsed: {prov['elapsed_s']} s\n",
           "\n".join(table) + "\n",
+          *_before_section(args.before),
           "## Every input\n",
           "| class | input | outcome | detail |", "|---|---|---|---|"]
     md += [f"| {r['class']} | `{r['input'][:90]}` | {r['outcome']} | {r['detail'][:120]} |"

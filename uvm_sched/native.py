@@ -9,7 +9,13 @@ a device, else the host emulation).  Other settings, read when the backend start
 ``UVM_SCHED_ARENA_BYTES`` (size of each managed reservation, default 1 GiB; units K/M/G),
 ``UVM_SCHED_LIMIT_BYTES`` (cap on reserved bytes), ``UVM_SCHED_RING_EVENTS`` (ring
 capacity, default 2**20 records), ``UVM_SCHED_TRACE=0`` (no event recording),
-``UVM_SCHED_VERBOSE`` (0 silences errors logged from the PyTorch ABI).
+``UVM_SCHED_VERBOSE`` (0 silences errors logged from the PyTorch ABI). Values are read
+strictly (a count: a whole number with an optional K/M/G/T unit; TRACE: 0/1, true/false,
+yes/no, on/off): one that does not parse stops the library from starting, and the first
+call raises ``ValueError`` naming the variable, the value and an accepted example.
+Arguments are checked before ctypes sees them (ctypes would wrap an int modulo 2**64):
+sizes and pointers are integers (``TypeError`` for a float, str or bool) in their range
+(``ValueError``).
 
 Event kinds in :func:`drain_events` (``EVENT_KINDS`` maps code -> name): ``alloc`` (0) and
 ``free`` (1) with the block's requested bytes and its global alloc ordinal in ``arg``;

@@ -57,7 +57,9 @@ class Scheduler:
     before re-learning; ``hook``: install the PyTorch optimizer hook (``"auto"``: when torch
     is imported); ``plan_opts``: extra options for ``uvm_sched.plan``;
     ``min_period_events``: allocator events recorded before the period is looked for when
-    there are no markers.
+    there are no markers; ``strict``: raise ``SchedulerError`` where a runtime problem would
+    otherwise be a ``SchedulerWarning``. Every option is checked here (``TypeError`` /
+    ``ValueError``, ``ProfileError`` for ``hw``).
 
     ``mode="sampled"`` without ``plan_opts["samples"]`` records the samples itself: from
     ``start()`` until the plan is armed (the warm-up iterations, again while re-learning) a
@@ -486,7 +488,8 @@ class Scheduler:
     # -- reporting ----------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
         """State, counters (plans, relearns, iterations armed, divergences seen, learn
-        failures, planning time in s), the plan's prediction and the native counters."""
+        failures, planning time in s), ``problems`` (the history of runtime problems: kind,
+        message, state, time), the plan's prediction and the native counters."""
         from . import native
 
         with self._lock:
