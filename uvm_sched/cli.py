@@ -5,6 +5,11 @@ Exit codes: 0 success; 2 usage errors and bad input (unreadable or corrupt file,
 unknown model or hardware profile); 1 anything unexpected (``--debug`` shows the traceback).
 Results go to stdout (rich tables, or JSON with ``--json``); progress bars and notes about
 files written go to stderr, so ``--json`` output can be piped as is.
+
+Every file is written whole or not at all (``uvm_sched._files``: beside, fsync, rename): on
+a full disk or in a read-only folder the command exits 2 and an existing file keeps its
+contents. An output that names one of the command's inputs is refused before any work. A
+``--plan`` made for another trace is an error (``--force``: a warning).
 """
 from __future__ import annotations
 
