@@ -193,3 +193,18 @@ def test_plans_made_by_the_planner_pass_their_own_checks(trace):
     p = plan(trace, "30%", mode="sampled", sample_rate=0.5)
     Plan(p.actions, p.meta)
     assert np.all(p.actions["tick"] < p.meta["period_events"])
+
+
+def test_simulating_a_plan_for_another_trace_warns_in_the_api(trace):
+    from uvm_sched.planner import PlanMismatchWarning
+    from uvm_sched.sim import simulate
+
+    other = small_trace(layers=3, batch=3)
+    p = plan(trace, "90%")
+    with pytest.warns(PlanMismatchWarning, match="made for"):
+        simulate(other, p, budget=p.meta["budget_bytes"])
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PlanMismatchWarning)
+        simulate(trace, p, budget=p.meta["budget_bytes"])  # its own trace: no warning

@@ -21,6 +21,7 @@ import os
 import sys
 import time
 import traceback
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -1107,7 +1108,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = bool(getattr(args, "debug", False))
     try:
         out = _Out(args)
-        return int(args.func(args, out) or 0)
+        with warnings.catch_warnings():
+            # a --plan for another trace is this command's own error (or, with --force, its
+            # own one-line warning): the simulator's warning would say it twice
+            warnings.filterwarnings("ignore", message="the plan was made for")
+            return int(args.func(args, out) or 0)
     except KeyboardInterrupt:
         sys.stderr.write(f"{prog}: interrupted\n")
         return 130

@@ -23,7 +23,8 @@ import numpy as np
 
 from .._files import atomic_path, write_atomic
 
-__all__ = ["Plan", "PlanError", "ACTIONS", "PLAN_VERSION", "trace_fingerprint"]
+__all__ = ["Plan", "PlanError", "PlanMismatchWarning", "ACTIONS", "PLAN_VERSION",
+           "trace_fingerprint"]
 
 PLAN_VERSION = 1
 
@@ -58,6 +59,10 @@ _COLUMNS = {
 
 class PlanError(ValueError):
     """A plan is malformed, of an unknown version, or does not fit the trace/runtime."""
+
+
+class PlanMismatchWarning(UserWarning):
+    """A plan is used with a trace it was not made for (``Plan.check_trace``)."""
 
 
 class Plan:
