@@ -5,6 +5,11 @@ Exit codes: 0 success; 2 usage errors and bad input (unreadable or corrupt file,
 unknown model or hardware profile); 1 anything unexpected (``--debug`` shows the traceback).
 Results go to stdout (rich tables, or JSON with ``--json``); progress bars and notes about
 files written go to stderr, so ``--json`` output can be piped as is.
+
+Every file is written whole or not at all (``uvm_sched._files``: beside, fsync, rename): on
+a full disk or in a read-only folder the command exits 2 and an existing file keeps its
+contents. An output that names one of the command's inputs is refused before any work. A
+``--plan`` made for another trace is an error (``--force``: a warning).
 """
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ import os
 import sys
 import time
 import traceback
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -73,6 +79,7 @@ def _input_error_types() -> tuple[type, ...]:
                          PermissionError]
     for mod, name in (("uvm_sched.trace._model", "TraceError"),
                       ("uvm_sched.planner._plan", "PlanError"),
+                      ("uvm_sched.pattern", "PatternError"),
                       ("uvm_sched.hw", "ProfileError"),
                       ("uvm_sched.sim", "BudgetError")):
         m = sys.modules.get(mod)
@@ -291,22 +298,46 @@ def _check_budget_syntax(specs: Sequence[str]) -> None:
             raise UsageError(f"bad --budget {s!r}: {e}") from None
 
 
-def _writable(path: str) -> Path:
-    """``path`` as a Path whose folder exists (checked before long work, not after)."""
+def _writable(path: str, *inputs: "str | None") -> Path:
+    """``path`` as a Path whose folder exists and that names none of ``inputs`` (checked
+    before long work, not after: writing a plan over its own trace would destroy it)."""
+    from ._files import same_file
+
     p = Path(path)
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
         raise UsageError(f"cannot write {path}: folder {parent} does not exist")
     if p.is_dir():
         raise UsageError(f"cannot write {path}: it is a folder")
+    for src in inputs:
+        if src is not None and same_file(p, src):
+            raise UsageError(f"cannot write {path}: it is the input {src}; writing there would "
+                             "replace the input. Give another output file (-o)")
+    if p.exists() and not p.is_file():
+        raise UsageError(f"cannot write {path}: not a regular file (a device or FIFO?)")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"cannot write {path}: folder {parent} is not writable")
     return p
 
 
-def _write_text(path: Path, text: str) -> None:
+@contextmanager
+def _output(path: Path) -> Iterator[Path]:
+    """A temporary path to write beside ``path``, renamed over it when the block ends
+    (``uvm_sched._files.atomic_path``); a failure to write (a full disk, a read-only
+    folder) is bad input with the old file kept."""
+    from ._files import atomic_path
+
     try:
-        path.write_text(text, encoding="utf-8")
+        with atomic_path(path) as tmp:
+            yield tmp
     except OSError as e:
-        raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
+        raise UsageError(f"cannot write {path}: {e.strerror or e} (nothing written; "
+                         "an existing file is unchanged)") from None
+
+
+def _write_text(path: Path, text: str) -> None:
+    with _output(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
 
 
 def _trace_info(trace) -> dict[str, Any]:
@@ -479,10 +510,8 @@ def cmd_record(args, out: _Out) -> int:
         bar.step(f"recording {args.model} on meta tensors")
         trace = record(args.model, iters=args.iters, hw=args.hw, amp=args.amp, **opts)
     elapsed = time.perf_counter() - t0
-    try:
-        trace.save(dest)
-    except OSError as e:
-        raise UsageError(f"cannot write {dest}: {e.strerror or e}") from None
+    with _output(dest) as tmp:
+        trace.save(tmp)
     info = _trace_info(trace)
     used = _sizes_of(trace.meta)
     if out.json:
@@ -544,7 +573,7 @@ def cmd_plan(args, out: _Out) -> int:
     trace = _load_trace(args.trace, args.device, args.assume_tick_us)  # bad input first, before any missing part
     hw = _profile(args.hw)
     _check_budget_syntax([args.budget])
-    dest = _writable(args.output) if args.output else None
+    dest = _writable(args.output, args.trace) if args.output else None
     plan_fn = _part("uvm_sched.planner", "plan", "the planner")
     opts: dict[str, Any] = {}
     if args.sample_rate is not None:
@@ -560,10 +589,8 @@ def cmd_plan(args, out: _Out) -> int:
         plan = plan_fn(trace, budget, hw, mode=args.mode, **opts)
         elapsed = time.perf_counter() - t0
     if dest is not None:
-        try:
-            plan.save(dest)
-        except OSError as e:
-            raise UsageError(f"cannot write {dest}: {e.strerror or e}") from None
+        with _output(dest) as tmp:
+            plan.save(tmp)
     summary = plan.summary()
     meta = {k: v for k, v in plan.meta.items() if k != "alloc_sizes"}
     meta["alloc_count"] = len(plan.meta.get("alloc_sizes", ()))
@@ -610,6 +637,8 @@ def cmd_simulate(args, out: _Out) -> int:
     if args.budget is not None:
         _check_budget_syntax([args.budget])
     plan = _load_plan(args.plan) if args.plan else None
+    if plan is not None:
+        _check_plan_fits(plan, trace, args.force, out)
     known = list(_part("uvm_sched.sim", "POLICIES", "the simulator"))
     if plan is not None and args.policy not in (None, "uvm-sched"):
         raise UsageError("--plan replays a saved plan; leave out --policy (or say uvm-sched)")
@@ -664,6 +693,18 @@ def cmd_simulate(args, out: _Out) -> int:
     return EXIT_OK
 
 
+def _check_plan_fits(plan, trace, force: bool, out: _Out) -> None:
+    """A plan made for another trace is an error (its blocks are not this trace's), or with
+    --force a warning on stderr."""
+    try:
+        plan.check_trace(trace)
+    except ValueError as e:  # PlanError
+        if not force:
+            raise UsageError(str(e)) from None
+        msg = _one_line(e).split(" Plan for this trace")[0]
+        sys.stderr.write(f"{PROG}: warning: {msg} (--force: using it anyway)\n")
+
+
 def _check_tune(tune, mode: str) -> tuple:
     """The --tune candidates, checked against the planner mode before any simulation."""
     if not tune:
@@ -708,7 +749,7 @@ def cmd_compare(args, out: _Out) -> int:
     compare = _part("uvm_sched.sim", "compare", "the simulator")
     known = list(_part("uvm_sched.sim", "POLICIES", "the simulator"))
     policies = _policies(args.policies, known)
-    plot = _writable(args.plot) if args.plot else None
+    plot = _writable(args.plot, args.trace) if args.plot else None
     frontier_fig = _part("uvm_sched.viz", "frontier", "plots") if plot else None
     import pandas as pd
 
@@ -768,13 +809,11 @@ def cmd_compare(args, out: _Out) -> int:
 
 def _save_figure(fig, path: Path) -> None:
     """Write a plotly figure as self-contained HTML, a matplotlib one as an image."""
-    try:
+    with _output(path) as tmp:
         if hasattr(fig, "write_html"):
-            fig.write_html(str(path), include_plotlyjs=True)
+            fig.write_html(str(tmp), include_plotlyjs=True)
         else:
-            fig.savefig(str(path))
-    except OSError as e:
-        raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
+            fig.savefig(str(tmp), format=path.suffix.lstrip(".") or None)
 
 
 def cmd_report(args, out: _Out) -> int:
@@ -782,9 +821,11 @@ def cmd_report(args, out: _Out) -> int:
     hw = _profile(args.hw)
     if args.budget is not None:
         _check_budget_syntax([args.budget])
-    dest = _writable(args.output)
+    dest = _writable(args.output, args.trace, args.plan)
     report = _part("uvm_sched.viz", "report", "the HTML report")
     plan = _load_plan(args.plan) if args.plan else None
+    if plan is not None:
+        _check_plan_fits(plan, trace, args.force, out)
     if args.budget is None and plan is not None:
         budget = int(plan.meta["budget_bytes"])
     else:
@@ -818,13 +859,11 @@ _EXPORT_SUFFIX = {"torch-snapshot": ".pickle", "perfetto": ".json"}
 def cmd_export(args, out: _Out) -> int:
     trace = _load_trace(args.trace, args.device, args.assume_tick_us)  # bad input first, before any missing part
     fn = _part("uvm_sched.trace", _EXPORTERS[args.to], f"the {args.to} exporter")
-    dest = _writable(args.output or (Path(args.trace).stem + _EXPORT_SUFFIX[args.to]))
+    dest = _writable(args.output or (Path(args.trace).stem + _EXPORT_SUFFIX[args.to]), args.trace)
     with out.progress(description="export") as bar:
         bar.step(f"writing {args.to}")
-        try:
-            fn(trace, dest)
-        except OSError as e:
-            raise UsageError(f"cannot write {dest}: {e.strerror or e}") from None
+        with _output(dest) as tmp:
+            fn(trace, tmp)
     if out.json:
         out.emit_json({"path": str(dest), "format": args.to, "bytes": dest.stat().st_size})
     else:
@@ -974,6 +1013,11 @@ def _hw_arg(p, default=DEFAULT_HW):
                         "shipped: h200-pcie5, h100-pcie5, a100-40gb-pcie4, gh200-c2c, a100-40gb-g10")
 
 
+def _force_arg(p):
+    p.add_argument("--force", action="store_true",
+                   help="use a --plan made for another trace anyway (a warning, not an error)")
+
+
 def _mode_arg(p):
     p.add_argument("--mode", choices=("oblivious", "sampled"), default="oblivious",
                    help="planner mode: oblivious reads only allocator events (default); sampled "
@@ -1068,6 +1112,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--policy", help="ideal, demand, prefetch-on-alloc, swap-activations, bound, "
                                     "uvm-sched (default uvm-sched)")
     p.add_argument("--plan", metavar="FILE", help="replay a saved plan instead of planning")
+    _force_arg(p)
     p.add_argument("--budget", help="device memory budget (default: the plan's, else 50%%)")
     _hw_arg(p)
     _mode_arg(p)
@@ -1091,6 +1136,7 @@ def build_parser() -> argparse.ArgumentParser:
             "  uvm-sched report gpt2.parquet --plan plan.json -o report.html\n")
     _trace_arg(p)
     p.add_argument("--plan", metavar="FILE", help="a saved plan to draw and simulate")
+    _force_arg(p)
     p.add_argument("--budget", help="budget to simulate at (default: the plan's, else 50%%)")
     _hw_arg(p)
     _mode_arg(p)
@@ -1181,7 +1227,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = bool(getattr(args, "debug", False))
     try:
         out = _Out(args)
-        return int(args.func(args, out) or 0)
+        with warnings.catch_warnings():
+            # a --plan for another trace is this command's own error (or, with --force, its
+            # own one-line warning): the simulator's warning would say it twice
+            warnings.filterwarnings("ignore", message="the plan was made for")
+            return int(args.func(args, out) or 0)
     except KeyboardInterrupt:
         sys.stderr.write(f"{prog}: interrupted\n")
         return 130

@@ -10,7 +10,13 @@ a device, else the host emulation).  Other settings, read when the backend start
 ``UVM_SCHED_LIMIT_BYTES`` (cap on reserved bytes), ``UVM_SCHED_RING_EVENTS`` (ring
 capacity, default 2**20 records), ``UVM_SCHED_TRACE=0`` (no event recording),
 ``UVM_SCHED_VERBOSE`` (0 silences errors logged from the PyTorch ABI; they go to the
-``uvm_sched.native`` logger at WARNING, as do the library's load and backend at INFO).
+``uvm_sched.native`` logger at WARNING, as do the library's load and backend at INFO). Values are read
+strictly (a count: a whole number with an optional K/M/G/T unit; TRACE: 0/1, true/false,
+yes/no, on/off): one that does not parse stops the library from starting, and the first
+call raises ``ValueError`` naming the variable, the value and an accepted example.
+Arguments are checked before ctypes sees them (ctypes would wrap an int modulo 2**64):
+sizes and pointers are integers (``TypeError`` for a float, str or bool) in their range
+(``ValueError``).
 
 Event kinds in :func:`drain_events` (``EVENT_KINDS`` maps code -> name): ``alloc`` (0) and
 ``free`` (1) with the block's requested bytes and its global alloc ordinal in ``arg``;
@@ -58,6 +64,7 @@ ABI_VERSION = 3
 _OK, _EINVAL, _ENOMEM, _EDRIVER, _EUNSUPPORTED = 0, -1, -2, -3, -4
 _EUNKNOWN, _EDOUBLEFREE, _ESIZE, _EBUSY, _ENOBACKEND = -5, -6, -7, -8, -9
 _SIZE_ANY = (1 << 64) - 1
+_MAX_PERIOD_EVENTS = 1 << 24  # = planner._plan.MAX_PERIOD_EVENTS (this module needs no pandas)
 
 EVENT_DTYPE = np.dtype([
     ("tick", "<u8"), ("t_ns", "<u8"), ("addr", "<u8"), ("size", "<u8"), ("stream", "<u8"),
@@ -260,19 +267,54 @@ def _raise(status: int, what: str) -> None:
     raise UvmSchedError(f"{what}: {detail} (status {status})")
 
 
+# ---- argument checks ------------------------------------------------------------------
+# ctypes converts a Python int to c_size_t / c_void_p modulo 2**64, so free(p + 2**64)
+# would free p and size=-1 would read as "any size": every number is checked here first.
+def _whole(v: Any, what: str) -> int:
+    """``v`` as an int: a Python or numpy integer (never a bool, float or str)."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise TypeError(f"{what} must be an integer, got {v!r} ({type(v).__name__})")
+    return int(v)
+
+
+def _ptr(v: Any, what: str = "pointer") -> int:
+    """An address: an integer in 0..2**64-1."""
+    p = _whole(v, what)
+    if not 0 <= p < 1 << 64:
+        raise ValueError(f"{what} {p:#x} is not an address (0..2**64-1)")
+    return p
+
+
+def _nbytes(v: Any, what: str = "size") -> int:
+    """A byte count: an integer in 0..2**64-2 (2**64-1 means "any size" to the C core)."""
+    n = _whole(v, what)
+    if n < 0:
+        raise ValueError(f"{what} must be >= 0 bytes, got {n:,}")
+    if n >= _SIZE_ANY:
+        raise ValueError(f"{what} of {n:,} bytes is beyond 64 bits")
+    return n
+
+
+def _device(v: Any) -> int:
+    d = _whole(v, "device")
+    if not 0 <= d < 1 << 31:
+        raise ValueError(f"device must be >= 0, got {d} (a CUDA device index below 2**31)")
+    return d
+
+
 # ---- allocator ------------------------------------------------------------------------
 def malloc(nbytes: int, stream: int = 0, device: int = 0) -> int:
     """Allocate ``nbytes`` bytes of managed memory for use on ``stream`` (a CUstream handle
     as an int; 0 = the default stream) and return its address (0 for ``nbytes == 0``).
     Raises ``OutOfMemoryError`` when it cannot be served."""
     lib = _load()
-    nbytes = int(nbytes)
+    nbytes = _whole(nbytes, "malloc size")
     if nbytes < 0:
         raise ValueError(f"cannot allocate a negative number of bytes ({nbytes:,})")
     if nbytes >= 1 << 64:
         raise OutOfMemoryError(nbytes, stats()["reserved_bytes"], None, "size beyond 64 bits")
     out = ctypes.c_void_p()
-    s = lib.uvm_sched_malloc_status(nbytes, int(device), stream_handle(stream) or None,
+    s = lib.uvm_sched_malloc_status(nbytes, _device(device), stream_handle(stream) or None,
                                     ctypes.byref(out))
     if s == _ENOMEM:
         st = stats()
@@ -290,10 +332,12 @@ def free(ptr: int, size: int | None = None, stream: int | None = None) -> None:
     ``FreeError`` naming the pointer for an unknown pointer, a double free or a wrong
     size, leaving the pool unchanged."""
     lib = _load()
-    ptr = int(ptr)
+    ptr = _ptr(ptr)
+    if size is not None:
+        size = _nbytes(size, "free size")
     if ptr == 0:
         return
-    s = lib.uvm_sched_free_status(ptr, _SIZE_ANY if size is None else int(size), 0,
+    s = lib.uvm_sched_free_status(ptr, _SIZE_ANY if size is None else size, 0,
                                   stream_handle(stream) or None, 1 if stream is None else 0)
     if s == _OK:
         return
@@ -307,11 +351,12 @@ def block_info(ptr: int) -> dict[str, int]:
     """The live block starting at ``ptr``: ``size`` (requested bytes), ``ordinal`` (global
     allocation ordinal), ``stream``. Raises ``FreeError``-like ``ValueError`` otherwise."""
     lib = _load()
+    ptr = _ptr(ptr)
     size, ordn, stream = ctypes.c_uint64(), ctypes.c_uint64(), ctypes.c_uint64()
-    s = lib.uvm_sched_block_info(int(ptr), ctypes.byref(size), ctypes.byref(ordn),
+    s = lib.uvm_sched_block_info(ptr, ctypes.byref(size), ctypes.byref(ordn),
                                  ctypes.byref(stream))
     if s != _OK:
-        raise ValueError(f"0x{int(ptr):x} is not the start of a live uvm_sched block")
+        raise ValueError(f"0x{ptr:x} is not the start of a live uvm_sched block")
     return {"size": size.value, "ordinal": ordn.value, "stream": stream.value}
 
 
@@ -338,8 +383,8 @@ def stream_handle(stream: Any) -> int:
     ``__cuda_stream__``, or anything ``int()`` accepts (a ``cuda.bindings`` CUstream)."""
     if stream is None:
         return 0
-    if isinstance(stream, (int, np.integer)):
-        return int(stream)
+    if isinstance(stream, (int, np.integer)) and not isinstance(stream, (bool, np.bool_)):
+        return _ptr(stream, "stream handle")
     if isinstance(stream, ctypes.c_void_p):
         return int(stream.value or 0)
     proto = getattr(stream, "__cuda_stream__", None)
@@ -348,11 +393,15 @@ def stream_handle(stream: Any) -> int:
     for attr in ("cuda_stream", "handle", "ptr"):
         if hasattr(stream, attr):
             return stream_handle(getattr(stream, attr))
+    if isinstance(stream, (bool, float, str, bytes, np.bool_, np.floating)):
+        raise TypeError(f"cannot make a CUDA stream handle of {stream!r} "
+                        f"({type(stream).__name__})")
     try:
-        return int(stream)
+        h = int(stream)
     except (TypeError, ValueError):
         raise TypeError(f"cannot make a CUDA stream handle of {stream!r} "
                         f"({type(stream).__name__})") from None
+    return _ptr(h, "stream handle")
 
 
 def _direct(status: int, call: str) -> None:
@@ -369,7 +418,7 @@ def _direct(status: int, call: str) -> None:
 
 
 def _range(ptr: int, nbytes: int) -> tuple[int, int]:
-    ptr, nbytes = int(ptr), int(nbytes)
+    ptr, nbytes = _whole(ptr, "pointer"), _whole(nbytes, "range size")
     if ptr <= 0 or ptr >= 1 << 64:
         raise ValueError(f"pointer 0x{ptr:x} is not an address")
     if nbytes <= 0 or nbytes >= 1 << 64:
@@ -391,7 +440,8 @@ def prefetch(ptr: int, nbytes: int, *, to: str = "device", stream: Any = 0,
         raise ValueError(f"prefetch: to must be 'device' or 'host', got {to!r}")
     ptr, nbytes = _range(ptr, nbytes)
     h = stream_handle(stream)
-    s = _load().uvm_sched_prefetch(ptr, nbytes, 1 if to == "host" else 0, int(device), h or None)
+    device = _device(device)
+    s = _load().uvm_sched_prefetch(ptr, nbytes, 1 if to == "host" else 0, device, h or None)
     _direct(s, f"uvm_sched.native.prefetch(0x{ptr:x}, {nbytes:,} bytes, to={to!r}, "
                f"stream=0x{h:x}, device={int(device)})")
 
@@ -410,8 +460,9 @@ def advise(ptr: int, nbytes: int, advice: str, *, device: int = 0,
         raise ValueError(f"advise: unknown advice {advice!r}; one of "
                          f"{', '.join(_ACTION_NAMES[2:5])}")
     ptr, nbytes = _range(ptr, nbytes)
+    device = _device(device)
     s = _load().uvm_sched_advise(ptr, nbytes, _ACTION_NAMES.index(advice), 1 if unset else 0,
-                                 int(device))
+                                 device)
     _direct(s, f"uvm_sched.native.advise(0x{ptr:x}, {nbytes:,} bytes, {advice!r}"
                f"{', unset=True' if unset else ''}, device={int(device)})")
 
@@ -426,7 +477,8 @@ def discard(ptr: int, nbytes: int, *, stream: Any = 0, device: int = 0) -> None:
     :func:`prefetch`."""
     ptr, nbytes = _range(ptr, nbytes)
     h = stream_handle(stream)
-    s = _load().uvm_sched_discard(ptr, nbytes, int(device), h or None)
+    device = _device(device)
+    s = _load().uvm_sched_discard(ptr, nbytes, device, h or None)
     _direct(s, f"uvm_sched.native.discard(0x{ptr:x}, {nbytes:,} bytes, stream=0x{h:x}, "
                f"device={int(device)})")
 
@@ -435,7 +487,8 @@ def synchronize(stream: Any = 0, *, device: int = 0) -> None:
     """Wait until the work queued on ``stream`` so far (e.g. prefetches) is done (0 = the
     legacy default stream). Counted (``direct_syncs``) and recorded as ``sync``."""
     h = stream_handle(stream)
-    s = _load().uvm_sched_synchronize(h or None, int(device))
+    device = _device(device)
+    s = _load().uvm_sched_synchronize(h or None, device)
     _direct(s, f"uvm_sched.native.synchronize(stream=0x{h:x}, device={int(device)})")
 
 
@@ -580,12 +633,28 @@ def arm(table: np.ndarray, alloc_sizes: Iterable[int], period_events: int, *,
     a divergence. Raises ``ValueError`` for a phase out of range."""
     lib = _load()
     t = np.ascontiguousarray(table, dtype=PLAN_ROW_DTYPE)
-    sizes = np.ascontiguousarray(np.asarray(
-        alloc_sizes if isinstance(alloc_sizes, np.ndarray) else list(alloc_sizes),
-        dtype=np.uint64))
+    if isinstance(alloc_sizes, np.ndarray) and alloc_sizes.dtype.kind in "iu":
+        # the runtime's path (one array per plan): checked whole, not element by element
+        bad = np.flatnonzero((alloc_sizes < 0) | (alloc_sizes >= _SIZE_ANY))
+        if len(bad):
+            _nbytes(int(alloc_sizes[bad[0]]), f"alloc_sizes[{bad[0]}]")  # raises, naming it
+        sizes = np.ascontiguousarray(alloc_sizes, dtype=np.uint64)
+    else:
+        sizes = list(alloc_sizes)
+        for j, v in enumerate(sizes):
+            _nbytes(v, f"alloc_sizes[{j}]")
+        sizes = np.ascontiguousarray(np.asarray(sizes, dtype=np.uint64))
     if sync not in _SYNC:
         raise ValueError(f"sync must be 'marker' or 'period', got {sync!r}")
-    phase = int(phase)
+    period_events = _whole(period_events, "period_events")
+    if not 1 <= period_events <= _MAX_PERIOD_EVENTS:
+        raise ValueError(f"period_events must be in 1..{_MAX_PERIOD_EVENTS:,} allocator events, "
+                         f"got {period_events:,}")
+    if len(sizes) > period_events:
+        raise ValueError(f"{len(sizes):,} alloc_sizes, but an iteration has only "
+                         f"{period_events:,} allocator events")
+    device = _device(device)
+    phase = _whole(phase, "phase")
     if not 0 <= phase < max(int(period_events), 1):
         raise ValueError(f"phase must be in 0..{int(period_events) - 1} (allocator events of "
                          f"the iteration already past, below period_events={int(period_events)}), "

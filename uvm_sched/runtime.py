@@ -15,7 +15,12 @@ executed by the native core; events are drained and only the divergences counted
 back to ``recording`` when divergences persist for ``relearn_after`` iterations in a row
 (a new batch size, sequence length...). A plan is only a hint: a wrong one costs time,
 never correctness, so every failure to learn or plan leaves the allocator running
-unplanned and is reported in ``stats()["last_error"]``.
+unplanned. Such a problem is never silent: the first of each kind (a failure to learn or
+plan, events dropped by a ring too small for an iteration, event recording switched off)
+emits one ``SchedulerWarning``, ``stats()["problems"]`` keeps their history and
+``stats()["last_error"]`` the latest; ``Scheduler(strict=True)`` raises
+``SchedulerError`` instead. Options are checked when the Scheduler is made (a bad one is a
+``ValueError``/``TypeError`` there, not an error inside the optimizer hook later).
 
 Learning and planning (seconds on an LLM-sized iteration) never run on the training
 thread: once enough is recorded, the events go to a background worker (``_learn``: a
@@ -33,11 +38,25 @@ import os
 import sys
 import threading
 import time
+import warnings
 from typing import Any
 
 import numpy as np
 
-__all__ = ["Scheduler"]
+from ._errors import Error, Warning as _Warning
+
+__all__ = ["Scheduler", "SchedulerWarning", "SchedulerError"]
+
+_MAX_PROBLEMS = 100  # history kept in stats()["problems"] (oldest dropped first)
+
+
+class SchedulerWarning(_Warning, RuntimeWarning):
+    """The Scheduler could not learn or plan, and the allocator runs unplanned."""
+
+
+class SchedulerError(Error, RuntimeError):
+    """With ``Scheduler(strict=True)``: what would have been a ``SchedulerWarning``."""
+
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +73,9 @@ class Scheduler:
     before re-learning; ``hook``: install the PyTorch optimizer hook (``"auto"``: when torch
     is imported); ``plan_opts``: extra options for ``uvm_sched.plan``;
     ``min_period_events``: allocator events recorded before the period is looked for when
-    there are no markers.
+    there are no markers; ``strict``: raise ``SchedulerError`` where a runtime problem would
+    otherwise be a ``SchedulerWarning``. Every option is checked here (``TypeError`` /
+    ``ValueError``, ``ProfileError`` for ``hw``).
 
     ``mode="sampled"`` without ``plan_opts["samples"]`` records the samples itself: from
     ``start()`` until the plan is armed (the warm-up iterations, again while re-learning) a
@@ -81,15 +102,29 @@ class Scheduler:
                  mode: str = "oblivious", *, relearn_after: int = 2, hook: Any = "auto",
                  plan_opts: dict | None = None, min_period_events: int = 64,
                  touch_device: str = "cuda", tune: Any = None, tune_iters: int = 2,
-                 device: int | None = None, worker: str = "process") -> None:
-        if warmup_iters < 1:
-            raise ValueError(f"warmup_iters must be >= 1, got {warmup_iters}")
-        if relearn_after < 1:
-            raise ValueError(f"relearn_after must be >= 1, got {relearn_after}")
-        if tune_iters < 1:
-            raise ValueError(f"tune_iters must be >= 1, got {tune_iters}")
-        if device is not None and int(device) < 0:
-            raise ValueError(f"device must be a CUDA device ordinal >= 0, got {device}")
+                 device: int | None = None, worker: str = "process",
+                 strict: bool = False) -> None:
+        for name, v in (("warmup_iters", warmup_iters), ("relearn_after", relearn_after),
+                        ("tune_iters", tune_iters), ("min_period_events", min_period_events)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise TypeError(f"{name} must be an integer, got {v!r}")
+            if v < 1:
+                raise ValueError(f"{name} must be >= 1, got {v}")
+        if not isinstance(strict, bool):
+            raise TypeError(f"strict must be True or False, got {strict!r}")
+        if hook not in ("auto", True, False, None):
+            raise ValueError(f"hook must be 'auto', True or False, got {hook!r}")
+        _check_budget(budget)
+        from .hw import load_profile
+
+        load_profile(hw)  # ProfileError (a ValueError) now, not at the first plan
+        plan_opts = _check_plan_opts(plan_opts)
+        self.strict = strict
+        self.problems: list[dict[str, Any]] = []  # history of runtime problems (oldest first)
+        self._warned: set[str] = set()  # problem kinds already warned about
+        if device is not None and (isinstance(device, bool) or
+                                   not isinstance(device, (int, np.integer)) or device < 0):
+            raise ValueError(f"device must be a CUDA device ordinal >= 0, got {device!r}")
         # the device whose memory the plan moves (None: torch's current device at start());
         # one process per GPU (torchrun) runs one Scheduler per rank, each on its own device
         self.device: int | None = None if device is None else int(device)
@@ -162,6 +197,7 @@ class Scheduler:
                           "steps": 0, "steps_before_plan": None, "steps_while_planning": 0,
                           "arm_time_s": 0.0}
         self.last_error: str | None = None
+        self._dropped_at: int | None = None  # the ring's drop count when recording started
 
     # -- lifecycle ----------------------------------------------------------------------
     def start(self) -> "Scheduler":
@@ -331,6 +367,8 @@ class Scheduler:
         return (ords[i] == ordinals) if len(ords) else np.zeros(len(ordinals), bool)
 
     def _record(self, ev: np.ndarray) -> None:
+        if self._check_recording():
+            return
         if len(ev):
             self._chunks.append(ev)
             k = ev["kind"]
@@ -389,6 +427,7 @@ class Scheduler:
                        self.last_error)
             if retry:
                 self._restart_recording()  # try again on fresh iterations
+            self._problem("learn_failure", self.last_error)
             return
         from . import native
 
@@ -453,6 +492,49 @@ class Scheduler:
             parts.append(rows[max(0, len(rows) - n):])
             n -= len(parts[-1])
         return np.concatenate(parts[::-1]) if parts else self._prefix[:0]
+
+    # -- problems -------------------------------------------------------------------------
+    def _problem(self, kind: str, message: str) -> None:
+        """A runtime problem that leaves the allocator unplanned: kept in ``problems``, the
+        first of its kind warned about (strict: raised)."""
+        self.last_error = message
+        self.problems.append({"kind": kind, "message": message, "state": self.state,
+                              "time_s": time.time()})
+        del self.problems[:-_MAX_PROBLEMS]
+        if self.strict:
+            raise SchedulerError(f"uvm_sched Scheduler: {message}")
+        if kind not in self._warned:
+            self._warned.add(kind)
+            warnings.warn(f"uvm_sched Scheduler runs unplanned: {message} (further problems of "
+                          "this kind: Scheduler.stats()['problems'])", SchedulerWarning,
+                          stacklevel=3)
+
+    def _check_recording(self) -> bool:
+        """True (and a problem reported) when what is being recorded cannot be learned
+        from: recording off, or events lost to a full ring since the recording started."""
+        from . import native
+
+        st = native.stats()
+        if not st.get("tracing", 1):
+            if "tracing_off" not in {p["kind"] for p in self.problems[-1:]}:
+                self._problem("tracing_off", "event recording is off (UVM_SCHED_TRACE=0 or "
+                              "native.set_tracing(False)), so no iteration can be learned; "
+                              "unset UVM_SCHED_TRACE or call native.set_tracing(True)")
+            return True
+        dropped = int(st.get("events_dropped", 0))
+        if self._dropped_at is None:
+            self._dropped_at = dropped
+        elif dropped > self._dropped_at:
+            lost = dropped - self._dropped_at
+            self._dropped_at = dropped
+            self._restart_recording()  # a recording with a hole in it is not an iteration
+            self._problem("events_dropped",
+                          f"the event ring dropped {lost:,} events while recording (it holds "
+                          f"{st.get('ring_capacity', '?')} records): an iteration does not fit "
+                          "between two polls; raise UVM_SCHED_RING_EVENTS (e.g. "
+                          "UVM_SCHED_RING_EVENTS=4M) or call step()/poll() more often")
+            return True
+        return False
 
     # -- tuning the guard by the clock -------------------------------------------------------
     def _start_tuning(self, res: dict) -> None:
@@ -549,6 +631,7 @@ class Scheduler:
         self._alloc_events = 0
         self._next_try = self.min_period_events
         self._div_iters = self._iter_div = 0
+        self._dropped_at = None  # the ring's drop count when recording (re)started
 
     # -- reporting ----------------------------------------------------------------------
     def trace(self):
@@ -576,7 +659,8 @@ class Scheduler:
         ``steps_before_plan``: markers seen when the first plan was armed (None before),
         ``steps_while_planning``: markers the loop ran through while a plan was being made;
         ``planning``: one is being made now; ``arm_time_s``: seconds the training thread
-        spent arming plans), the plan's prediction and the native counters."""
+        spent arming plans), ``problems`` (the history of runtime problems: kind,
+        message, state, time), the plan's prediction and the native counters."""
         from . import native
 
         with self._lock:
@@ -584,7 +668,8 @@ class Scheduler:
             out: dict[str, Any] = {"state": self.state, **self._counters,
                                    "planning": self._job is not None,
                                    "last_error": self.last_error, "device": self.device,
-                                   "rank": self.rank}
+                                   "rank": self.rank,
+                                   "problems": [dict(p) for p in self.problems]}
             if self.plan is not None:
                 out["plan_actions"] = len(self.plan)
                 out["budget_bytes"] = int(self.plan.meta["budget_bytes"])
@@ -634,3 +719,49 @@ def _rank() -> int:
     if dist is not None and dist.is_available() and dist.is_initialized():
         return int(dist.get_rank())
     return int(os.environ.get("RANK", "0") or 0)
+
+
+def _check_budget(budget: Any) -> None:
+    """A budget ``resolve_budget`` reads (checked against a stand-in peak of 1 GiB)."""
+    if budget is None:
+        return
+    from ._budget import resolve_budget
+
+    try:
+        resolve_budget(budget, 1 << 30)
+    except (TypeError, ValueError) as e:
+        raise type(e)(f"Scheduler budget {budget!r}: {e}") from None
+
+
+def _check_plan_opts(plan_opts: Any) -> dict:
+    """``plan_opts`` as a dict of options ``planner.plan`` takes (``pattern`` is the
+    Scheduler's own); TypeError/ValueError naming the first bad one."""
+    if plan_opts is None:
+        return {}
+    if not isinstance(plan_opts, dict):
+        raise TypeError(f"plan_opts must be a dict of planner options, got {type(plan_opts).__name__}")
+    from .planner import PLAN_OPTIONS
+
+    allowed = PLAN_OPTIONS - {"pattern"}
+    bad = sorted(map(str, set(plan_opts) - allowed))
+    if bad:
+        raise TypeError(f"plan_opts has unknown option(s) {bad}; known: {sorted(allowed)}")
+    g = plan_opts.get("guard", "auto")
+    if g != "auto" and (isinstance(g, bool) or not isinstance(g, (int, np.integer)) or g < 0):
+        raise ValueError(f"plan_opts guard must be ticks >= 0 or 'auto', got {g!r}")
+    for k in ("discard", "populate", "complete_touches"):
+        if k in plan_opts and not isinstance(plan_opts[k], (bool, np.bool_)):
+            raise TypeError(f"plan_opts {k} must be True or False, got {plan_opts[k]!r}")
+    if plan_opts.get("remote_fallback", "auto") not in (True, False, "auto"):
+        raise ValueError(f"plan_opts remote_fallback must be True, False or 'auto', got "
+                         f"{plan_opts['remote_fallback']!r}")
+    for k, lo in (("rounds", 1), ("discard_min_bytes", 0), ("seed", 0)):
+        v = plan_opts.get(k, lo)
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
+            raise ValueError(f"plan_opts {k} must be an integer >= {lo}, got {v!r}")
+    for k, lo, hi in (("sample_rate", 0.0, 1.0), ("noise", 0.0, float("inf"))):
+        v = plan_opts.get(k, hi if k == "sample_rate" else lo)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (
+                (lo < v <= hi) if k == "sample_rate" else (lo <= v < hi)):
+            raise ValueError(f"plan_opts {k} out of range, got {v!r}")
+    return dict(plan_opts)

@@ -2,6 +2,8 @@
  * selection; stats; drain.  Nothing here aborts: every entry returns a status (or NULL
  * for the PyTorch ABI) and leaves the pool as it was on failure. */
 #define _GNU_SOURCE
+#include <ctype.h>
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,23 +108,76 @@ __attribute__((constructor)) static void register_fork_handlers(void) {
 
 int uvm_sched_abi_version(void) { return UVM_SCHED_ABI_VERSION; }
 
-static uint64_t env_u64(const char *name, uint64_t dflt) {
+/* Settings from the environment, read strictly: a value that does not parse is an error
+ * naming the variable, the value and an accepted example, never a silent 0 or 1 (strtoull
+ * made "1.5G" one byte, "32 M" 32 bytes and "abc" 0).  A byte count is a whole decimal
+ * number (or 0x hex) with an optional binary unit K/M/G/T, optionally followed by "iB"/"B". */
+static int env_u64(const char *name, uint64_t dflt, uint64_t *out) {
     const char *v = getenv(name);
-    if (!v || !*v) return dflt;
-    char *end;
-    unsigned long long x = strtoull(v, &end, 0);
-    switch (*end) { /* optional binary unit */
-    case 'k': case 'K': x <<= 10; break;
-    case 'm': case 'M': x <<= 20; break;
-    case 'g': case 'G': x <<= 30; break;
-    case 't': case 'T': x <<= 40; break;
+    *out = dflt;
+    if (!v || !*v) return UVM_OK;
+    const char *p = v;
+    int base = 10;
+    if (p[0] == '0' && (p[1] == 'x' || p[1] == 'X')) {
+        base = 16;
+        p += 2;
+    }
+    int digits = 0;
+    for (const char *q = p; *q && (base == 16 ? isxdigit((unsigned char)*q)
+                                              : isdigit((unsigned char)*q)); q++)
+        digits++;
+    errno = 0;
+    char *end = (char *)p + digits;
+    unsigned long long x = digits ? strtoull(p, NULL, base) : 0;
+    unsigned shift = 0;
+    switch (*end) {
+    case 'k': case 'K': shift = 10; end++; break;
+    case 'm': case 'M': shift = 20; end++; break;
+    case 'g': case 'G': shift = 30; end++; break;
+    case 't': case 'T': shift = 40; end++; break;
     default: break;
     }
-    return x;
+    if (shift && (end[0] == 'i' || end[0] == 'I') && (end[1] == 'b' || end[1] == 'B')) end += 2;
+    else if (end[0] == 'b' || end[0] == 'B') end++;
+    if (!digits || *end || errno == ERANGE || (shift && x > (UINT64_MAX >> shift))) {
+        uvm_set_error("%s=\"%.40s\" is not a count: give a whole number with an optional "
+                      "K/M/G/T unit, e.g. %s=512M", name, v, name);
+        return UVM_EINVAL;
+    }
+    *out = (uint64_t)x << shift;
+    return UVM_OK;
+}
+
+static int env_bool(const char *name, int dflt, int *out) {
+    static const char *const on[] = {"1", "true", "yes", "on"}, *const off[] = {"0", "false", "no", "off"};
+    const char *v = getenv(name);
+    *out = dflt;
+    if (!v || !*v) return UVM_OK;
+    for (size_t i = 0; i < 4; i++) {
+        if (!strcasecmp(v, on[i])) return *out = 1, UVM_OK;
+        if (!strcasecmp(v, off[i])) return *out = 0, UVM_OK;
+    }
+    uvm_set_error("%s=\"%.40s\" is not on or off: give 1 or 0 (true/false, yes/no, on/off), "
+                  "e.g. %s=0", name, v, name);
+    return UVM_EINVAL;
 }
 
 /* lock held */
 static int do_init(const char *backend) {
+    /* every setting is read (and refused) before anything is started */
+    uint64_t verb, arena, limit, ring;
+    int tracing;
+    if (env_u64("UVM_SCHED_VERBOSE", 1, &verb) != UVM_OK ||
+        env_u64("UVM_SCHED_ARENA_BYTES", (uint64_t)1 << 30, &arena) != UVM_OK ||
+        env_u64("UVM_SCHED_LIMIT_BYTES", UINT64_MAX, &limit) != UVM_OK ||
+        env_u64("UVM_SCHED_RING_EVENTS", (uint64_t)1 << 20, &ring) != UVM_OK ||
+        env_bool("UVM_SCHED_TRACE", 1, &tracing) != UVM_OK)
+        return UVM_EINVAL;
+    if (verb > 2) {
+        uvm_set_error("UVM_SCHED_VERBOSE=\"%s\" is not 0, 1 or 2: e.g. UVM_SCHED_VERBOSE=0",
+                      getenv("UVM_SCHED_VERBOSE"));
+        return UVM_EINVAL;
+    }
     if (!backend || !*backend) backend = getenv("UVM_SCHED_BACKEND");
     if (!backend || !*backend) backend = "auto";
     const uvm_prim *prim = NULL;
@@ -146,24 +201,24 @@ static int do_init(const char *backend) {
         uvm_set_error("unknown backend \"%s\" (auto, cuda or host)", backend);
         return UVM_EINVAL;
     }
-    verbose = (int)env_u64("UVM_SCHED_VERBOSE", 1);
+    verbose = (int)verb;
     int s = uvm_pool_init(&uvm_g.pool, prim);
     if (s != UVM_OK) {
         uvm_pool_fini(&uvm_g.pool);
         return s;
     }
-    uvm_g.pool.arena_bytes = env_u64("UVM_SCHED_ARENA_BYTES", (uint64_t)1 << 30);
+    uvm_g.pool.arena_bytes = arena;
     uvm_g.pool.arena_bytes = (uvm_g.pool.arena_bytes + UVM_PAGE - 1) & ~(UVM_PAGE - 1);
     if (uvm_g.pool.arena_bytes == 0) uvm_g.pool.arena_bytes = UVM_PAGE;
-    uvm_g.pool.limit_bytes = env_u64("UVM_SCHED_LIMIT_BYTES", UINT64_MAX);
-    s = uvm_ring_init(&uvm_g.ring, env_u64("UVM_SCHED_RING_EVENTS", (uint64_t)1 << 20));
+    uvm_g.pool.limit_bytes = limit;
+    s = uvm_ring_init(&uvm_g.ring, ring);
     if (s != UVM_OK) {
         uvm_pool_fini(&uvm_g.pool);
         return s;
     }
     uvm_exec_init(&uvm_g.exec, prim);
     memset(&uvm_g.direct, 0, sizeof uvm_g.direct);
-    uvm_g.tracing = env_u64("UVM_SCHED_TRACE", 1) != 0;
+    uvm_g.tracing = tracing != 0;
     uvm_g.prim = prim;
     uvm_g.tick = 0;
     uvm_g.marks = 0;
@@ -231,6 +286,10 @@ const char *uvm_sched_backend_name(void) {
 const char *uvm_sched_backend_reason(void) { return uvm_g.backend_reason; }
 
 int uvm_sched_malloc_status(size_t size, int device, void *stream, void **out) {
+    if (UVM_UNLIKELY(!out)) {
+        uvm_set_error("uvm_sched_malloc_status: out is NULL (pass where to store the address)");
+        return UVM_EINVAL;
+    }
     *out = NULL;
     pthread_mutex_lock(&uvm_g.lock);
     ENSURE_READY();
@@ -271,6 +330,7 @@ int uvm_sched_free_status(void *ptr, size_t size, int device, void *stream, int 
     } else {
         int kind = s == UVM_EDOUBLEFREE ? UVM_EV_DOUBLE_FREE
                    : s == UVM_ESIZE     ? UVM_EV_SIZE_MISMATCH
+                   : s == UVM_EDRIVER   ? UVM_EV_DRIVER_ERROR
                                         : UVM_EV_BAD_FREE;
         uvm_trace(kind, (uint64_t)(uintptr_t)ptr, size == UVM_SIZE_ANY ? 0 : size,
                   (uint64_t)(uintptr_t)stream, device,
@@ -293,6 +353,10 @@ void uvm_sched_free(void *ptr, size_t size, int device, void *stream) {
 }
 
 int uvm_sched_block_info(void *ptr, uint64_t *size, uint64_t *ordinal, uint64_t *stream) {
+    if (!size || !ordinal || !stream) {
+        uvm_set_error("uvm_sched_block_info: size, ordinal and stream must not be NULL");
+        return UVM_EINVAL;
+    }
     pthread_mutex_lock(&uvm_g.lock);
     ENSURE_READY();
     uvm_block b;
@@ -319,9 +383,21 @@ int uvm_sched_step(void) {
 int64_t uvm_sched_release_cached(void) {
     pthread_mutex_lock(&uvm_g.lock);
     ENSURE_READY();
+    uint64_t errs = uvm_g.pool.st.err_driver, held = uvm_g.pool.st.reserved_bytes;
     uint64_t n = uvm_pool_release_cached(&uvm_g.pool);
     uvm_g.direct.releases++;
     uvm_trace(UVM_EV_RELEASE, 0, n, 0, 0, 0);
+    if (uvm_g.pool.st.err_driver != errs) {
+        /* say what happened: some bytes went back, the rest the driver still holds */
+        char why[sizeof last_error];
+        snprintf(why, sizeof why, "%s", last_error);
+        uvm_set_error("released %llu of %llu reserved bytes; freeing the rest failed (%s): "
+                      "the driver still holds %llu bytes", (unsigned long long)n,
+                      (unsigned long long)held, why,
+                      (unsigned long long)uvm_g.pool.st.reserved_bytes);
+        pthread_mutex_unlock(&uvm_g.lock);
+        return UVM_EDRIVER;
+    }
     pthread_mutex_unlock(&uvm_g.lock);
     return (int64_t)n;
 }
@@ -556,7 +632,7 @@ size_t uvm_sched_stats(uint64_t *out, size_t n) {
     pthread_mutex_unlock(&uvm_g.lock);
     size_t m = sizeof v / sizeof v[0];
     if (n > m) n = m;
-    memcpy(out, v, n * sizeof *out);
+    if (out) memcpy(out, v, n * sizeof *out); /* NULL: only the count is asked for */
     return m;
 }
 
@@ -567,6 +643,7 @@ size_t uvm_sched_ring_pending(void) {
 }
 
 size_t uvm_sched_drain(uvm_event *out, size_t max) {
+    if (!out) return 0; /* nowhere to copy: nothing is taken from the ring */
     pthread_mutex_lock(&drain_lock);
     uvm_ring *r = &uvm_g.ring;
     if (!r->buf) {
@@ -589,9 +666,30 @@ size_t uvm_sched_drain(uvm_event *out, size_t max) {
     return (size_t)n;
 }
 
+/* The tables' pointers, and a period the executor can hold (its per-event index is
+ * allocated up front: 2^29 events cost 4.2 GB before failing); = MAX_PERIOD_EVENTS in
+ * uvm_sched/planner/_plan.py. */
+#define UVM_MAX_PERIOD_EVENTS ((uint64_t)1 << 24)
+static int arm_args_ok(const uvm_plan_row *rows, size_t n_rows, const uint64_t *alloc_sizes,
+                       size_t n_allocs, uint64_t period_events) {
+    if ((n_rows && !rows) || (n_allocs && !alloc_sizes)) {
+        uvm_set_error("arming: %s is NULL but its count is %zu", n_rows && !rows ? "rows"
+                      : "alloc_sizes", n_rows && !rows ? n_rows : n_allocs);
+        return UVM_EINVAL;
+    }
+    if (period_events > UVM_MAX_PERIOD_EVENTS) {
+        uvm_set_error("period_events must be in 1..%llu allocator events, got %llu",
+                      (unsigned long long)UVM_MAX_PERIOD_EVENTS, (unsigned long long)period_events);
+        return UVM_EINVAL;
+    }
+    return UVM_OK;
+}
+
 int uvm_sched_exec_arm(const uvm_plan_row *rows, size_t n_rows, const uint64_t *alloc_sizes,
                        size_t n_allocs, uint64_t period_events, int sync, int device,
                        int start_now) {
+    if (arm_args_ok(rows, n_rows, alloc_sizes, n_allocs, period_events) != UVM_OK)
+        return UVM_EINVAL;
     pthread_mutex_lock(&uvm_g.lock);
     ENSURE_READY();
     int s = uvm_exec_arm(&uvm_g.exec, rows, n_rows, alloc_sizes, n_allocs, period_events, sync,
@@ -605,6 +703,8 @@ int uvm_sched_exec_arm_at(const uvm_plan_row *rows, size_t n_rows, const uint64_
                           size_t n_allocs, uint64_t period_events, int sync, int device,
                           int start_now, uint64_t phase, const uint64_t *phase_addrs,
                           size_t n_phase_addrs) {
+    if (arm_args_ok(rows, n_rows, alloc_sizes, n_allocs, period_events) != UVM_OK)
+        return UVM_EINVAL;
     pthread_mutex_lock(&uvm_g.lock);
     ENSURE_READY();
     int s = uvm_exec_arm_at(&uvm_g.exec, rows, n_rows, alloc_sizes, n_allocs, period_events,

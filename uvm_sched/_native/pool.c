@@ -256,8 +256,14 @@ static int arena_new(uvm_pool *p, uint64_t min_pages, int device) {
     return UVM_OK;
 }
 
-static void arena_destroy(uvm_pool *p, size_t idx) {
+static int arena_destroy(uvm_pool *p, size_t idx) {
     uvm_arena *a = p->arenas[idx];
+    /* the driver first: memory it failed to free is still held, so the arena stays in the
+     * pool (usable, and counted as reserved) rather than being reported released */
+    if (p->prim->free_managed(a->raw, a->raw_bytes) != UVM_OK) {
+        p->st.err_driver++;
+        return UVM_EDRIVER;
+    }
     /* an empty arena holds only free runs (possibly of several stream tags); the driver's
      * free waits for the device, so no stream can still be using them */
     for (uint64_t pg = 0; pg < a->npages;) {
@@ -268,7 +274,6 @@ static void arena_destroy(uvm_pool *p, size_t idx) {
         run_recycle(p, r);
     }
     uint64_t bytes = a->npages * UVM_PAGE;
-    if (p->prim->free_managed(a->raw, a->raw_bytes) != UVM_OK) p->st.err_driver++;
     free(a->head);
     free(a->tail);
     if (p->last_arena == a) p->last_arena = NULL;
@@ -279,6 +284,7 @@ static void arena_destroy(uvm_pool *p, size_t idx) {
     p->st.reserved_bytes -= bytes;
     p->st.arenas_released++;
     p->st.bytes_released += bytes;
+    return UVM_OK;
 }
 
 /* ---- streams ---------------------------------------------------------------------------- */
@@ -765,7 +771,12 @@ int uvm_pool_free(uvm_pool *p, void *ptr, size_t size, int device, void *stream,
              * stream first.  Rare: PyTorch frees on the allocation stream. */
             p->st.cross_stream_frees++;
             if (r->state == RUN_SLAB) {
-                if (wait_stream(p, stream, device) != UVM_OK) p->st.err_driver++;
+                if (wait_stream(p, stream, device) != UVM_OK) {
+                    /* without the wait the slot could be handed out while that stream
+                     * still uses it: the block stays allocated (a leak, never a race) */
+                    p->st.err_driver++;
+                    return UVM_EDRIVER;
+                }
             } else {
                 tag = user;
             }

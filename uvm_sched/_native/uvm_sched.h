@@ -142,23 +142,29 @@ UVM_API int uvm_sched_log_capture(int on);
  * not NULL) = lines lost to a full buffer since the last take.  Returns the bytes moved. */
 UVM_API size_t uvm_sched_take_log(char *buf, size_t cap, uint64_t *dropped);
 
+/* *out = the block (NULL for size 0); UVM_EINVAL when out is NULL. */
 UVM_API int uvm_sched_malloc_status(size_t size, int device, void *stream, void **out);
 /* stream: the stream the block was last used on; own_stream=1 ignores it and uses the
  * block's allocation stream.  size UVM_SIZE_ANY skips the size check. */
 UVM_API int uvm_sched_free_status(void *ptr, size_t size, int device, void *stream,
                                   int own_stream);
-/* Size (requested bytes), alloc ordinal and stream of the live block starting at ptr. */
+/* Size (requested bytes), alloc ordinal and stream of the live block starting at ptr
+ * (UVM_EINVAL when an out-pointer is NULL). */
 UVM_API int uvm_sched_block_info(void *ptr, uint64_t *size, uint64_t *ordinal,
                                  uint64_t *stream);
 UVM_API int uvm_sched_step(void);
-/* Return cached memory of empty arenas to the driver; returns bytes released (>= 0). */
+/* Return cached memory of empty arenas to the driver; returns bytes released (>= 0), or
+ * UVM_EDRIVER when the driver failed to free an arena (that arena stays reserved and
+ * usable; last_error says how many bytes did go back). */
 UVM_API int64_t uvm_sched_release_cached(void);
 
-/* Stats: a comma-separated list of names, and the values (uint64) in that order. */
+/* Stats: a comma-separated list of names, and the values (uint64) in that order; returns
+ * how many values there are (out NULL: only that count). */
 UVM_API const char *uvm_sched_stats_names(void);
 UVM_API size_t uvm_sched_stats(uint64_t *out, size_t n);
 
-/* Ring: events not yet drained, and copy up to max of them into out (oldest first). */
+/* Ring: events not yet drained, and copy up to max of them into out (oldest first; out
+ * NULL: none taken, returns 0). */
 UVM_API int uvm_sched_set_tracing(int on); /* returns the previous setting */
 UVM_API size_t uvm_sched_ring_pending(void);
 UVM_API size_t uvm_sched_drain(uvm_event *out, size_t max);
@@ -186,7 +192,9 @@ UVM_API int uvm_sched_synchronize(void *stream, int device);
 /* Executor.  rows sorted or not (the executor sorts a copy by tick); alloc_sizes[j] = bytes
  * of allocation j of the iteration; period_events = allocator events per iteration.
  * start_now: the iteration starts with the next allocator event (else at the next
- * marker, sync=marker only).  Replaces any armed plan. */
+ * marker, sync=marker only).  Replaces any armed plan.  UVM_EINVAL (nothing replaced)
+ * when rows or alloc_sizes is NULL with a count above 0, or period_events is not in
+ * 1..2^24. */
 UVM_API int uvm_sched_exec_arm(const uvm_plan_row *rows, size_t n_rows,
                                const uint64_t *alloc_sizes, size_t n_allocs,
                                uint64_t period_events, int sync, int device, int start_now);

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any, Mapping
@@ -89,11 +90,25 @@ class HardwareProfile:
         out._check()
         return out
 
+    def __post_init__(self) -> None:
+        self._check()  # a profile built by hand is checked as one read from a file
+
     def _check(self) -> None:
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and not v > 0:
-                raise ProfileError(f"profile {self.name}: {f.name} must be > 0, got {v!r}")
+            if f.name in ("name", "description"):
+                if not isinstance(v, str):
+                    raise ProfileError(f"profile {v!r}: {f.name} must be a string")
+                continue
+            if f.name == "sources":
+                continue
+            want_int = f.type in ("int", int)
+            if isinstance(v, bool) or not isinstance(v, int if want_int else (int, float)):
+                raise ProfileError(f"profile {self.name}: {f.name} must be "
+                                   f"{'a whole number' if want_int else 'a number'}, got {v!r}")
+            if not (v > 0 and math.isfinite(v)):
+                raise ProfileError(f"profile {self.name}: {f.name} must be > 0 and finite, "
+                                   f"got {v!r}")
         if self.va_block_bytes % self.page_bytes:
             raise ProfileError(
                 f"profile {self.name}: va_block_bytes {self.va_block_bytes:,} is not a multiple "
@@ -117,10 +132,15 @@ def load_profile(name_or_path: "str | Path | HardwareProfile") -> HardwareProfil
             raise ProfileError(
                 f"unknown hardware profile {name_or_path!r}; shipped: {', '.join(profile_names())}"
             )
+    from .._files import input_file
+
     try:
-        raw = tomllib.loads(p.read_text())
+        input_file(p, "hardware profile", 1 << 20, ProfileError)  # a profile is ~2 KiB
+        raw = tomllib.loads(p.read_bytes().decode("utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as e:
         raise ProfileError(f"{p}: cannot read hardware profile ({e})") from None
+    except UnicodeDecodeError:
+        raise ProfileError(f"{p}: not a hardware profile (binary, not UTF-8 TOML text)") from None
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
     for f in dataclasses.fields(HardwareProfile):
@@ -137,11 +157,16 @@ def load_profile(name_or_path: "str | Path | HardwareProfile") -> HardwareProfil
             values[f.name] = entry
         else:
             raise ProfileError(f"{p}: {f.name} must be {{value = ..., source = \"...\"}}")
-    typed: dict[str, Any] = {
-        f.name: (int(values[f.name]) if f.type in ("int", int) else
-                 float(values[f.name]) if f.type in ("float", float) else values[f.name])
-        for f in dataclasses.fields(HardwareProfile) if f.name != "sources"
-    }
-    prof = HardwareProfile(**typed, sources=sources)
-    prof._check()
-    return prof
+    typed = {}
+    for f in dataclasses.fields(HardwareProfile):
+        if f.name == "sources":
+            continue
+        v = values[f.name]
+        if f.type in ("int", int, "float", float):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise ProfileError(f"{p}: {f.name} value is {v!r}, expected a finite number")
+            if f.type in ("int", int) and v != int(v):
+                raise ProfileError(f"{p}: {f.name} value is {v!r}, expected a whole number")
+            v = int(v) if f.type in ("int", int) else float(v)
+        typed[f.name] = v
+    return HardwareProfile(**typed, sources=sources)  # (checked by __post_init__)

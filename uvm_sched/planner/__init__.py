@@ -4,9 +4,9 @@
 ``Plan.load(path)`` reads one back; ``draw_samples(trace, pattern)`` draws the access samples
 of ``mode="sampled"`` from a trace's ground truth (the frame format a sampling source gives).
 """
-from ._plan import ACTIONS, PLAN_VERSION, Plan, PlanError
-from ._planner import MODES, plan, tuning_candidates
+from ._plan import ACTIONS, PLAN_VERSION, Plan, PlanError, PlanMismatchWarning, trace_fingerprint
+from ._planner import MODES, PLAN_OPTIONS, plan, tuning_candidates
 from ._sampling import draw_samples, samples_from_touches
 
 __all__ = ["plan", "Plan", "PlanError", "ACTIONS", "PLAN_VERSION", "MODES", "draw_samples",
-           "samples_from_touches", "tuning_candidates"]
+           "samples_from_touches", "tuning_candidates", "trace_fingerprint", "PLAN_OPTIONS", "PlanMismatchWarning"]

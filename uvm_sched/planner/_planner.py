@@ -114,11 +114,15 @@ import numpy as np
 from .._budget import resolve_budget
 from ._core import Problem, build_schedule
 from ..trace._model import EventKind
-from ._plan import PLAN_VERSION, Plan, PlanError
+from ._plan import PLAN_VERSION, Plan, PlanError, trace_fingerprint
 
 __all__ = ["plan", "MODES", "tuning_candidates"]
 
 MODES = ("oblivious", "sampled")
+# the options plan() takes (checked by plan() and, at construction, by the Scheduler)
+PLAN_OPTIONS = frozenset({"pattern", "guard", "samples", "sample_rate", "noise", "seed",
+                          "complete_touches", "discard", "discard_min_bytes", "rounds",
+                          "populate", "remote_fallback"})
 AUTO_GUARDS = (32, 16, 8, 4, 2)  # ticks; see plan() and the module docstring
 # The pool gives requests above 1 MiB whole 2 MiB pages of their own; smaller ones share
 # slab pages with other blocks, so the executor cannot discard them (it skips such rows).
@@ -151,8 +155,7 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "oblivious", **opts: Any) -
     t0 = time.perf_counter()
     if mode not in MODES:
         raise PlanError(f"unknown planning mode {mode!r}; known: {', '.join(MODES)}")
-    known = {"pattern", "guard", "samples", "sample_rate", "noise", "seed", "complete_touches",
-             "discard", "discard_min_bytes", "rounds", "populate", "remote_fallback"}
+    known = PLAN_OPTIONS
     unknown = sorted(set(opts) - known)
     if unknown:
         raise TypeError(f"plan() got unknown option(s) {unknown}; known: {sorted(known)}")
@@ -230,6 +233,7 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "oblivious", **opts: Any) -
         "source": trace.meta.get("name") or trace.meta.get("source"),
         # "unknown": the trace has no clock, every tick was taken as 1 us (order only)
         "tick_time_source": getattr(pat, "tick_ns_source", "unknown"),
+        "trace_fingerprint": trace_fingerprint(trace),
         "predicted": pred,
     }
     if mode == "sampled":

@@ -103,7 +103,9 @@ def simulate(trace, policy: "str | Plan", hw: Any = "h200-pcie5", budget: Any = 
     ``SimResult.actions`` lists the plan actions carried out (a Plan or ``uvm-sched``; empty
     for the other policies) from the trace's first tick, warm-up iterations included.
 
-    Raises ``BudgetError`` when the budget is below one tick's working set. Times in s,
+    A ``Plan`` made for another trace (``Plan.check_trace``) is simulated with a
+    ``planner.PlanMismatchWarning``. Raises ``BudgetError`` when the budget is below one
+    tick's working set. Times in s,
     sizes in bytes; the measured window is the last complete iteration.
     """
     hw = load_profile(hw)
@@ -144,6 +146,13 @@ def simulate(trace, policy: "str | Plan", hw: Any = "h200-pcie5", budget: Any = 
     if opts:
         raise TypeError(f"simulate() got unknown option(s) {sorted(opts)}")
     if isinstance(policy, Plan):
+        try:
+            policy.check_trace(trace)
+        except ValueError as e:  # PlanError: simulated anyway, but never silently
+            from ..planner import PlanMismatchWarning
+
+            warnings.warn(str(e).split(" Plan for this trace")[0], PlanMismatchWarning,
+                          stacklevel=2)
         sched: Schedule = PlanSchedule(policy, prep)
     elif name == "demand":
         sched = Schedule()

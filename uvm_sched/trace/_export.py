@@ -1,20 +1,19 @@
 """Exporters: a PyTorch memory snapshot (for ``torch.cuda._memory_viz`` and
 pytorch.org/memory_viz) and a Chrome/Perfetto trace JSON of block lifetimes.
 
-Neither needs torch. Both write atomically (a temporary file renamed into place).
+Neither needs torch. Both write atomically (``uvm_sched._files``: beside, fsync, rename).
 """
 from __future__ import annotations
 
 import gzip
 import json
-import os
 import pickle
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .._fmt import fmt_bytes
+from .._files import write_atomic
 from ._model import EventKind, Trace, TraceError
 from ._snapshot import gc_paused
 
@@ -30,17 +29,6 @@ _SEGMENT_ALIGN = 2 << 20
 
 def _round_up(x: int, a: int) -> int:
     return (x + a - 1) // a * a
-
-
-def _write_atomic(path, data: bytes) -> None:
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def trace_to_snapshot(trace: Trace, *, frames: dict[int, list[dict]] | None = None) -> dict:
@@ -138,7 +126,7 @@ def export_torch_snapshot(trace: Trace, path) -> None:
     ``uvm_sched.trace.load`` reads it back to the same alloc/free sequence (one tick per
     event; sizes in bytes, times in whole microseconds)."""
     with gc_paused():
-        _write_atomic(path, pickle.dumps(trace_to_snapshot(trace), protocol=4))
+        write_atomic(path, pickle.dumps(trace_to_snapshot(trace), protocol=4))
 
 
 def _lanes(start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -259,5 +247,5 @@ def export_perfetto(trace: Trace, path) -> None:
         data = _perfetto_json(trace).encode()
     if str(path).endswith(".gz"):
         data = gzip.compress(data, compresslevel=6, mtime=0)
-    _write_atomic(path, data)
+    write_atomic(path, data)
 

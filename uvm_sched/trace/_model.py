@@ -61,6 +61,12 @@ COLUMNS: dict[str, np.dtype] = {
     "length": np.dtype(np.int64),  # bytes of a partial access; -1 = whole block
 }
 
+# Bounds on numbers read from a file. A block of more than 1 PiB exists on no device or
+# host; and with every size under it, a trace whose allocations add up past 2**62 bytes
+# would overflow the int64 running total (peak_bytes) -- both can only be corruption.
+MAX_BLOCK_BYTES = 1 << 50
+MAX_TOTAL_BYTES = 1 << 62
+
 _DEFAULTS = {"stream": 0, "device": 0, "mode": 0, "offset": -1, "length": -1}
 
 
@@ -312,17 +318,33 @@ class Trace:
 
     # -- validation ----------------------------------------------------------------------
     def validate(self) -> None:
-        """Raise ``TraceError`` naming the first bad row: negative size, ticks or time going
+        """Raise ``TraceError`` naming the first bad row: negative size or one over
+        ``MAX_BLOCK_BYTES``, allocations adding up past ``MAX_TOTAL_BYTES``, ticks or time going
         backwards, free/access before alloc, double alloc, double free, access after free,
-        unknown kind or access mode, negative device time in ``tick_ns``. O(n log n)."""
+        unknown kind or access mode, negative or infinite device time in ``tick_ns``. O(n log n)."""
         c = self._cols
         n = len(self)
         neg = np.flatnonzero(self.tick_ns < 0)  # NaN (unknown) compares False
         if len(neg):
             t = int(neg[0])
             raise TraceError(f"invalid trace: tick_ns[{t:,}] = {self.tick_ns[t]} ns is negative")
+        inf = np.flatnonzero(np.isinf(self.tick_ns))
+        if len(inf):
+            t = int(inf[0])
+            raise TraceError(f"invalid trace: tick_ns[{t:,}] is infinite (unknown device time "
+                             "is NaN)")
         if n == 0:
             return
+        big = np.flatnonzero(c["size"] > MAX_BLOCK_BYTES)
+        if len(big):
+            r = int(big[0])
+            raise TraceError(f"invalid trace at row {r:,}: size {int(c['size'][r]):,} bytes is "
+                             f"over {MAX_BLOCK_BYTES:,} (1 PiB): a corrupt size "
+                             f"({self._describe_row(r)})")
+        total = float(np.sum(c["size"][c["kind"] == EventKind.ALLOC], dtype=np.float64))
+        if total > MAX_TOTAL_BYTES:
+            raise TraceError(f"invalid trace: its allocations add up to {total:,.0f} bytes, over "
+                             f"{MAX_TOTAL_BYTES:,} (2**62): corrupt sizes")
         problems: list[tuple[int, str]] = []
 
         def first(mask: np.ndarray, why: str, rows: np.ndarray | None = None) -> None:

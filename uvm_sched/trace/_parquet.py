@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import base64
 import json
-from pathlib import Path
-
 import numpy as np
+
+from .._files import atomic_path
 
 from ._model import COLUMNS, Trace, TraceError
 
@@ -34,12 +34,8 @@ def save_parquet(trace: Trace, path) -> None:
         ),
     }
     table = table.replace_schema_metadata(meta)
-    tmp = Path(str(path) + ".tmp")
-    try:
+    with atomic_path(path) as tmp:  # never a half-written trace under the real name
         pq.write_table(table, tmp, compression="zstd")
-        tmp.replace(path)  # never leave a half-written trace under the real name
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def load_parquet(path) -> Trace:
@@ -75,7 +71,10 @@ def _load_parquet(path) -> Trace:
     try:
         version = int(raw)
     except ValueError:
-        raise TraceError(f"{path}: unreadable trace schema version {raw[:20]!r}") from None
+        raise TraceError(f"{path}: unreadable trace schema version {version[:20]!r}") from None
+    if version < 1:
+        raise TraceError(f"{path}: trace schema version {version} is not one uvm_sched ever "
+                         f"wrote (1..{SCHEMA_VERSION}): a corrupt file")
     if version > SCHEMA_VERSION:
         raise TraceError(
             f"{path}: trace schema version {version} is newer than this uvm_sched reads "

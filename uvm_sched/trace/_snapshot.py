@@ -73,9 +73,25 @@ _SAFE_GLOBALS = {
 }
 
 
+def _bytearray(*args):
+    """``bytearray`` for a pickle: from bytes or a string with its encoding (how protocols
+    2-4 spell one), never from a count -- ``bytearray(2**30)`` in a 39-byte file would
+    allocate 1 GiB before anything could refuse it."""
+    if args and not isinstance(args[0], (bytes, str)):
+        raise pickle.UnpicklingError(
+            f"the pickle builds a bytearray from a {type(args[0]).__name__}, which a memory "
+            "snapshot never does (from a number it would allocate that many bytes)")
+    return bytearray(*args)
+
+
 class _SafeUnpickler(pickle.Unpickler):
+    """Resolves only plain containers; none of them can be made to allocate more than the
+    file holds (a container is built from elements that each cost bytes of the file)."""
+
     def find_class(self, module: str, name: str):
         if (module, name) in _SAFE_GLOBALS:
+            if name == "bytearray":
+                return _bytearray
             return super().find_class(module, name)
         raise pickle.UnpicklingError(
             f"the pickle refers to {module}.{name}, which a memory snapshot never contains; "
