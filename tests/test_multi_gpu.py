@@ -29,7 +29,7 @@ RANK_LOOP = textwrap.dedent("""
     for it in range(10):
         sched.step()
         if it == 4:  # the plan is made in the background: armed from here on
-            assert sched.wait_planned(120), sched.last_error
+            assert sched.wait_planned(300), sched.last_error
         acts = [native.malloc(6 * MiB, device=rank) for _ in range(6)]
         for a in reversed(acts):
             native.free(a)

@@ -51,6 +51,7 @@ def _loop(s, iters, layers=4):
     weights = [native.malloc(4 * MiB) for _ in range(layers)]
     for _ in range(iters):
         s.step()
+        s.wait_planned(300)  # (a plan is made in the background: its outcome, now)
         acts = [native.malloc(2 * MiB) for _ in range(layers)]
         for a in reversed(acts):
             native.free(a)

@@ -149,7 +149,7 @@ def test_scheduler_saves_its_live_run_as_a_trace(host, tmp_path):
         for _ in range(3):
             s.step()
             _iteration(weights)
-        assert s.wait_planned(60), s.last_error  # (planned in the background)
+        assert s.wait_planned(300), s.last_error  # (planned in the background)
         saved = s.save_trace(tmp_path / "run.parquet")
     back = load(tmp_path / "run.parquet")
     back.validate()

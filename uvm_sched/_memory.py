@@ -270,8 +270,8 @@ def dump_snapshot(path) -> Path:
     ``torch.cuda.memory._dump_snapshot`` does); open it with ``python -m
     torch.cuda._memory_viz trace_plot PATH -o out.html``, on pytorch.org/memory_viz, or
     ``uvm-sched analyze PATH``. Returns the path."""
-    from .trace._export import _write_atomic
+    from ._files import write_atomic
 
     path = Path(path)
-    _write_atomic(path, pickle.dumps(memory_snapshot(), protocol=4))
+    write_atomic(path, pickle.dumps(memory_snapshot(), protocol=4))
     return path
