@@ -3,6 +3,7 @@ populated, and no simulated run beats the lower bound."""
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 
 import numpy as np
 import pytest
@@ -261,15 +262,19 @@ def _build(weights, acts, fwd, bwd):
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_case())
 def test_no_random_plan_simulates_below_the_bound(case):
+    """Nor below the LP bound (where HiGHS is installed): the simulator's window is the
+    third of three identical iterations, a steady state."""
     weights, acts, fwd, bwd, rows, frac, pool = case
     t = _build(weights, acts, fwd, bwd)
     hw = _hw(2.0, h2d_prefetch_Bps=1 * MiB / MS, remote_access_Bps=1.5 * MiB / MS,
              fault_batch_latency_s=0.01 * MS)
     ws = int(prepare(t, hw.va_block_bytes, hw.page_bytes).ws_bytes.max())
     budget = ws + int((t.peak_bytes - ws) * frac)
-    bound = simulate(t, "bound", hw, budget)
+    bounds = [simulate(t, "bound", hw, budget).iteration_time_s]
+    if importlib.util.find_spec("highspy") is not None:
+        bounds.append(simulate(t, "lp-bound", hw, budget).iteration_time_s)
     plan = _plan(rows, budget, 2 * len(acts), acts)
     for policy in (plan, "demand", "swap-activations", "prefetch-on-alloc"):
         r = simulate(t, policy, hw, budget, pool=pool)
-        assert r.iteration_time_s >= bound.iteration_time_s * (1 - 1e-9), (policy, rows)
+        assert r.iteration_time_s >= max(bounds) * (1 - 1e-9), (policy, rows, bounds)
         assert r.iteration_time_s >= r.compute_time_s * (1 - 1e-12)

@@ -541,7 +541,12 @@ class Engine:
             new = np.maximum(new, old)
             # tree prefetcher: a VA block whose residency passes 51% is completed
             done = new * 100 > cs * 51
-            new[done] = cs[done]
+            full = new.copy()
+            full[done] = cs[done]
+            # (the prefetcher completes a VA block only where the device has room for it
+            # beside the kernel's own chunks)
+            if int((full - old).sum()) <= self.B - int(self.rb[cc].sum()):
+                new = full
             grow = new - old
             need = int(grow.sum())
             self.pinned[cc] = True
