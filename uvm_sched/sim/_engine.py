@@ -12,6 +12,15 @@ Per tick ``t`` (see ``_model`` for the order of events within a tick):
 3. the tick's FREEs, then actions issued after them (stage ``post``: ordered after the
    kernel of tick ``t``, so they start no earlier than its end).
 
+Books: per chunk, ``rb`` bytes resident and ``oh`` bytes whose content lives on the host;
+every other byte of a live chunk is fresh (never written) and may be populated on the
+device without crossing the link. A byte reaches the device only by a migration that moves
+``oh`` bytes over the link, by population of fresh bytes, or by pool reuse (new block).
+An eviction adds the bytes it writes back to those already on the host. A zero-copy
+access (``advise_preferred_host`` + ``advise_accessed_by``) uses the non-resident bytes in
+place: reads cross host->device, writes device->host (both for a read-write access), and
+the bytes then live on the host.
+
 Copy engines: one per direction, FIFO. Planned prefetches (H2D) and evictions (D2H) queue
 on them; so do the fault path's migrations and the driver's write-backs (the link is
 shared: a fault whose bytes must cross waits for the copies queued before it, counted as
