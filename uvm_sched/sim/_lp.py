@@ -439,8 +439,9 @@ def lp_bound(prep: Prepared, hw, budget: int, *, max_columns: int = MAX_COLUMNS,
              coarsen: int | None = None, time_limit_s: float = 600.0,
              options: dict | None = None) -> LpResult:
     """Solve the program of Note [The LP bound] for the measured window of ``prep`` under
-    ``budget`` bytes on ``hw``. ``coarsen``: ticks merged per slot (default: 1, or the
-    smallest that brings the program under ``max_columns``). Raises ``LpTooLarge`` when
+    ``budget`` bytes on ``hw``. ``coarsen``: ticks merged per slot (default: 1, or about
+    the smallest that brings the program under ``max_columns``); ``time_limit_s``: HiGHS's
+    limit (s); ``options``: other HiGHS options by name. Raises ``LpTooLarge`` when
     even merging the whole window into a few slots would not, ``RuntimeError`` when HiGHS
     does not reach the optimum (its status and the program's size in the message)."""
     ws, we = prep.window
