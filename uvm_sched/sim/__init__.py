@@ -5,9 +5,9 @@ plans (and the baselines) without a GPU.
 policies) -> DataFrame``; ``POLICIES``; ``BudgetError``. The model: ``_engine`` (driver
 residency, faults, eviction, copy engines, pool reuse), ``_prep`` (layout of blocks in
 2 MiB VA blocks, accesses), ``_policies`` (baselines and the Plan executor), ``_bound``
-(the lower bound and its argument). Imports no torch/cupy/numba.
+(the fast lower bound and its argument), ``_lp`` (the LP lower bound, ``"lp-bound"``). Imports no torch/cupy/numba.
 """
-from ._api import POLICIES, compare, simulate
+from ._api import LP_BOUND, POLICIES, compare, simulate
 from ._result import BudgetError, SimResult
 
-__all__ = ["simulate", "compare", "SimResult", "BudgetError", "POLICIES"]
+__all__ = ["simulate", "compare", "SimResult", "BudgetError", "POLICIES", "LP_BOUND"]

@@ -19,9 +19,12 @@ from ._result import BudgetError, SimResult
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["simulate", "compare", "POLICIES"]
+__all__ = ["simulate", "compare", "POLICIES", "LP_BOUND"]
 
 POLICIES = ("ideal", "demand", "prefetch-on-alloc", "swap-activations", "bound", "uvm-sched")
+# also known to simulate(), left out of POLICIES (what compare() runs by default): it needs
+# the optional HiGHS solver and takes seconds to minutes
+LP_BOUND = "lp-bound"
 
 _TIMELINE_COLS = ("tick", "start_s", "compute_s", "stall_s", "stall_fault_s", "stall_evict_s",
                   "stall_link_s", "resident_bytes", "h2d_bytes", "d2h_bytes")
@@ -85,7 +88,11 @@ def simulate(trace, policy: "str | Plan", hw: Any = "h200-pcie5", budget: Any = 
     ``policy``: ``"ideal"`` (infinite device memory: compute only), ``"demand"`` (plain
     UVM: faults and driver eviction, as ``torch.cuda._use_uvm()``), ``"prefetch-on-alloc"``
     (RMM's prefetch adaptor), ``"swap-activations"`` (vDNN-style), ``"bound"`` (a lower
-    bound on any schedule, see ``_bound``), ``"uvm-sched"`` (plans with
+    bound on any schedule, see ``_bound``: fast), ``"lp-bound"`` (a tighter lower bound on
+    a steady-state iteration from a linear program, see ``_lp``: needs ``highspy``, seconds
+    to minutes; options ``lp_max_columns`` (int: larger programs are coarsened in time),
+    ``lp_coarsen`` (int: ticks per slot, 1 = exact), ``lp_time_limit_s``; the better bound
+    is the larger of the two), ``"uvm-sched"`` (plans with
     ``uvm_sched.planner.plan(trace, budget, hw, mode=opts.get("mode", "oblivious"))``), or
     a ``Plan``. Options: ``pool`` (bool, default True: frees keep memory resident for
     reuse, see ``_engine``), ``zero_fill_faults`` (bool, default True: the first touch of
@@ -117,8 +124,9 @@ def simulate(trace, policy: "str | Plan", hw: Any = "h200-pcie5", budget: Any = 
     ws, we = prep.window
     compute = float(prep.dur_s[ws:we].sum())
     name = policy if isinstance(policy, str) else "plan"
-    if isinstance(policy, str) and policy not in POLICIES:
-        raise ValueError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)} or a Plan")
+    if isinstance(policy, str) and policy not in POLICIES + (LP_BOUND,):
+        raise ValueError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}, "
+                         f"{LP_BOUND} or a Plan")
 
     if name == "ideal":
         return _ideal(prep, hw, B, compute)
@@ -126,6 +134,13 @@ def simulate(trace, policy: "str | Plan", hw: Any = "h200-pcie5", budget: Any = 
     if name == "bound":
         T, tick, excess, out = lower_bound(prep, hw, B)
         return _bound_result(prep, hw, B, compute, T, tick, excess, out)
+    if name == LP_BOUND:
+        from ._lp import MAX_COLUMNS, lp_bound
+
+        lp = lp_bound(prep, hw, B, max_columns=int(opts.pop("lp_max_columns", MAX_COLUMNS)),
+                      coarsen=opts.pop("lp_coarsen", None),
+                      time_limit_s=float(opts.pop("lp_time_limit_s", 600.0)))
+        return _lp_result(prep, hw, B, compute, lp)
     if name == "uvm-sched":
         from .. import planner
 
@@ -143,6 +158,8 @@ def simulate(trace, policy: "str | Plan", hw: Any = "h200-pcie5", budget: Any = 
     opts.pop("mode", None)
     opts.pop("plan_opts", None)
     opts.pop("tune", None)  # uvm-sched's (compare passes it to every policy)
+    for k in ("lp_max_columns", "lp_coarsen", "lp_time_limit_s"):
+        opts.pop(k, None)  # lp-bound's
     if opts:
         raise TypeError(f"simulate() got unknown option(s) {sorted(opts)}")
     if isinstance(policy, Plan):
@@ -212,6 +229,34 @@ def _bound_result(prep, hw, B, compute, T, tick, excess, out) -> SimResult:
                      {"window_start": ws, "window_stop": we, "binding_tick": tick,
                       "must_cross_bytes": int(excess), "must_write_back_bytes": int(out)},
                      _actions_frame([]))
+
+
+def _lp_result(prep, hw, B, compute, lp) -> SimResult:
+    """The LP optimum as a SimResult: each slot's time beyond its compute is its stall
+    (charged to the slot's last tick), its link bytes the optimum's transfers."""
+    ws, we = prep.window
+    dur = prep.dur_s[ws:we]
+    W = we - ws
+    z = np.zeros(W)
+    start = np.concatenate([[0.0], np.cumsum(dur)[:-1]]) if W else z
+    stall, h2d, d2h = z.copy(), np.zeros(W, np.int64), np.zeros(W, np.int64)
+    k = lp.coarsen
+    for g in range(len(lp.slot_s)):
+        last = min(W, (g + 1) * k) - 1
+        stall[last] = max(0.0, lp.slot_s[g] - float(dur[g * k:last + 1].sum()))
+        h2d[last] = int(round(lp.bytes_in[g]))
+        d2h[last] = int(round(lp.bytes_out[g]))
+    rows = list(zip(range(ws, we), start, dur, stall, z, z, stall, z.astype(int), h2d, d2h))
+    tl, tr = _frames(rows, [])
+    T = max(lp.time_s, compute)
+    counters = {"window_start": ws, "window_stop": we, "lp_columns": lp.columns,
+                "lp_rows": lp.rows, "lp_nonzeros": lp.nonzeros, "lp_ticks_per_slot": k,
+                "lp_build_s": lp.build_s, "lp_solve_s": lp.solve_s}
+    return SimResult(LP_BOUND, hw.name, B, T, compute, T - compute,
+                     {"fault": 0.0, "eviction": 0.0, "link": T - compute},
+                     int(h2d.sum()), int(d2h.sum()), 0,
+                     min(B, int(prep.ws_bytes.max()) if len(prep.ws_bytes) else 0), 0, tl, tr,
+                     counters, _actions_frame([]))
 
 
 # The native executor skips a discard of a block of at most 1 MiB: such blocks share 2 MiB

@@ -2,49 +2,52 @@
 
 Argument. Take the measured window (ticks ``[ws, we)``) and any boundary between two of
 its ticks (after tick ``t``, for ``t`` in ``ws-1 .. we-2``). Let ``N(t)`` be the bytes of
-data that exist at that boundary (written at or before tick ``t``, or before the window)
-and are accessed again after it within the window (for a partial access, the largest
-single range accessed counts). At the boundary the device holds at most ``B`` bytes (the
-budget; memory claimed by copies in flight counts), so at least ``N(t) - B`` of those bytes
-are on the host and must cross the link after the boundary and before the window ends --
-by migration or by remote access, no faster than ``bw`` = the fastest host-to-device path
-of the profile (max of prefetch, fault and remote-access bandwidths). The kernels before
-the boundary take ``C(<=t)`` at least, those after it ``C(>t)``, and the transfer after the
-boundary can at best overlap them entirely. Hence, for every ``t``,
+data that exist at that boundary and that the *next* access after it, within the window,
+reads: for each block whose next access reads, the range that access reads. (A pure write
+reads nothing: served in place on the host, zero-copy, it sends its bytes device->host
+and needs none back, so data next written, not read, need not be anywhere. Data read
+again later but after a pure write is new data born at that write.) At the boundary the
+device holds at most ``B`` bytes (the budget; memory claimed by copies in flight counts),
+so at least ``N(t) - B`` of those bytes are on the host and must cross the link after the
+boundary and before the window ends -- by migration or by remote access, no faster than
+``bw`` = the fastest host-to-device path of the profile (max of prefetch, fault and
+remote-access bandwidths). The kernels before the boundary take ``C(<=t)`` at least, those
+after it ``C(>t)``, and the transfer after the boundary can at best overlap them
+entirely. Hence, for every ``t``,
 
     T >= C(<=t) + max(C(>t), (N(t) - B)^+ / bw),
 
 and the bound is the largest right-hand side (at least the compute time, the ``ideal``).
 
 The device-to-host direction adds a second term. Of the ``N(t) - B`` bytes on the host at
-the boundary, at most ``N_old(t)`` (data that existed before the window) can have been there
-all along; the rest, ``(N(t) - N_old(t) - B)^+``, was written on the device inside the
-window and had to cross the link back before the boundary, no faster than ``bw_out`` (the
+the boundary, at most ``N_old(t)`` can have got there without crossing device->host in
+the window: data that existed before the window, or data born by a read of fresh pages
+(a zero-copy read populates them on the host). The rest, ``(N(t) - N_old(t) - B)^+``, was
+written inside the window -- on the device, or in place on the host, which sends it over
+the link too -- and had to cross back before the boundary, no faster than ``bw_out`` (the
 fastest device-to-host path: prefetch, eviction or remote access). That transfer overlaps
 at best the kernels before the boundary, so
 
     T >= max(C(<=t), (N(t) - N_old(t) - B)^+ / bw_out) + max(C(>t), (N(t) - B)^+ / bw).
 
-(In the simulator every kernel writes on the device; a real input batch copied straight
-into host-preferred memory would not cross back, which is why inputs are the one case this
-term could overstate.)
-
 Deadlines. The bytes above do not all have until the window's end: a block's next access
 after the boundary is its deadline. Let ``N(t, d)`` be the bytes, of data existing at
-boundary ``t``, that the blocks whose next access is at a tick in ``(t, d]`` need there
-(the next access's own range). At least ``N(t, d) - B`` of them are on the host at the
+boundary ``t``, that the blocks whose next access is a read at a tick in ``(t, d]`` read
+there. At least ``N(t, d) - B`` of them are on the host at the
 boundary and must cross before kernel ``d`` starts, and the kernels strictly between take
 ``C(t+1 .. d-1)``, so
 
     T >= C + max over t < d of (N(t, d) - B)^+ / bw - C(t+1 .. d-1),
 
-(``d`` = the window's last tick with every block's largest range is the first term
-again, less its last kernel's overlap: so this one is the tighter wherever data is needed
-early). Every pair (t, d) is a T x T table, built in row chunks: O(T^2 + A) time, O(T)
+(``d`` = the window's last tick is the first term again, less its last kernel's overlap:
+so this one is the tighter wherever data is needed early). Every pair (t, d) is a T x T table, built in row chunks: O(T^2 + A) time, O(T)
 memory per chunk row.
 
 It ignores fault latencies, so it is loose when they dominate, and it lets the link run
-flat out with perfect foresight, but no schedule the simulator runs can beat it.
+flat out with perfect foresight, but no schedule the simulator runs can beat it (a plan
+that discards live data is outside: it changes what the program computes). The
+``"lp-bound"`` policy (``_lp``) is tighter and slower: it accounts for every boundary at
+once.
 """
 from __future__ import annotations
 
@@ -55,6 +58,57 @@ from ._prep import Prepared
 __all__ = ["lower_bound"]
 
 
+def _read_intervals(prep: Prepared, first_any: np.ndarray, born_read: np.ndarray):
+    """The boundaries at which data must exist for a later read, in window rows (row ``r``:
+    the boundary after window tick ``r - 1``): for each read of a block at window tick
+    ``j`` (the largest range it reads, ``n`` bytes), rows ``lo .. j`` from the block's
+    previous access of any kind (row: its tick + 1) -- or from row 0 when that read is the
+    block's first in the window and the data existed before it. A pure write reads
+    nothing, so no interval ends at it; it ends the one before it. Returns (lo, hi = j, n,
+    host_born): ``host_born`` marks data that may sit on the host without having crossed
+    device->host in the window (it existed before, or was born by a read of fresh pages,
+    which a zero-copy read populates on the host)."""
+    ws, we = prep.window
+    W = we - ws
+    at, ab, an = prep.ab_tick, prep.ab_block, prep.ab_need
+    inw = (at >= ws) & (at < we)
+    empty = np.zeros(0, np.int64)
+    if not inw.any() or W < 1:
+        return empty, empty, empty, np.zeros(0, bool)
+    # one row per (block, tick) in the window: the largest range read at that tick
+    key = ab[inw].astype(np.int64) * (W + 1) + (at[inw] - ws)
+    nread = np.where(prep.ab_read[inw], an[inw], 0)
+    order = np.argsort(key, kind="stable")
+    key, nread = key[order], nread[order]
+    first = np.concatenate([[True], key[1:] != key[:-1]])
+    starts = np.flatnonzero(first)
+    nread = np.maximum.reduceat(nread, starts)
+    key = key[starts]
+    blk, tk = key // (W + 1), key % (W + 1)
+    same = np.concatenate([[False], blk[1:] == blk[:-1]])
+    prev = np.concatenate([[0], tk[:-1]])
+    old = first_any[blk] < ws
+    lo = np.where(same, prev + 1, 0)
+    ok = (same | old) & (nread > 0)
+    lo, hi, n, blk = lo[ok], tk[ok], nread[ok], blk[ok]
+    ok = hi >= lo
+    return lo[ok], hi[ok], n[ok], (first_any[blk] < ws)[ok] | born_read[blk[ok]]
+
+
+def _born_read(prep: Prepared) -> np.ndarray:
+    """Per block: whether its first access ever reads without writing (fresh pages read
+    before any write: a zero-copy read populates them on the host)."""
+    nb = len(prep.bsize)
+    b, t = prep.ab_block, prep.ab_tick
+    first = np.full(nb, np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(first, b, t)
+    at_first = t == first[b]
+    wrote = np.zeros(nb, bool)
+    np.logical_or.at(wrote, b[at_first], prep.ab_write[at_first])
+    touched = first < np.iinfo(np.int64).max
+    return touched & ~wrote
+
+
 def lower_bound(prep: Prepared, hw, budget: int) -> tuple[float, int, int, int]:
     """(bound seconds, binding boundary tick, bytes that must come in after it, bytes that
     must have gone out before it)."""
@@ -62,36 +116,22 @@ def lower_bound(prep: Prepared, hw, budget: int) -> tuple[float, int, int, int]:
     dur = prep.dur_s[ws:we]
     C = float(dur.sum())
     nb = len(prep.bsize)
-    at, ab, an = prep.ab_tick, prep.ab_block, prep.ab_need
     big = np.iinfo(np.int64).max
     first_any = np.full(nb, big, np.int64)
-    np.minimum.at(first_any, ab, at)
-    inw = (at >= ws) & (at < we)
-    tb, bb, nbb = at[inw], ab[inw], an[inw]
-    if not len(tb):
+    np.minimum.at(first_any, prep.ab_block, prep.ab_tick)
+    lo, hi, n, hb = _read_intervals(prep, first_any, _born_read(prep))
+    if not len(lo):
         return C, ws, 0, 0
-    first_w = np.full(nb, big, np.int64)
-    last_w = np.full(nb, -1, np.int64)
-    need = np.zeros(nb, np.int64)
-    np.minimum.at(first_w, bb, tb)
-    np.maximum.at(last_w, bb, tb)
-    np.maximum.at(need, bb, nbb)
-    blocks = np.flatnonzero(last_w >= 0)
-    old = first_any[blocks] < ws  # existed before the window
-    start = np.where(old, ws - 1, first_w[blocks])
-    stop = last_w[blocks]  # needed at boundaries start .. stop-1
-    ok = stop > start
-    blocks, start, stop, old = blocks[ok], start[ok], stop[ok], old[ok]
-    nbnd = we - ws  # boundaries after ticks ws-1 .. we-2
+    nbnd = we - ws  # boundaries after ticks ws-1 .. we-2 (rows 0 .. nbnd-1)
 
     def needed(sel: np.ndarray) -> np.ndarray:
         d = np.zeros(nbnd + 1, np.int64)
-        np.add.at(d, start[sel] - (ws - 1), need[blocks[sel]])
-        np.add.at(d, stop[sel] - (ws - 1), -need[blocks[sel]])
+        np.add.at(d, lo[sel], n[sel])
+        np.add.at(d, hi[sel] + 1, -n[sel])
         return np.cumsum(d)[:nbnd]
 
-    N = needed(np.ones(len(blocks), bool))
-    N_old = needed(old)
+    N = needed(np.ones(len(lo), bool))
+    N_old = needed(hb)
     bw = max(hw.h2d_prefetch_Bps, hw.h2d_fault_Bps, hw.remote_access_Bps)
     bw_out = max(hw.d2h_prefetch_Bps, hw.d2h_evict_Bps, hw.remote_access_Bps)
     cb = np.concatenate([[0.0], np.cumsum(dur)])[:nbnd]  # compute up to and incl. boundary tick
@@ -101,45 +141,19 @@ def lower_bound(prep: Prepared, hw, budget: int) -> tuple[float, int, int, int]:
     T = np.maximum(cb, written_back / bw_out) + np.maximum(ca, excess / bw)
     i = int(np.argmax(T))
     best = (max(C, float(T[i])), ws - 1 + i, int(excess[i]), int(written_back[i]))
-    dl = _deadline_bound(prep, dur, int(budget), bw, first_any)
+    dl = _deadline_bound(dur, int(budget), bw, lo, hi, n)
     if dl is not None and dl[0] > best[0]:
-        return dl
+        return (dl[0], ws - 1 + dl[1], dl[2], 0)
     return best
 
 
-def _deadline_bound(prep: Prepared, dur: np.ndarray, budget: int, bw: float,
-                    first_any: np.ndarray, rows_per_chunk: int = 256):
-    """The deadline term of the module docstring: (bound seconds, boundary tick, bytes that
-    must come in between it and their deadline, 0), or None when no pair binds."""
-    ws, we = prep.window
-    W = we - ws
-    at, ab, an = prep.ab_tick, prep.ab_block, prep.ab_need
-    inw = (at >= ws) & (at < we)
-    if not inw.any() or W < 1:
-        return None
-    # one row per (block, tick) in the window: the largest range accessed at that tick
-    key = ab[inw].astype(np.int64) * (W + 1) + (at[inw] - ws)
-    order = np.argsort(key, kind="stable")
-    key, need = key[order], an[inw][order]
-    first = np.concatenate([[True], key[1:] != key[:-1]])
-    starts = np.flatnonzero(first)
-    need = np.maximum.reduceat(need, starts)
-    key = key[starts]
-    blk, tk = key // (W + 1), key % (W + 1)  # window tick index of each access
-    # Intervals of boundaries (row i = boundary after window tick i-1) during which the
-    # block's data exists and its next access is at window tick j: from the previous
-    # access (row = its tick + 1) to row j; before the first access only if the data
-    # existed before the window (row 0).
-    same = np.concatenate([[False], blk[1:] == blk[:-1]])
-    prev = np.concatenate([[0], tk[:-1]])
-    old = first_any[blk] < ws
-    lo = np.where(same, prev + 1, 0)
-    ok = same | old
-    lo, hi, j, n = lo[ok], tk[ok], tk[ok], need[ok]  # rows lo..hi (hi = j: boundary before j)
-    ok = hi >= lo
-    lo, hi, j, n = lo[ok], hi[ok], j[ok], n[ok]
-    if not len(lo):
-        return None
+def _deadline_bound(dur: np.ndarray, budget: int, bw: float, lo: np.ndarray,
+                    hi: np.ndarray, n: np.ndarray, rows_per_chunk: int = 256):
+    """The deadline term of the module docstring over ``_read_intervals`` (rows ``lo ..
+    hi``, read at window tick ``j = hi``): (bound seconds, boundary row, bytes that must
+    come in between it and their deadline), or None when no pair binds."""
+    W = len(dur)
+    j = hi
     P = np.concatenate([[0.0], np.cumsum(dur)])  # P[k] = compute of window ticks < k
     C = float(P[-1])
     state = np.zeros(W, np.int64)  # bytes per deadline column at the current row
@@ -170,4 +184,4 @@ def _deadline_bound(prep: Prepared, dur: np.ndarray, budget: int, bw: float,
             best_bytes = int(N.flat[k] - budget)
     if best <= 0:
         return None
-    return C + best, ws - 1 + best_row, best_bytes, 0
+    return C + best, best_row, best_bytes

@@ -12,6 +12,15 @@ Per tick ``t`` (see ``_model`` for the order of events within a tick):
 3. the tick's FREEs, then actions issued after them (stage ``post``: ordered after the
    kernel of tick ``t``, so they start no earlier than its end).
 
+Books: per chunk, ``rb`` bytes resident and ``oh`` bytes whose content lives on the host;
+every other byte of a live chunk is fresh (never written) and may be populated on the
+device without crossing the link. A byte reaches the device only by a migration that moves
+``oh`` bytes over the link, by population of fresh bytes, or by pool reuse (new block).
+An eviction adds the bytes it writes back to those already on the host. A zero-copy
+access (``advise_preferred_host`` + ``advise_accessed_by``) uses the non-resident bytes in
+place: reads cross host->device, writes device->host (both for a read-write access), and
+the bytes then live on the host.
+
 Copy engines: one per direction, FIFO. Planned prefetches (H2D) and evictions (D2H) queue
 on them; so do the fault path's migrations and the driver's write-backs (the link is
 shared: a fault whose bytes must cross waits for the copies queued before it, counted as
@@ -99,7 +108,7 @@ class Engine:
         # ledger for the conservation check (bytes, whole run)
         self.led = dict.fromkeys(
             ("populated", "migrated_in", "reused_in", "evicted_out", "discarded",
-             "freed", "reused_out", "dropped_dup"), 0)
+             "freed", "reused_out", "dropped_dup", "remote_in", "remote_out"), 0)
         # per tick of the window
         self.tick_h2d = 0
         self.tick_d2h = 0
@@ -247,8 +256,10 @@ class Engine:
         # a write-back cannot start before an inbound copy of the same chunk has landed
         st = max(start, float(self.ready[ch].max()))
         end = self._xfer("d2h", st, wb, bw, cause, block) if wb else st
-        live = ~dead
-        self.oh[ch[live & ~dup]] = rb[live & ~dup]
+        # the bytes written back join those already on the host (a chunk partly faulted in
+        # keeps its other bytes there); a dropped duplicate's host copy stays as it is
+        wbk = ch[~dead & ~dup]
+        self.oh[wbk] = np.minimum(self.p.csize[wbk], self.oh[wbk] + self.rb[wbk])
         self.oh[ch[dead]] = 0
         self.rb[ch] = 0
         self.stamp[ch] = -1
@@ -258,9 +269,12 @@ class Engine:
         heapq.heappush(self.pending, (end, total))
         return end, wb
 
-    def _make_room(self, need: int, at: float, pin: np.ndarray, cause: str) -> float:
+    def _make_room(self, need: int, at: float, pin: np.ndarray, cause: str,
+                   trim: tuple[np.ndarray, np.ndarray] | None = None) -> float:
         """Ensure ``need`` more bytes fit under the budget from time ``at``: wait for pending
-        releases, then evict least-recently-migrated chunks. Returns the time room exists."""
+        releases, then evict least-recently-migrated chunks, then (``trim`` = the faulting
+        kernel's chunks and the bytes it needs of each) write back the pages of its own
+        chunks it does not touch. Returns the time room exists."""
         self._retire(at)
         t = at
         deficit = self.claimed + need - self.B
@@ -276,6 +290,9 @@ class Engine:
             return t
         ch = self._take_lru(deficit - pend_total, pin)
         end, _ = self._evict_chunks(ch, t, self.hw.d2h_evict_Bps, "evict")
+        short = self.claimed - sum(b for _, b in self.pending) + need - self.B
+        if short > 0 and trim is not None:
+            end = max(end, self._trim(trim[0], trim[1], short, t))
         # the fault path waits for the write-back (and any pending release) to finish
         while self.pending and self.claimed + need > self.B:
             e, b = heapq.heappop(self.pending)
@@ -286,6 +303,32 @@ class Engine:
                 f"simulator invariant broken: need {need:,} bytes with {self.claimed:,} held "
                 f"of a {self.B:,} byte budget and nothing left to evict")
         return max(t, end)
+
+    def _trim(self, cc: np.ndarray, nd: np.ndarray, short: int, t: float) -> float:
+        """Write back ``short`` bytes (or all there are) of the pages of chunks ``cc`` beyond
+        the ``nd`` bytes the kernel needs of each -- the last resort when a kernel's own
+        chunks, pinned while it faults, hold more than it touches (a whole small block
+        prefetched, a partial access). Returns the end time of the write-back."""
+        ex = self.rb[cc] - nd
+        sel = ex > 0
+        cc, ex = cc[sel], ex[sel]
+        if not len(cc):
+            return t
+        k = int(np.searchsorted(np.cumsum(ex), short))
+        cc, ex = cc[:k + 1], ex[:k + 1]
+        tot = int(ex.sum())
+        dead = self.alive[cc] == 2
+        if dead.any():
+            self.dead_res -= int(ex[dead].sum())
+        self.led["evicted_out"] += tot
+        st = max(t, float(self.ready[cc].max()))
+        end = self._xfer("d2h", st, tot, self.hw.d2h_evict_Bps, "evict", -1)
+        self.rb[cc] -= ex
+        live = cc[~dead]
+        self.oh[live] = np.minimum(self.p.csize[live], self.oh[live] + ex[~dead])
+        self.hold[cc] = np.maximum(self.hold[cc], end)
+        heapq.heappush(self.pending, (end, tot))
+        return end
 
     # -- allocator events ---------------------------------------------------------------
     def alloc(self, blocks: np.ndarray) -> None:
@@ -397,6 +440,7 @@ class Engine:
                 self.led["discarded"] += tot
                 self.claimed -= tot
                 self.rb[ch] = 0
+                self.dirty[ch] = False
                 self.stamp[ch] = -1
             return
         if action == EVICT:
@@ -409,6 +453,13 @@ class Engine:
             if not len(ch):
                 return
             miss = p.csize[ch] - self.rb[ch]
+            if int(miss.sum()) + int(self.rb[ch].sum()) > self.B:
+                # more than the whole budget: the driver can hold only what fits, so the
+                # prefetch moves its leading chunks that do
+                fit = np.cumsum(miss) + int(self.rb[ch].sum()) <= self.B
+                ch, miss = ch[fit], miss[fit]
+                if not len(ch):
+                    return
             need = int(miss.sum())
             pin[ch] = True
             t = self._make_room(need, at, pin, "evict")
@@ -424,12 +475,38 @@ class Engine:
             if not keep:
                 self.oh[ch] = 0
             self.ready[ch] = end
-            self.dirty[ch] = False
             self._push(ch)
             return
         raise ValueError(f"unknown action code {action}")
 
     # -- the kernel of one tick ---------------------------------------------------------
+    def _remote(self, rc: np.ndarray, rn: np.ndarray, rw: np.ndarray, rr: np.ndarray,
+                now: float) -> tuple[float, float]:
+        """Zero-copy access of chunks ``rc`` (needing ``rn`` bytes each) from the kernel
+        starting at ``now``: the bytes not resident are used in place on the host. Reads
+        cross host->device, writes device->host (a write does not read; a read-write access
+        crosses both ways), each on its own copy engine; the bytes then live on the host (a
+        first touch of fresh pages populates them there), so a later migration moves them.
+        Returns (link stall s, time the accesses are done)."""
+        t0 = now
+        # data still on its way in or out lands before the kernel uses it
+        now = max(now, float(self.ready[rc].max()), float(self.hold[rc].max()))
+        far = rn - self.rb[rc]
+        rbytes = int(far[rr].sum())
+        wbytes = int(far[rw].sum())
+        bw = self.hw.remote_access_Bps
+        end = now
+        if rbytes:
+            end = max(end, self._xfer("h2d", now, rbytes, bw, "remote", -1))
+        if wbytes:
+            end = max(end, self._xfer("d2h", now, wbytes, bw, "remote", -1))
+        self.led["remote_in"] += rbytes
+        self.led["remote_out"] += wbytes
+        self.oh[rc] = np.maximum(self.oh[rc], far)
+        w = rc[rw]
+        self.dirty[w] |= self.rb[w] > 0  # the resident part was written too
+        return end - t0, end
+
     def kernel(self, t: int) -> tuple[float, float, float]:
         """Run tick ``t``'s kernel's memory accesses; returns (fault, evict, link) stall s."""
         p = self.p
@@ -439,18 +516,17 @@ class Engine:
         cc = p.acc_chunk[s:e]
         nd = p.acc_need[s:e]
         wr = p.acc_write[s:e]
+        rd = p.acc_read[s:e]
         hw = self.hw
         t0 = self.now
         now = t0
         st_link = st_fault = st_evict = 0.0
         if self.any_remote:
-            rb_ = self.pref_host[p.cblock[cc]] & self.acc_by[p.cblock[cc]]
-            rem = rb_ & (self.rb[cc] < nd)
+            blk = p.cblock[cc]
+            rem = self.pref_host[blk] & self.acc_by[blk] & (self.rb[cc] < nd)
             if rem.any():
-                rbytes = int((nd[rem] - self.rb[cc[rem]]).sum())
-                end = self._xfer("h2d", now, rbytes, hw.remote_access_Bps, "remote", -1)
-                st_link += end - now
-                now = end
+                st, now = self._remote(cc[rem], nd[rem], wr[rem], rd[rem], now)
+                st_link += st
                 keepm = ~rem
                 cc, nd, wr = cc[keepm], nd[keepm], wr[keepm]
         # data in flight to the device: the kernel waits for it
@@ -474,11 +550,16 @@ class Engine:
             new = np.maximum(new, old)
             # tree prefetcher: a VA block whose residency passes 51% is completed
             done = new * 100 > cs * 51
-            new[done] = cs[done]
+            full = new.copy()
+            full[done] = cs[done]
+            # (the prefetcher completes a VA block only where the device has room for it
+            # beside the kernel's own chunks)
+            if int((full - old).sum()) <= self.B - int(self.rb[cc].sum()):
+                new = full
             grow = new - old
             need = int(grow.sum())
             self.pinned[cc] = True
-            t_room = self._make_room(need, now, self.pinned, "evict")
+            t_room = self._make_room(need, now, self.pinned, "evict", (cc, nd))
             self.pinned[cc] = False
             if t_room > now:
                 st_evict += t_room - now
@@ -512,15 +593,15 @@ class Engine:
             else:
                 self.oh[fc] -= xb
             self.ready[fc] = now
-            self.dirty[fc] = False
             self._push(fc)
         if wr.any():
             w = cc[wr]
             self.dirty[w] = True
             if self.any_rmostly:
-                # a write collapses read-mostly duplicates: the host copy is stale
+                # a write collapses read-mostly duplicates: the host copy of the resident
+                # bytes is stale, that of the others (not resident) is their only copy
                 w = w[self.rmostly[p.cblock[w]]]
-                self.oh[w] = 0
+                self.oh[w] = np.minimum(self.oh[w], p.csize[w] - self.rb[w])
         self.now = now
         return st_fault, st_evict, st_link
 

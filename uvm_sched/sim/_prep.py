@@ -47,11 +47,14 @@ class Prepared:
     acc_ptr: np.ndarray
     acc_chunk: np.ndarray
     acc_need: np.ndarray  # bytes of the chunk the tick needs (page-rounded for partial)
-    acc_write: np.ndarray  # bool
+    acc_write: np.ndarray  # bool: some access of the tick writes the chunk
+    acc_read: np.ndarray  # bool: some access of the tick reads it (a pure write does not)
     # per-access-row block view (for the bound and swap-activations)
     ab_tick: np.ndarray
     ab_block: np.ndarray
     ab_need: np.ndarray
+    ab_read: np.ndarray  # bool: the row reads (its data must be there; a pure write need not)
+    ab_write: np.ndarray  # bool: the row writes
     ground_truth: bool
     iter_starts: np.ndarray  # MARK ticks
     window: tuple[int, int]  # measured ticks [start, stop)
@@ -153,16 +156,18 @@ def prepare(trace: Trace, va_block_bytes: int, page_bytes: int,
         ab = dense(blk[r])
         mode = trace.mode[r]
         aw = (mode & AccessMode.WRITE) != 0
+        ar = ((mode & AccessMode.READ) != 0) | (mode == AccessMode.NONE)  # unknown: a read
         off = trace.offset[r].astype(np.int64)
         ln = trace.length[r].astype(np.int64)
     else:
         ab = np.concatenate([np.arange(nb), dense(blk[f_rows]) if len(f_rows) else np.zeros(0, np.int64)])
         at = np.concatenate([balloc, tick[f_rows].astype(np.int64)])
         aw = np.concatenate([np.ones(nb, bool), np.zeros(len(f_rows), bool)])
+        ar = ~aw
         off = np.full(len(ab), -1, np.int64)
         ln = np.full(len(ab), -1, np.int64)
         o = np.argsort(at, kind="stable")
-        ab, at, aw, off, ln = ab[o], at[o], aw[o], off[o], ln[o]
+        ab, at, aw, ar, off, ln = ab[o], at[o], aw[o], ar[o], off[o], ln[o]
     whole = (off < 0) | (ln < 0)
     lo = np.where(whole, 0, off)
     hi = np.where(whole, bsize[ab], np.minimum(off + np.maximum(ln, 0), bsize[ab]))
@@ -185,7 +190,7 @@ def prepare(trace: Trace, va_block_bytes: int, page_bytes: int,
     # deduplicate (tick, chunk): max need, any write
     key = tk * (nc + 1) + ch
     o = np.argsort(key, kind="stable")
-    key, tk, ch, ov, wr = key[o], tk[o], ch[o], ov[o], aw[rep][o]
+    key, tk, ch, ov, wr, rd = key[o], tk[o], ch[o], ov[o], aw[rep][o], ar[rep][o]
     if len(key):
         first = np.ones(len(key), bool)
         first[1:] = key[1:] != key[:-1]
@@ -194,9 +199,11 @@ def prepare(trace: Trace, va_block_bytes: int, page_bytes: int,
         np.maximum.at(need, grp, ov)
         w = np.zeros(len(need), bool)
         np.logical_or.at(w, grp, wr)
+        r_ = np.zeros(len(need), bool)
+        np.logical_or.at(r_, grp, rd)
         tk, ch = tk[first], ch[first]
     else:
-        need, w = ov, wr
+        need, w, r_ = ov, wr, rd
     acc_ptr = np.searchsorted(tk, np.arange(n_ticks + 1)).astype(np.int64)
     ws = np.bincount(tk, weights=need, minlength=n_ticks)[:n_ticks].astype(np.int64) if len(tk) else np.zeros(n_ticks, np.int64)
     # per access row need (block level) for the bound
@@ -212,6 +219,7 @@ def prepare(trace: Trace, va_block_bytes: int, page_bytes: int,
         bchunk0=b0, bnchunk=bn, csize=csize.astype(np.int64), cblock=cblock,
         ev_ptr=ev_ptr, ev_kind=ev_kind, ev_block=ev_block,
         acc_ptr=acc_ptr, acc_chunk=ch.astype(np.int64), acc_need=need.astype(np.int64),
-        acc_write=w.astype(bool), ab_tick=at, ab_block=ab, ab_need=ab_need.astype(np.int64),
+        acc_write=w.astype(bool), acc_read=r_.astype(bool), ab_tick=at, ab_block=ab, ab_need=ab_need.astype(np.int64),
+        ab_read=np.asarray(ar, bool), ab_write=np.asarray(aw, bool),
         ground_truth=gt, iter_starts=marks, window=win, ws_bytes=ws,
     )

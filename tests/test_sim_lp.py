@@ -1,0 +1,127 @@
+"""The LP lower bound ("lp-bound"): hand-worked optima, a lower bound on every simulated
+policy, the size guard."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import pytest
+
+from uvm_sched.sim import LP_BOUND, compare, simulate
+from uvm_sched.trace import AccessMode, TraceBuilder
+
+from test_sim import _random_trace, _thrash_trace  # noqa: E402  (tests/ is on the path)
+from test_sim_books import MS, MiB, _hw, _ZERO_COPY_PLAN, _plan, _zero_copy_trace  # noqa: E402
+
+needs_highspy = pytest.mark.skipif(importlib.util.find_spec("highspy") is None,
+                                   reason="the LP bound needs HiGHS: pip install highspy")
+
+
+@needs_highspy
+def test_with_room_for_everything_the_lp_bound_is_the_compute_time():
+    r = simulate(_thrash_trace(), LP_BOUND, _hw(2.0), 8 * MiB)
+    assert r.iteration_time_s == pytest.approx(2 * MS)
+    assert r.stall_time_s == pytest.approx(0, abs=1e-12)
+
+
+@needs_highspy
+def test_the_lp_optimum_of_the_zero_copy_case_is_worked_by_hand():
+    # _zero_copy_trace at 8 MiB/ms each way, a 2 MiB budget, 0.01 ms ticks. The optimum
+    # writes 96% of Z in place during the stall before t1 (0.24 ms: 1.92 MiB) while t0's
+    # 0.01 ms kernel covers writing back 4% of A (0.08 MiB) to make room for Z's other 4%;
+    # those 4% of A come back within t1's 0.01 ms, and the stall before t3 reads 96% of Z
+    # in place again: slots of 0.25, 0.01, 0.25, 0.01 ms. The simulator's best plan (the
+    # whole of Z each way) takes 0.54 ms; the fast bound says 0.5 ms.
+    t = _zero_copy_trace()
+    lp = simulate(t, LP_BOUND, _hw(), 2 * MiB)
+    assert lp.iteration_time_s == pytest.approx(0.52 * MS)
+    assert lp.counters["lp_ticks_per_slot"] == 1
+    assert list(lp.timeline["stall_s"] / MS) == pytest.approx([0.24, 0, 0.24, 0])
+    # (the bytes are not unique: any transfer that fits in a slot's time costs nothing)
+    assert lp.bytes_d2h >= 2 * MiB * (1 - 1e-6)
+    plan = simulate(t, _plan(_ZERO_COPY_PLAN, 2 * MiB, 4, [2 * MiB, 2 * MiB]), _hw(), 2 * MiB)
+    assert plan.iteration_time_s >= lp.iteration_time_s
+    assert simulate(t, "bound", _hw(), 2 * MiB).iteration_time_s < lp.iteration_time_s
+
+
+@needs_highspy
+def test_new_data_and_clean_copies_need_nothing_moved_back():
+    # P (4 MiB) is written whole, reading nothing, at t0; Q (4 MiB) only read at t1; budget
+    # 4 MiB, 1 ms ticks, 4 MiB/ms. P's old data is dead at each write and Q's host copy
+    # stays valid, so Q comes in during t0 (1 ms) and is dropped for nothing before the next
+    # t0: the LP needs no stall at all
+    b = TraceBuilder(name="write-only")
+    p = b.alloc(4 * MiB)
+    q = b.alloc(4 * MiB)
+    b.access(p, AccessMode.WRITE)
+    b.next_tick(1e6)
+    b.access(q, AccessMode.WRITE)
+    b.next_tick(1e6)
+    for _ in range(3):
+        b.mark()
+        b.access(p, AccessMode.WRITE)
+        b.next_tick(1e6)
+        b.access(q, AccessMode.READ)
+        b.next_tick(1e6)
+    t = b.build()
+    r = simulate(t, LP_BOUND, _hw(4.0), 4 * MiB)
+    assert r.iteration_time_s == pytest.approx(2 * MS)
+    assert r.bytes_h2d >= 4 * MiB * (1 - 1e-6)  # Q crosses (P is born on the device)
+    assert simulate(t, "demand", _hw(4.0), 4 * MiB).iteration_time_s >= r.iteration_time_s
+
+
+@pytest.fixture(scope="module")
+def zoo_cases():
+    from uvm_sched.trace import zoo
+
+    return {"unet": zoo.record("unet", batch=2, image=64, iters=3),
+            "gpt2_small": zoo.record("gpt2_small", batch=1, seq=64, iters=3)}
+
+
+@needs_highspy
+@pytest.mark.parametrize("model", ["unet", "gpt2_small"])
+@pytest.mark.parametrize("pct", ["75%", "50%"])
+def test_the_lp_bound_is_at_least_ideal_and_at_most_every_simulated_policy(zoo_cases, model, pct):
+    t = zoo_cases[model]
+    # a coarse program keeps the test fast; coarsening keeps it a relaxation
+    df = compare(t, "h200-pcie5", [pct], policies=["ideal", LP_BOUND, "demand",
+                                                   "prefetch-on-alloc", "swap-activations",
+                                                   "uvm-sched"], lp_max_columns=15_000)
+    assert (df["error"] == "").all(), df["error"].tolist()
+    by = dict(zip(df["policy"], df["iteration_time_s"]))
+    assert by[LP_BOUND] >= by["ideal"] * (1 - 1e-9)
+    for p in ("demand", "prefetch-on-alloc", "swap-activations", "uvm-sched"):
+        assert by[p] >= by[LP_BOUND] * (1 - 1e-9), (p, by)
+
+
+@needs_highspy
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_program_over_the_size_limit_is_coarsened_in_time_and_stays_below_the_exact_one(seed):
+    t = _random_trace(seed)
+    exact = simulate(t, LP_BOUND, "h200-pcie5", "50%", lp_coarsen=1)
+    limit = exact.counters["lp_columns"] * 2 // 3
+    coarse = simulate(t, LP_BOUND, "h200-pcie5", "50%", lp_max_columns=limit)
+    assert coarse.counters["lp_ticks_per_slot"] > 1
+    assert coarse.counters["lp_columns"] <= limit
+    ideal = simulate(t, "ideal", "h200-pcie5", "50%")
+    assert ideal.iteration_time_s * (1 - 1e-9) <= coarse.iteration_time_s
+    assert coarse.iteration_time_s <= exact.iteration_time_s * (1 + 1e-9)
+    assert exact.iteration_time_s <= simulate(t, "demand", "h200-pcie5", "50%").iteration_time_s
+
+
+@needs_highspy
+def test_a_program_too_large_even_coarsened_is_refused_with_its_size():
+    from uvm_sched.sim._lp import LpTooLarge
+
+    with pytest.raises(LpTooLarge, match=r"needs [\d,]+ columns even with every tick of the "
+                                         r"[\d,]+-tick window merged, over the limit of 5"):
+        simulate(_zero_copy_trace(), LP_BOUND, _hw(), 2 * MiB, lp_max_columns=5)
+
+
+def test_without_highspy_the_lp_bound_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "highspy", None)
+    with pytest.raises(ImportError, match="pip install highspy"):
+        simulate(_zero_copy_trace(), LP_BOUND, _hw(), 2 * MiB)
+    # compare() keeps going and says why in the row
+    df = compare(_zero_copy_trace(), _hw(), [2 * MiB], policies=["demand", LP_BOUND])
+    assert "pip install highspy" in df.loc[df.policy == LP_BOUND, "error"].item()
