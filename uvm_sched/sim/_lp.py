@@ -105,6 +105,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._errors import Error
 from ._prep import Prepared
 
 __all__ = ["lp_bound", "LpResult", "LpTooLarge", "MAX_COLUMNS"]
@@ -115,7 +116,7 @@ MiB = float(1 << 20)
 MAX_COLUMNS = 100_000
 
 
-class LpTooLarge(ValueError):
+class LpTooLarge(Error, ValueError):
     """The program has more columns than allowed even after coarsening."""
 
 
