@@ -466,8 +466,14 @@ def cmd_record(args, out: _Out) -> int:
             out.stdout.print("\n".join(f"{i['name']:<{w}}  {_sizes_text(_sizes_of(i)):<24}  "
                                        f"{i['about']}" for i in infos), markup=False)
         return EXIT_OK
+    if args.model and (args.script or _is_python(args.model)) and args.model not in names:
+        return _record_script(args, out, [args.model, *args.script])
     if not args.model:
-        raise UsageError("record needs a MODEL (uvm-sched record --list shows the zoo)")
+        raise UsageError("record needs a MODEL (uvm-sched record --list shows the zoo) or a "
+                         "script: uvm-sched record -- python train.py ARGS")
+    if args.script:
+        raise UsageError(f"record takes a zoo MODEL or `-- python SCRIPT ARGS`, not both "
+                         f"(got {args.model!r} and {' '.join(args.script)!r})")
     if args.model not in names:
         raise UsageError(f"unknown model {args.model!r}; the zoo has: {', '.join(names)}")
     dest = _writable(args.output or f"{args.model}.parquet")
@@ -496,6 +502,59 @@ def cmd_record(args, out: _Out) -> int:
                          + (f" ({', '.join(words[k] for k in defaults)}: the model's default, "
                             "as in the benchmark tables)" if defaults else ""), markup=False)
         out.stdout.print(_trace_line(info), markup=False)
+        out.note(f"wrote {dest} (recorded in {fmt_seconds(elapsed)})")
+    return EXIT_OK
+
+
+def _is_python(word: str) -> bool:
+    return os.path.basename(word).startswith("python")
+
+
+def _record_script(args, out: _Out, command: list[str]) -> int:
+    """``uvm-sched record -- python SCRIPT ARGS``: the script runs unchanged in a child
+    Python inside ``uvm_sched.trace.recording()`` (uvm_sched.trace._live)."""
+    import shutil
+    import subprocess
+
+    if not _is_python(command[0]):
+        raise UsageError(f"record runs a Python script: `uvm-sched record -- python SCRIPT "
+                         f"ARGS` (or `python -m MODULE ARGS`), got {command[0]!r}")
+    if len(command) < 2:
+        raise UsageError("record -- python needs a script: uvm-sched record -- python "
+                         "train.py ARGS")
+    exe = shutil.which(command[0])
+    if exe is None:
+        raise UsageError(f"no Python named {command[0]!r} on PATH")
+    if command[1] != "-m" and not Path(command[1]).is_file():
+        raise FileNotFoundError(f"no such script: {command[1]}")
+    name = Path(command[2] if command[1] == "-m" and len(command) > 2 else command[1]).stem
+    dest = _writable(args.output or f"{name}.parquet")
+    _profile(args.hw)
+    t0 = time.perf_counter()
+    child = [exe, "-m", "uvm_sched.trace._live", str(dest), args.hw, args.device or "-", "--",
+             *command[1:]]
+    # the script's own prints must not mix into --json output on stdout
+    rc = subprocess.call(child, stdout=sys.stderr if out.json else None)
+    elapsed = time.perf_counter() - t0
+    if rc != 0:
+        sys.stderr.write(f"{PROG} record: the script exited with status {rc}; no trace "
+                         "written\n")
+        return EXIT_USAGE if rc == 2 else EXIT_FAIL
+    trace = _load_trace(str(dest), None, None)
+    info = _trace_info(trace)
+    m = trace.meta
+    if out.json:
+        out.emit_json(_clean({"path": str(dest), "command": command, "record_s": elapsed,
+                              "optimizer_steps": m.get("optimizer_steps"),
+                              "markers": len(trace.iteration_starts),
+                              "steps_signal": m.get("steps_signal"), "route": m.get("route"),
+                              "time_source": m.get("time_source"), **info}))
+    else:
+        out.stdout.print(f"{' '.join(command)}: {m.get('optimizer_steps', 0):,} optimizer "
+                         f"step(s), {len(trace.iteration_starts):,} iteration marker(s) from "
+                         f"{m.get('steps_signal')}", markup=False)
+        out.stdout.print(_trace_line(info), markup=False)
+        out.stdout.print(f"device time: {m.get('time_source')}", markup=False)
         out.note(f"wrote {dest} (recorded in {fmt_seconds(elapsed)})")
     return EXIT_OK
 
@@ -1022,10 +1081,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"HTML report to write (default ./{DEMO_REPORT})")
     p.add_argument("--no-report", action="store_true", help="skip the HTML report")
 
-    p = add("record", cmd_record, "record a zoo model's training iterations on meta tensors",
+    p = add("record", cmd_record, "record a training script as it runs, or a zoo model's "
+            "training iterations on meta tensors",
+            "  uvm-sched record -o train.parquet -- python train.py --epochs 1\n"
             "  uvm-sched record --list\n  uvm-sched record resnet50 --batch 32 -o resnet50.parquet\n"
             "  uvm-sched record gpt2_small --batch 8 --seq 512 --iters 4 -o gpt2.parquet\n")
     p.add_argument("model", nargs="?", metavar="MODEL", help="zoo model name (see --list)")
+    p.add_argument("script", nargs="*", metavar="-- python SCRIPT ARGS",
+                   help="run this training script unchanged and record it (iterations = its "
+                        "optimizer steps, or its uvm_sched.step() calls)")
+    p.add_argument("--device", help="-- python: the tensors' device to record (cpu, cuda; "
+                                    "default cuda when available)")
     p.add_argument("--list", action="store_true", help="list the zoo's models and exit")
     p.add_argument("--batch", type=_positive_int,
                    help="batch size (default: the model's training size, as in the benchmark "

@@ -18,7 +18,8 @@
 
 Exporters: ``export_torch_snapshot(trace, path)`` (for ``torch.cuda._memory_viz`` /
 pytorch.org/memory_viz) and ``export_perfetto(trace, path)`` (block lifetimes for
-ui.perfetto.dev). ``record`` and ``zoo`` (the workload recorder) load lazily.
+ui.perfetto.dev). ``record`` and ``zoo`` (the workload recorder) and ``recording`` (one's
+own loop, live) load lazily.
 """
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ from ._model import COLUMNS, AccessMode, EventKind, Trace, TraceBuilder, TraceEr
 
 # name -> module providing it, imported on first use (the recorder needs torch, and its
 # code may be absent from a partial checkout: importing uvm_sched.trace must not fail).
-_LAZY = {"record": "uvm_sched.trace._recorder", "zoo": "uvm_sched.trace.zoo"}
+_LAZY = {"record": "uvm_sched.trace._recorder", "zoo": "uvm_sched.trace.zoo",
+         "recording": "uvm_sched.trace._live"}
 
 
 def _available(module: str) -> bool:
