@@ -327,6 +327,7 @@ def _trace_info(trace) -> dict[str, Any]:
         "iteration_marks": int(len(trace.iteration_starts)),
         "peak_bytes": int(trace.peak_bytes),
         "device_time_ns": float(np.sum(trace.tick_ns[known])) if known.any() else None,
+        "time_source": trace.time_source,
         "meta": {k: v for k, v in trace.meta.items() if k not in ("alloc_sizes", "tick_ops", "block_names")},
     }
 
@@ -340,7 +341,8 @@ def _trace_line(info: dict[str, Any]) -> str:
             + (f", device time {fmt_seconds(t / 1e9)}" if t else
                ", time unavailable (no clock)" if info["meta"].get("clock") == "none" else "")
             + (f" ({info['meta']['clock']})"
-               if str(info["meta"].get("clock", "")).startswith("assumed") else ""))
+               if str(info["meta"].get("clock", "")).startswith("assumed") else
+               f" ({info['time_source']})" if t and info.get("time_source") else ""))
 
 
 # ----------------------------------------------------------------------------------------
@@ -691,10 +693,12 @@ def cmd_simulate(args, out: _Out) -> int:
         d = res.to_dict()
         d["slowdown"] = row["slowdown"]
         out.emit_json(_clean({"trace": args.trace, "hw": hw.name, "budget_bytes": budget,
-                              "peak_bytes": trace.peak_bytes, "result": d,
+                              "peak_bytes": trace.peak_bytes, "time_source": trace.time_source,
+                              "result": d,
                               "ideal": ideal.to_dict()}))
         return EXIT_OK
     _print_budget_line(out, trace.peak_bytes, budget, hw.name)
+    out.stdout.print(_time_line(trace), markup=False)
     t = _table(None, _RESULT_COLS, [_result_cells(_result_row(ideal, ideal)), _result_cells(row)],
                right=range(1, 7))
     out.stdout.print(t)
@@ -733,6 +737,12 @@ def _check_tune(tune, mode: str) -> tuple:
     except ValueError as e:
         raise UsageError(str(e)) from None
     return tune
+
+
+def _time_line(trace) -> str:
+    """Where the simulated compute time comes from, and that a figure is one iteration's."""
+    return (f"compute time: {trace.time_source}; iteration time = one iteration "
+            f"({'marked' if len(trace.iteration_starts) else 'learned, else the whole trace'})")
 
 
 def _print_budget_line(out: _Out, peak: int, budget: int, hw_name: str) -> None:
@@ -789,11 +799,13 @@ def cmd_compare(args, out: _Out) -> int:
         _save_figure(fig, plot)
     if out.json:
         out.emit_json(_clean({"trace": args.trace, "hw": hw.name, "peak_bytes": peak,
+                              "time_source": trace.time_source,
                               "rows": df.to_dict(orient="records"), "frontier": front,
                               "plot": str(plot) if plot else None}))
         return EXIT_OK
     out.stdout.print(f"{trace.meta.get('name') or args.trace}: peak {fmt_bytes(peak)} on {hw.name}",
                      markup=False)
+    out.stdout.print(_time_line(trace), markup=False)
     errors = df["error"] if "error" in df.columns else None
     for b, g in df.groupby("budget_bytes", sort=False):
         share = f"{fmt_pct(b / peak)} of peak" if peak else ""

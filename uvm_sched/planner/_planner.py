@@ -230,6 +230,8 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "oblivious", **opts: Any) -
         "source": trace.meta.get("name") or trace.meta.get("source"),
         # "unknown": the trace has no clock, every tick was taken as 1 us (order only)
         "tick_time_source": getattr(pat, "tick_ns_source", "unknown"),
+        # what that time is: a GPU trace, a roofline, or a CPU's wall clock (not a GPU's)
+        "time_source": trace.time_source,
         "predicted": pred,
     }
     if mode == "sampled":

@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from ._export import export_perfetto, export_torch_snapshot
-from ._model import COLUMNS, AccessMode, EventKind, Trace, TraceBuilder, TraceError
+from ._model import (COLUMNS, CPU_WALL_CLOCK, AccessMode, EventKind, Trace, TraceBuilder,
+                     TraceError)
 
 # name -> module providing it, imported on first use (the recorder needs torch, and its
 # code may be absent from a partial checkout: importing uvm_sched.trace must not fail).
@@ -46,7 +47,7 @@ def _available(module: str) -> bool:
 
 __all__ = [
     "Trace", "TraceBuilder", "TraceError", "EventKind", "AccessMode", "COLUMNS",
-    "load", "export_torch_snapshot", "export_perfetto",
+    "load", "export_torch_snapshot", "export_perfetto", "CPU_WALL_CLOCK",
 ] + [name for name, mod in _LAZY.items() if _available(mod)]
 
 

@@ -823,6 +823,7 @@ def record(
         "device_time": (
             f"roofline max(flops/peak, bytes/hbm_bw) + {LAUNCH_OVERHEAD_NS:.0f} ns launch"
         ),
+        "time_source": f"roofline from recorded shapes ({prof.name})",
         "launch_overhead_ns": LAUNCH_OVERHEAD_NS,
         "recorded_device": _device,
         "memo_hits": mode.hits,
