@@ -93,7 +93,9 @@ class Recording:
             raise RecordingError("a Recording is used once; start a new recording()")
         from ..integrations import torch as tint
 
-        if tint._INSTALLED:
+        # install(), or the README's change_current_allocator(uvm_sched.allocator()): the
+        # allocator object exists only on a CUDA torch, before CUDA's first use
+        if tint._INSTALLED or tint._ALLOCATOR is not None:
             from .. import native
 
             self.route = "allocator"
@@ -280,6 +282,8 @@ def run_script(out: str, argv: list[str], *, hw: Any = "h200-pcie5",
         except SystemExit as e:
             if e.code not in (None, 0):
                 raise
+    if rec.trace is None:  # __exit__ builds it or raises: never reached
+        raise RecordingError("the recording ended without a trace")
     rec.trace.save(out)
     return rec
 
