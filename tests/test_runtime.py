@@ -449,3 +449,39 @@ def test_live_block_table_on_synthetic_batches_with_dropped_events(ops, cuts):
         if i >= len(ev):
             break
     assert list(s._live["arg"]) == sorted(o for o in live if o in seen)
+
+
+def test_a_scheduler_that_sees_steps_but_no_allocation_warns_once_naming_cause_and_fix(host):
+    import warnings
+
+    import uvm_sched
+
+    torch = pytest.importorskip("torch")
+    model = torch.nn.Linear(8, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with Scheduler(budget="50%", warmup_iters=2, hook=True):
+            for _ in range(5):  # the README's loop, on CPU tensors: nothing reaches uvm_sched
+                model(torch.randn(4, 8)).sum().backward()
+                opt.step()
+                opt.zero_grad()
+    mine = [w for w in seen if issubclass(w.category, uvm_sched.Warning)]
+    assert len(mine) == 1, [str(w.message) for w in seen]
+    msg = str(mine[0].message)
+    cause = ("no CUDA" if not torch.cuda.is_available() else "not PyTorch's CUDA allocator")
+    assert cause in msg and "change_current_allocator(uvm_sched.allocator())" in msg
+    assert "uvm-sched record -- python" in msg
+
+
+def test_a_scheduler_whose_loop_allocates_through_uvm_sched_does_not_warn(host):
+    import warnings
+
+    import uvm_sched
+
+    loop = Loop()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", uvm_sched.Warning)
+        with Scheduler(budget="60%", warmup_iters=2) as s:
+            _run(s, loop, 8, 4)
+    loop.close()

@@ -358,6 +358,7 @@ def _trace_info(trace) -> dict[str, Any]:
         "iteration_marks": int(len(trace.iteration_starts)),
         "peak_bytes": int(trace.peak_bytes),
         "device_time_ns": float(np.sum(trace.tick_ns[known])) if known.any() else None,
+        "time_source": trace.time_source,
         "meta": {k: v for k, v in trace.meta.items() if k not in ("alloc_sizes", "tick_ops", "block_names")},
     }
 
@@ -371,7 +372,8 @@ def _trace_line(info: dict[str, Any]) -> str:
             + (f", device time {fmt_seconds(t / 1e9)}" if t else
                ", time unavailable (no clock)" if info["meta"].get("clock") == "none" else "")
             + (f" ({info['meta']['clock']})"
-               if str(info["meta"].get("clock", "")).startswith("assumed") else ""))
+               if str(info["meta"].get("clock", "")).startswith("assumed") else
+               f" ({info['time_source']})" if t and info.get("time_source") else ""))
 
 
 # ----------------------------------------------------------------------------------------
@@ -497,8 +499,14 @@ def cmd_record(args, out: _Out) -> int:
             out.stdout.print("\n".join(f"{i['name']:<{w}}  {_sizes_text(_sizes_of(i)):<24}  "
                                        f"{i['about']}" for i in infos), markup=False)
         return EXIT_OK
+    if args.model and (args.script or _is_python(args.model)) and args.model not in names:
+        return _record_script(args, out, [args.model, *args.script])
     if not args.model:
-        raise UsageError("record needs a MODEL (uvm-sched record --list shows the zoo)")
+        raise UsageError("record needs a MODEL (uvm-sched record --list shows the zoo) or a "
+                         "script: uvm-sched record -- python train.py ARGS")
+    if args.script:
+        raise UsageError(f"record takes a zoo MODEL or `-- python SCRIPT ARGS`, not both "
+                         f"(got {args.model!r} and {' '.join(args.script)!r})")
     if args.model not in names:
         raise UsageError(f"unknown model {args.model!r}; the zoo has: {', '.join(names)}")
     dest = _writable(args.output or f"{args.model}.parquet")
@@ -525,6 +533,59 @@ def cmd_record(args, out: _Out) -> int:
                          + (f" ({', '.join(words[k] for k in defaults)}: the model's default, "
                             "as in the benchmark tables)" if defaults else ""), markup=False)
         out.stdout.print(_trace_line(info), markup=False)
+        out.note(f"wrote {dest} (recorded in {fmt_seconds(elapsed)})")
+    return EXIT_OK
+
+
+def _is_python(word: str) -> bool:
+    return os.path.basename(word).startswith("python")
+
+
+def _record_script(args, out: _Out, command: list[str]) -> int:
+    """``uvm-sched record -- python SCRIPT ARGS``: the script runs unchanged in a child
+    Python inside ``uvm_sched.trace.recording()`` (uvm_sched.trace._live)."""
+    import shutil
+    import subprocess
+
+    if not _is_python(command[0]):
+        raise UsageError(f"record runs a Python script: `uvm-sched record -- python SCRIPT "
+                         f"ARGS` (or `python -m MODULE ARGS`), got {command[0]!r}")
+    if len(command) < 2:
+        raise UsageError("record -- python needs a script: uvm-sched record -- python "
+                         "train.py ARGS")
+    exe = shutil.which(command[0])
+    if exe is None:
+        raise UsageError(f"no Python named {command[0]!r} on PATH")
+    if command[1] != "-m" and not Path(command[1]).is_file():
+        raise FileNotFoundError(f"no such script: {command[1]}")
+    name = Path(command[2] if command[1] == "-m" and len(command) > 2 else command[1]).stem
+    dest = _writable(args.output or f"{name}.parquet")
+    _profile(args.hw)
+    t0 = time.perf_counter()
+    child = [exe, "-m", "uvm_sched.trace._live", str(dest), args.hw, args.device or "-", "--",
+             *command[1:]]
+    # the script's own prints must not mix into --json output on stdout
+    rc = subprocess.call(child, stdout=sys.stderr if out.json else None)
+    elapsed = time.perf_counter() - t0
+    if rc != 0:
+        sys.stderr.write(f"{PROG} record: the script exited with status {rc}; no trace "
+                         "written\n")
+        return EXIT_USAGE if rc == 2 else EXIT_FAIL
+    trace = _load_trace(str(dest), None, None)
+    info = _trace_info(trace)
+    m = trace.meta
+    if out.json:
+        out.emit_json(_clean({"path": str(dest), "command": command, "record_s": elapsed,
+                              "optimizer_steps": m.get("optimizer_steps"),
+                              "markers": len(trace.iteration_starts),
+                              "steps_signal": m.get("steps_signal"), "route": m.get("route"),
+                              "time_source": m.get("time_source"), **info}))
+    else:
+        out.stdout.print(f"{' '.join(command)}: {m.get('optimizer_steps', 0):,} optimizer "
+                         f"step(s), {len(trace.iteration_starts):,} iteration marker(s) from "
+                         f"{m.get('steps_signal')}", markup=False)
+        out.stdout.print(_trace_line(info), markup=False)
+        out.stdout.print(f"device time: {m.get('time_source')}", markup=False)
         out.note(f"wrote {dest} (recorded in {fmt_seconds(elapsed)})")
     return EXIT_OK
 
@@ -661,10 +722,12 @@ def cmd_simulate(args, out: _Out) -> int:
         d = res.to_dict()
         d["slowdown"] = row["slowdown"]
         out.emit_json(_clean({"trace": args.trace, "hw": hw.name, "budget_bytes": budget,
-                              "peak_bytes": trace.peak_bytes, "result": d,
+                              "peak_bytes": trace.peak_bytes, "time_source": trace.time_source,
+                              "result": d,
                               "ideal": ideal.to_dict()}))
         return EXIT_OK
     _print_budget_line(out, trace.peak_bytes, budget, hw.name)
+    out.stdout.print(_time_line(trace), markup=False)
     t = _table(None, _RESULT_COLS, [_result_cells(_result_row(ideal, ideal)), _result_cells(row)],
                right=range(1, 7))
     out.stdout.print(t)
@@ -715,6 +778,12 @@ def _check_tune(tune, mode: str) -> tuple:
     except ValueError as e:
         raise UsageError(str(e)) from None
     return tune
+
+
+def _time_line(trace) -> str:
+    """Where the simulated compute time comes from, and that a figure is one iteration's."""
+    return (f"compute time: {trace.time_source}; iteration time = one iteration "
+            f"({'marked' if len(trace.iteration_starts) else 'learned, else the whole trace'})")
 
 
 def _print_budget_line(out: _Out, peak: int, budget: int, hw_name: str) -> None:
@@ -771,11 +840,13 @@ def cmd_compare(args, out: _Out) -> int:
         _save_figure(fig, plot)
     if out.json:
         out.emit_json(_clean({"trace": args.trace, "hw": hw.name, "peak_bytes": peak,
+                              "time_source": trace.time_source,
                               "rows": df.to_dict(orient="records"), "frontier": front,
                               "plot": str(plot) if plot else None}))
         return EXIT_OK
     out.stdout.print(f"{trace.meta.get('name') or args.trace}: peak {fmt_bytes(peak)} on {hw.name}",
                      markup=False)
+    out.stdout.print(_time_line(trace), markup=False)
     errors = df["error"] if "error" in df.columns else None
     for b, g in df.groupby("budget_bytes", sort=False):
         share = f"{fmt_pct(b / peak)} of peak" if peak else ""
@@ -1066,10 +1137,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"HTML report to write (default ./{DEMO_REPORT})")
     p.add_argument("--no-report", action="store_true", help="skip the HTML report")
 
-    p = add("record", cmd_record, "record a zoo model's training iterations on meta tensors",
+    p = add("record", cmd_record, "record a training script as it runs, or a zoo model's "
+            "training iterations on meta tensors",
+            "  uvm-sched record -o train.parquet -- python train.py --epochs 1\n"
             "  uvm-sched record --list\n  uvm-sched record resnet50 --batch 32 -o resnet50.parquet\n"
             "  uvm-sched record gpt2_small --batch 8 --seq 512 --iters 4 -o gpt2.parquet\n")
     p.add_argument("model", nargs="?", metavar="MODEL", help="zoo model name (see --list)")
+    p.add_argument("script", nargs="*", metavar="-- python SCRIPT ARGS",
+                   help="run this training script unchanged and record it (iterations = its "
+                        "optimizer steps, or its uvm_sched.step() calls)")
+    p.add_argument("--device", help="-- python: the tensors' device to record (cpu, cuda; "
+                                    "default cuda when available)")
     p.add_argument("--list", action="store_true", help="list the zoo's models and exit")
     p.add_argument("--batch", type=_positive_int,
                    help="batch size (default: the model's training size, as in the benchmark "

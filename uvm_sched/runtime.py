@@ -198,6 +198,7 @@ class Scheduler:
                           "arm_time_s": 0.0}
         self.last_error: str | None = None
         self._dropped_at: int | None = None  # the ring's drop count when recording started
+        self._silence_checked = False  # the "no allocation passed through" warning, once
 
     # -- lifecycle ----------------------------------------------------------------------
     def start(self) -> "Scheduler":
@@ -259,6 +260,10 @@ class Scheduler:
 
         native.step()
         self.poll()
+        if not self._silence_checked and self._marks >= 2:
+            self._silence_checked = True
+            if self._alloc_events == 0 and len(self._live) == 0 and self.state == "recording":
+                self._problem("nothing_allocated", _silent_message(self._marks))
 
     def _install_hook(self) -> None:
         if self._hook_pref is False or self._hook_pref is None:
@@ -701,6 +706,26 @@ class Scheduler:
     def __repr__(self) -> str:
         return (f"<Scheduler {self.state} mode={self.mode} budget={self.budget!r} "
                 f"plans={self._counters['plans']} relearns={self._counters['relearns']}>")
+
+
+def _silent_message(steps: int) -> str:
+    """Why a Scheduler that sees steps sees no allocation, and what to do about it."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        cause = "no allocation was made through uvm_sched (uvm_sched.malloc, its PyTorch/CuPy/Numba allocators)"
+    elif not getattr(torch.version, "cuda", None) or not torch.cuda.is_available():
+        cause = ("there is no CUDA here: this PyTorch's tensors live in CPU memory, which "
+                 "uvm_sched's allocator never serves")
+    else:
+        from .integrations import torch as tint
+
+        cause = ("uvm_sched's allocator is not PyTorch's CUDA allocator" if tint._ALLOCATOR is None
+                 else "no CUDA allocation went through uvm_sched's allocator")
+    return (f"uvm_sched.Scheduler saw {steps} steps but no allocation: {cause}, so it has "
+            "nothing to learn or plan. Fix: on a GPU, call torch.cuda.memory."
+            "change_current_allocator(uvm_sched.allocator()) before the first CUDA tensor; "
+            "to study a CPU loop, record it (`uvm-sched record -- python train.py`, or "
+            "`with uvm_sched.trace.recording() as rec:`) and plan offline")
 
 
 def _current_device() -> int:

@@ -92,6 +92,7 @@ class Pattern:
     notes: list[str] = field(default_factory=list)
     evidence: dict[str, Any] = field(default_factory=dict)  # signal, coverage, rule figures
     kinds: list[dict[str, Any]] = field(default_factory=list)  # iterations grouped
+    time_source: str = ""  # Trace.time_source: what the trace's clock is (words)
 
     @property
     def regularity(self) -> float:
@@ -131,6 +132,7 @@ class Pattern:
             "rep_ticks": [int(self.start_tick), int(self.stop_tick)],
             "rep_time_ms": float(t_ms),
             "tick_ns_source": self.tick_ns_source,
+            "time_source": self.time_source,
             "regularity": self.regularity,
             "coverage": float(self.coverage),
             "blocks": int(len(b)),
@@ -154,7 +156,8 @@ class Pattern:
         s = self.summary()
         gb = 1 << 30
         if np.isfinite(s["rep_time_ms"]):
-            when = f"{s['rep_time_ms']:.3f} ms, time from {s['tick_ns_source']}"
+            when = f"{s['rep_time_ms']:.3f} ms, time from {s['tick_ns_source']}" + (
+                f": {s['time_source']}" if s["time_source"] else "")
         else:
             when = "time unavailable: the trace has no clock"
         ev = s["evidence"]
@@ -374,6 +377,7 @@ def analyze(trace: Trace) -> Pattern:
         identical=identical,
         coverage=float(evidence.get("coverage", 0.0)),
         tick_ns_source=tsrc,
+        time_source=trace.time_source,
         has_accesses=trace.has_accesses,
         name=str(trace.meta.get("name") or trace.meta.get("source") or "trace"),
         notes=notes,

@@ -234,6 +234,8 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "oblivious", **opts: Any) -
         # "unknown": the trace has no clock, every tick was taken as 1 us (order only)
         "tick_time_source": getattr(pat, "tick_ns_source", "unknown"),
         "trace_fingerprint": trace_fingerprint(trace),
+        # what that time is: a GPU trace, a roofline, or a CPU's wall clock (not a GPU's)
+        "time_source": trace.time_source,
         "predicted": pred,
     }
     if mode == "sampled":

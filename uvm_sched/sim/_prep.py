@@ -93,11 +93,28 @@ def _tick_seconds(trace: Trace) -> np.ndarray:
     return tns * 1e-9
 
 
+def _learned_window(trace: Trace, n_ticks: int) -> tuple[int, int]:
+    """Without markers, the last iteration ``pattern.analyze`` found (a learned period
+    accepted on its evidence, or an importer's step ends): an iteration time is one
+    iteration's, never the whole trace's. The whole trace when no iteration was found
+    (it is then one iteration, and the pattern's notes say why)."""
+    from ..pattern import PatternError, analyze
+
+    try:
+        its = analyze(trace).iterations
+    except PatternError:  # no allocations: nothing repeats
+        return (0, n_ticks)
+    if len(its) < 2:
+        return (0, n_ticks)
+    start, stop = its[-1]
+    return (int(start), int(min(stop, n_ticks)))
+
+
 def _window(trace: Trace, n_ticks: int, ev_tick: np.ndarray) -> tuple[np.ndarray, tuple[int, int]]:
     marks = trace.iteration_starts
     marks = marks[marks < n_ticks]
     if len(marks) == 0:
-        return marks, (0, n_ticks)
+        return marks, _learned_window(trace, n_ticks)
     if len(marks) == 1:
         return marks, (int(marks[0]), n_ticks)
     # the part after the last mark is complete when it has as many allocator events or as

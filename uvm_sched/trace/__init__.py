@@ -18,7 +18,8 @@
 
 Exporters: ``export_torch_snapshot(trace, path)`` (for ``torch.cuda._memory_viz`` /
 pytorch.org/memory_viz) and ``export_perfetto(trace, path)`` (block lifetimes for
-ui.perfetto.dev). ``record`` and ``zoo`` (the workload recorder) load lazily.
+ui.perfetto.dev). ``record`` and ``zoo`` (the workload recorder) and ``recording`` (one's
+own loop, live) load lazily.
 """
 from __future__ import annotations
 
@@ -28,11 +29,13 @@ from pathlib import Path
 from typing import Any
 
 from ._export import export_perfetto, export_torch_snapshot
-from ._model import COLUMNS, AccessMode, EventKind, Trace, TraceBuilder, TraceError
+from ._model import (COLUMNS, CPU_WALL_CLOCK, AccessMode, EventKind, Trace, TraceBuilder,
+                     TraceError)
 
 # name -> module providing it, imported on first use (the recorder needs torch, and its
 # code may be absent from a partial checkout: importing uvm_sched.trace must not fail).
-_LAZY = {"record": "uvm_sched.trace._recorder", "zoo": "uvm_sched.trace.zoo"}
+_LAZY = {"record": "uvm_sched.trace._recorder", "zoo": "uvm_sched.trace.zoo",
+         "recording": "uvm_sched.trace._live"}
 
 
 def _available(module: str) -> bool:
@@ -44,7 +47,7 @@ def _available(module: str) -> bool:
 
 __all__ = [
     "Trace", "TraceBuilder", "TraceError", "EventKind", "AccessMode", "COLUMNS",
-    "load", "export_torch_snapshot", "export_perfetto",
+    "load", "export_torch_snapshot", "export_perfetto", "CPU_WALL_CLOCK",
 ] + [name for name, mod in _LAZY.items() if _available(mod)]
 
 

@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from ._model import Trace, TraceError
+from ._model import CPU_WALL_CLOCK, Trace, TraceError
 from ._snapshot import gc_paused, replay_addresses
 
 __all__ = ["is_gzip", "looks_like_json", "load_kineto", "trace_from_chrome"]
@@ -235,6 +235,11 @@ def trace_from_chrome(doc: Any, *, device: str = "cuda", where: str = "trace",
         "t0_us": float(t0),
         "profiler_steps": len(steps),
         "kernels": len(kernels),
+        # what the device time per tick is, in words (Trace.time_source): a CPU profile's
+        # clock is the CPU's, which says nothing of what a GPU would take
+        "time_source": (CPU_WALL_CLOCK if dtype == _CPU
+                        else "GPU trace (kernel durations)" if kernels
+                        else "host clock of the allocator events (no kernels in the trace)"),
     }
     if pairing:
         meta["free_pairing"] = pairing

@@ -67,6 +67,9 @@ COLUMNS: dict[str, np.dtype] = {
 MAX_BLOCK_BYTES = 1 << 50
 MAX_TOTAL_BYTES = 1 << 62
 
+#: ``meta["time_source"]`` of a trace timed by a CPU's clock (a CPU profile).
+CPU_WALL_CLOCK = "CPU wall clock — not a GPU estimate"
+
 _DEFAULTS = {"stream": 0, "device": 0, "mode": 0, "offset": -1, "length": -1}
 
 
@@ -207,6 +210,27 @@ class Trace:
         )
 
     # -- derived views -------------------------------------------------------------------
+    @property
+    def time_source(self) -> str:
+        """Where the device time per tick comes from, in words: ``meta["time_source"]``
+        (written by importers and recorders: "GPU trace (kernel durations)", "roofline from
+        recorded shapes (<hw>)", ``CPU_WALL_CLOCK``...), else what the meta implies. Every
+        figure in seconds derived from this trace carries it."""
+        m = self.meta
+        src = m.get("time_source")
+        if isinstance(src, str) and src:
+            return src
+        clock = m.get("clock")
+        if isinstance(clock, str) and clock.startswith("assumed"):
+            return clock
+        if clock == "none":
+            return "unknown (the trace has no clock)"
+        if m.get("source") == "recorder":
+            return f"roofline from recorded shapes ({m.get('hw', '?')})"
+        if m.get("source") == "kineto" and m.get("device") == "cpu":
+            return CPU_WALL_CLOCK
+        return "the trace's own clock"
+
     @property
     def iteration_starts(self) -> np.ndarray:
         """Ticks at which MARK events say an iteration starts (sorted, unique)."""

@@ -747,6 +747,15 @@ def record(
         model = model_fn()
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model_fn() must return an nn.Module, got {type(model).__name__}")
+    from ._live import RecordingError, _compiled_module_types
+
+    if isinstance(model, _compiled_module_types()):
+        raise RecordingError(
+            "model_fn() returned a torch.compile'd module: on meta tensors dynamo runs it "
+            "eagerly, and a compiled run allocates differently, so this recorder would record "
+            "a run the script does not make. Record the real run instead: `uvm-sched record "
+            "-- python train.py` (uvm_sched's allocator on a GPU sees the compiled "
+            "allocations), or pass the module before torch.compile to record its eager run")
     model.train()
     state = list(model.parameters()) + list(model.buffers())
     on_dev = [t for t in state if t.device == rec.device]
@@ -814,6 +823,7 @@ def record(
         "device_time": (
             f"roofline max(flops/peak, bytes/hbm_bw) + {LAUNCH_OVERHEAD_NS:.0f} ns launch"
         ),
+        "time_source": f"roofline from recorded shapes ({prof.name})",
         "launch_overhead_ns": LAUNCH_OVERHEAD_NS,
         "recorded_device": _device,
         "memo_hits": mode.hits,
