@@ -257,7 +257,8 @@ class Worker:
         p, self._proc = self._proc, None
         if p is not None:
             try:
-                p.stdin.close()
+                if p.stdin is not None:
+                    p.stdin.close()
                 p.wait(timeout=5)
             except Exception:  # already gone, or stuck: it must not outlive us
                 p.kill()

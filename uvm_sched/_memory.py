@@ -88,7 +88,7 @@ class _History:
         self.dropped = 0
         self.frames: list[tuple[int, int, list[dict]]] | None = [] if stacks else None
         self.device_type = device_type
-        self.mode = None
+        self.mode: Any = None  # the _Frames dispatch mode while stacks are recorded
 
     def tap(self, ev: np.ndarray) -> None:
         if not len(ev):

@@ -210,7 +210,7 @@ def trace_from_execution_trace(doc: dict, *, device: str = "cuda", where: str = 
         ids[blk] = tb.alloc(max(block_size[blk], 1))
     if pre:
         tb.next_tick()
-    step_at = {}
+    step_at: dict[int, int] = {}
 
     for sid in steps:
         k = bisect.bisect_right(op_ids, sid)

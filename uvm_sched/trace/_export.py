@@ -72,11 +72,11 @@ def trace_to_snapshot(trace: Trace, *, frames: dict[int, list[dict]] | None = No
             else:
                 addr = top[d]
                 top[d] += rounded
-            frames = [{"filename": label, "line": t, "name": f"block {b} (tick {t})"}]
+            stack: list[dict] = [{"filename": label, "line": t, "name": f"block {b} (tick {t})"}]
             if frames_of is not None and b in frames_of:
-                frames = list(frames_of[b]) + frames
+                stack = list(frames_of[b]) + stack
             e = {"action": "alloc", "addr": addr, "size": s, "stream": st, "time_us": time_us,
-                 "frames": frames}
+                 "frames": stack}
             where[b] = (addr, rounded, e, d)
             traces[d].append(e)
         else:

@@ -273,7 +273,8 @@ def _pair_by_size(ops: list[int], sizes: list[int]) -> list[int]:
     return out
 
 
-def load_kineto(path, data: bytes | None = None, *, device: str | None = None) -> Trace:
+def load_kineto(path, data: bytes | bytearray | None = None, *,
+                device: str | None = None) -> Trace:
     """Read a JSON export of torch.profiler (optionally gzip) at ``path``: a Chrome/Kineto
     trace (see module docstring), a memory timeline (``_timeline``) or an Execution Trace
     (``_et``), told apart by content. ``device``: None = "cuda" where it applies."""

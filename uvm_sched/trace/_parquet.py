@@ -71,7 +71,7 @@ def _load_parquet(path) -> Trace:
     try:
         version = int(raw)
     except ValueError:
-        raise TraceError(f"{path}: unreadable trace schema version {version[:20]!r}") from None
+        raise TraceError(f"{path}: unreadable trace schema version {str(raw)[:20]!r}") from None
     if version < 1:
         raise TraceError(f"{path}: trace schema version {version} is not one uvm_sched ever "
                          f"wrote (1..{SCHEMA_VERSION}): a corrupt file")

@@ -199,8 +199,10 @@ class _Clock:
             self.ops = [names[i] for i in ops["index"]]
 
     def ms(self, ticks) -> np.ndarray:
+        assert self.edges is not None, "ms() of a trace without a clock"  # callers check ok
         x = np.asarray(ticks, dtype=np.float64)
-        return np.round(np.interp(x, np.arange(self.n + 1), self.edges), _DECIMALS)
+        return np.round(np.interp(x, np.arange(self.n + 1, dtype=np.float64), self.edges),
+                        _DECIMALS)
 
     def ms_list(self, xs) -> list:
         """A polyline's x (None gaps kept: plotly breaks lines there) in ms."""
@@ -220,7 +222,7 @@ class _Clock:
 
     @property
     def total_ms(self) -> float:
-        return float(self.edges[-1]) if self.ok else float(self.n)
+        return float(self.edges[-1]) if self.edges is not None else float(self.n)
 
 
 _AXIS_MS = "time (ms of device time; tick k = the k-th kernel, hover for it and its op)"
@@ -345,7 +347,7 @@ def _verdict(trace: Trace, sims: list[Any], main: Any, budget: Any) -> str:
     slow = main.slowdown(ideal) if ideal is not None else None
     head = (f"{main.policy}: {fmt_ms(float(main.iteration_time_s))} per iteration"
             + (f", {slow:.2f}× the all-resident {fmt_ms(float(ideal.iteration_time_s))}"
-               if slow is not None else "")
+               if slow is not None and ideal is not None else "")
             + (f", holding {fmt_bytes(B)} ({B / peak:.0%} of the peak {fmt_bytes(peak)})"
                if peak and B else ""))
     why: list[str] = []
@@ -384,14 +386,14 @@ def _verdict(trace: Trace, sims: list[Any], main: Any, budget: Any) -> str:
         why.append(f"Binding constraint: the link ({link:.0%} busy) with the budget full: the "
                    "bytes that must move set the pace. A larger budget or a faster link "
                    "(e.g. a C2C profile) is what helps.")
-    elif sb and max(sb, key=sb.get) == "fault" and sb["fault"] > 0.5 * stall:
+    elif sb and max(sb, key=lambda k: sb[k]) == "fault" and sb["fault"] > 0.5 * stall:
         why.append("Binding constraint: demand faults -- blocks touched before a prefetch "
                    "brought them in, paid at fault-batch latency. Reads in the middle of a "
                    "lifetime are invisible to the oblivious mode; sampled mode sees them.")
-    elif sb and max(sb, key=sb.get) == "eviction" and sb["eviction"] > 0.5 * stall:
+    elif sb and max(sb, key=lambda k: sb[k]) == "eviction" and sb["eviction"] > 0.5 * stall:
         why.append("Binding constraint: evictions -- kernels wait for room on the device "
                    "while copies out are still running.")
-    elif sb and max(sb, key=sb.get) == "link" and sb["link"] > 0.5 * stall:
+    elif sb and max(sb, key=lambda k: sb[k]) == "link" and sb["link"] > 0.5 * stall:
         why.append(f"Binding constraint: waiting for copies in flight ({fmt_ms(sb['link'])} of "
                    f"the stall) while the link is busy only {link:.0%} of the iteration -- the "
                    "copies bunch up where the plan can issue them and start too late for "
