@@ -88,7 +88,7 @@ def learn(req: dict) -> dict:
         return {"status": "error", "error": f"{type(e).__name__}: {e}" + (
             f" (planning needs it: pip install {e.name})"
             if isinstance(e, ImportError) and e.name else "")}
-    from .native import plan_table
+    from ._armed import plan_table
 
     # persistent blocks: the plan names them by ALLOC ordinal in the trace
     alloc_blocks = trace.block[trace.kind == EventKind.ALLOC]

@@ -395,6 +395,8 @@ class Scheduler:
         the chunks are never written again)."""
         from ._learn import shared_worker
 
+        if self._alloc_events == 0 and len(self._prefix) == 0:
+            return  # nothing allocated through uvm_sched: nothing to learn (step() says why)
         touches = None
         if self._touches is not None:
             touches = (self._touches.clocks, self._touches.addresses,

@@ -239,6 +239,65 @@ static void test_threads(double seconds) {
     printf("threads: 8 threads, %.1f s, %ld operations\n", seconds, (long)thread_ops);
 }
 
+static bool pool_valid(char *why, size_t n) {
+    pthread_mutex_lock(&uvm_g.lock);
+    bool ok = uvm_pool_is_valid(&uvm_g.pool, true, why, n);
+    pthread_mutex_unlock(&uvm_g.lock);
+    return ok;
+}
+
+/* The invariant check can fail: each corruption below is reported, then undone. */
+static void test_invariant_check_reports_corruption(void) {
+    CHECK(uvm_sched_reset("host", 1) == UVM_OK, "reset");
+    char why[256] = "";
+    void *small = uvm_sched_malloc(1000, 0, NULL);
+    void *large = uvm_sched_malloc(3 << 20, 0, NULL);
+    void *other = uvm_sched_malloc(5 << 20, 0, (void *)16);
+    uvm_sched_free(other, 5 << 20, 0, (void *)16); /* free pages in a stream's bins */
+    CHECK(small && large, "malloc");
+    CHECK(pool_valid(why, sizeof why), "a healthy pool: %s", why);
+    uvm_pool *p = &uvm_g.pool;
+
+    p->streams[1].free_pages += 1;
+    CHECK(!pool_valid(why, sizeof why) && strstr(why, "free_pages"), "bins vs free_pages: %s",
+          why);
+    p->streams[1].free_pages -= 1;
+
+    p->st.allocated_bytes += 1;
+    CHECK(!pool_valid(why, sizeof why) && strstr(why, "blocks of"), "allocated bytes: %s", why);
+    p->st.allocated_bytes -= 1;
+
+    uvm_block b;
+    CHECK(uvm_pool_lookup(p, large, &b) == UVM_OK, "lookup");
+    uvm_arena *a = p->arenas[0];
+    uint64_t pg = (uint64_t)((char *)large - a->base) >> UVM_PAGE_SHIFT;
+    uvm_run *r = a->head[pg];
+    a->head[pg + 1] = r; /* a page inside the block marked as a run's start */
+    CHECK(!pool_valid(why, sizeof why) && strstr(why, "inside the run"), "interior page: %s",
+          why);
+    a->head[pg + 1] = NULL;
+
+    uvm_run *fr = NULL;
+    for (int t = 0; t < UVM_MAX_STREAMS && p->streams[t].used; t++)
+        for (int i = 0; i < UVM_NBINS && !fr; i++) fr = p->streams[t].bins->bin[i];
+    CHECK(fr != NULL, "a free run");
+    if (fr) {
+        fr->state = RUN_LARGE; /* a run both free (in a bin) and allocated */
+        CHECK(!pool_valid(why, sizeof why), "free run marked allocated: %s", why);
+        fr->state = RUN_FREE;
+    }
+
+    uint64_t pg_small = (uint64_t)((char *)small - a->base) >> UVM_PAGE_SHIFT;
+    uvm_slab *sl = a->head[pg_small]->slab;
+    sl->nfree -= 1;
+    CHECK(!pool_valid(why, sizeof why) && strstr(why, "nfree"), "slab count: %s", why);
+    sl->nfree += 1;
+
+    CHECK(pool_valid(why, sizeof why), "restored: %s", why);
+    uvm_sched_free(small, 1000, 0, NULL);
+    uvm_sched_free(large, 3 << 20, 0, NULL);
+}
+
 static void test_ring_overflow(void) {
     setenv("UVM_SCHED_RING_EVENTS", "1024", 1);
     CHECK(uvm_sched_reset("host", 1) == UVM_OK, "reset");
@@ -440,6 +499,13 @@ int main(int argc, char **argv) {
     test_many_streams("host");
     test_fake_faults(getenv("UVM_SCHED_LIBCUDA"));
     test_threads(seconds);
+    test_invariant_check_reports_corruption();
+    char why[256] = "";
+    CHECK(pool_valid(why, sizeof why), "the pool at the end: %s", why);
+#ifdef UVM_SCHED_DEBUG
+    CHECK(uvm_pool_broken == 0, "%llu state changes broke a pool invariant (run with "
+          "UVM_SCHED_VERBOSE=1 to see which)", (unsigned long long)uvm_pool_broken);
+#endif
     uvm_sched_reset("host", 1);
     if (failures) {
         fprintf(stderr, "%d native check(s) failed\n", failures);

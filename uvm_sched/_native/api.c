@@ -267,6 +267,7 @@ int uvm_sched_reset(const char *backend, int force) {
         uvm_exec_fini(&uvm_g.exec);
         uvm_pool_fini(&uvm_g.pool);
         uvm_ring_fini(&uvm_g.ring);
+        uvm_g.prim->shutdown();
         uvm_g.ready = false;
     }
     int s = do_init(backend);
@@ -300,6 +301,7 @@ int uvm_sched_malloc_status(size_t size, int device, void *stream, void **out) {
     }
     uvm_block b;
     int s = uvm_pool_malloc(&uvm_g.pool, size, device, stream, &b);
+    UVM_POOL_DEBUG_CHECK(&uvm_g.pool, "malloc");
     if (UVM_LIKELY(s == UVM_OK)) {
         uvm_trace(UVM_EV_ALLOC, (uint64_t)(uintptr_t)b.addr, size, (uint64_t)(uintptr_t)stream,
                   device, (int64_t)b.ordinal);
@@ -321,6 +323,7 @@ int uvm_sched_free_status(void *ptr, size_t size, int device, void *stream, int 
     ENSURE_READY();
     uvm_block b;
     int s = uvm_pool_free(&uvm_g.pool, ptr, size, device, stream, own_stream, &b);
+    UVM_POOL_DEBUG_CHECK(&uvm_g.pool, "free");
     if (UVM_LIKELY(s == UVM_OK)) {
         void *st = own_stream ? uvm_pool_stream_handle(&uvm_g.pool, b.stream) : stream;
         uvm_trace(UVM_EV_FREE, (uint64_t)(uintptr_t)ptr, b.req, (uint64_t)(uintptr_t)st,
@@ -385,6 +388,7 @@ int64_t uvm_sched_release_cached(void) {
     ENSURE_READY();
     uint64_t errs = uvm_g.pool.st.err_driver, held = uvm_g.pool.st.reserved_bytes;
     uint64_t n = uvm_pool_release_cached(&uvm_g.pool);
+    UVM_POOL_DEBUG_CHECK(&uvm_g.pool, "release_cached");
     uvm_g.direct.releases++;
     uvm_trace(UVM_EV_RELEASE, 0, n, 0, 0, 0);
     if (uvm_g.pool.st.err_driver != errs) {

@@ -4,8 +4,8 @@
  * An action with tick k is issued right after event k has been served.  An iteration
  * starts at uvm_sched_step() (sync=marker) or every period_events events (sync=period).
  * Blocks: a non-persistent row names allocation j of the current iteration (its address
- * is captured when it happens); a persistent row carries the block's address, resolved
- * (and its global allocation ordinal), resolved by the Python side before arming.  An
+ * is captured when it happens); a persistent row carries the block's address and its
+ * global allocation ordinal, both resolved by the Python side before arming.  An
  * action whose block is not live (not yet allocated, already freed, or its address reused
  * by another allocation: the ordinal tells them apart) is skipped.
  * Divergence: when allocation j of the iteration has a size other than alloc_sizes[j]

@@ -1,4 +1,5 @@
-/* Internal declarations of the native core (prefix _uvm_ / uvm_ internal, not exported). */
+/* Internal declarations of the native core: uvm_-prefixed, hidden (only uvm_sched.h's
+ * uvm_sched_* functions are exported). */
 #ifndef UVM_SCHED_INTERNAL_H
 #define UVM_SCHED_INTERNAL_H
 
@@ -16,8 +17,8 @@
 
 /* ---- prim: every driver call goes through this table -------------------------------
  * Pre-conditions are documented per entry; each returns UVM_OK or a UVM_E* status and,
- * on a driver failure, leaves the driver's code in uvm_prim_last_status() and a message
- * in the thread's last error. */
+ * on a driver failure, leaves a message naming the call and the driver's code in the
+ * thread's last error. */
 enum uvm_advice {
     UVM_ADV_PREFERRED_HOST, UVM_ADV_ACCESSED_BY, UVM_ADV_READ_MOSTLY,
     /* the unset forms (direct calls only: a plan never unsets) */
@@ -46,6 +47,8 @@ typedef struct uvm_prim {
     int (*event_sync)(void *ev);
     /* 1 when stream (of device) is capturing a CUDA graph, 0 when not, < 0 on error */
     int (*stream_capturing)(int device, void *stream);
+    /* called when the library is torn down (uvm_sched_reset): drop what the backend made
+     * for itself (prim_cuda.c: its discard streams and events) */
     void (*shutdown)(void);
 } uvm_prim;
 
@@ -219,6 +222,20 @@ UVM_HIDDEN int uvm_pool_owner(uvm_pool *p, const void *ptr, uvm_block *b);
 UVM_HIDDEN uint64_t uvm_pool_release_cached(uvm_pool *p);
 UVM_HIDDEN void *uvm_pool_stream_handle(uvm_pool *p, int slot);
 UVM_HIDDEN int uvm_size_class(uint64_t size);      /* -1 if > UVM_SMALL_MAX */
+/* true when the pool keeps every promise of its structure (pool.c, "invariants"); else
+ * false with the first broken one written to why.  O(runs + bins + slabs), O(pages) when
+ * full: for tests and debug builds, never the hot path. */
+UVM_HIDDEN bool uvm_pool_is_valid(const uvm_pool *p, bool full, char *why,
+                                  size_t why_len);
+#ifdef UVM_SCHED_DEBUG
+/* debug builds (-DUVM_SCHED_DEBUG, the native tests): the pool is checked after every
+ * state change; a broken invariant is logged and counted here */
+UVM_HIDDEN extern uint64_t uvm_pool_broken;
+UVM_HIDDEN void uvm_pool_debug_check(const uvm_pool *p, const char *after);
+#define UVM_POOL_DEBUG_CHECK(p, after) uvm_pool_debug_check(p, after)
+#else
+#define UVM_POOL_DEBUG_CHECK(p, after) ((void)0)
+#endif
 UVM_HIDDEN uint64_t uvm_class_size(int cls);
 
 /* ---- executor ---------------------------------------------------------------------------- */

@@ -415,7 +415,7 @@ int uvm_prim_cuda_load(const uvm_prim **out, char *why, size_t why_len) {
         snprintf(why, why_len, "cannot load the CUDA driver %s: %s", path, dlerror());
         return UVM_ENOBACKEND;
     }
-    if (D.lib) cu_shutdown(); /* the previous start's discard streams */
+    if (D.lib) cu_shutdown(); /* a start that failed after loading was never reset */
     memset(&D, 0, sizeof D);
     D.lib = lib;
     D.getproc2 = (pfn_getproc_v2)dlsym(lib, "cuGetProcAddress_v2");
