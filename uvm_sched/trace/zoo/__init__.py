@@ -3,6 +3,9 @@ torch (no downloads), at any batch size, sequence length or image size.
 
 ``names()`` lists them; ``build(name, ...)`` returns ``(model_fn, batch_fn, loss_fn)`` for
 ``uvm_sched.trace.record``; ``record(name, ...)`` records a training trace in one call.
+``random_model(seed)`` / ``record_random(seed)`` draw workloads of random families and sizes
+for property tests, and ``allocator_only(trace)`` strips a trace to what a runtime's event
+ring or a memory snapshot sees (see ``_random``).
 Defaults are small (batch 2, 64-token sequences, 64-px images; 96 px for Inception-v3) so
 recording is quick and the traces are light; pass real sizes for real studies -- on meta
 tensors the recording time does not depend on them.
@@ -12,7 +15,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-__all__ = ["names", "build", "record", "info"]
+from ._random import FAMILIES, RandomModel, allocator_only, random_model, record_random
+
+__all__ = ["names", "build", "record", "info", "FAMILIES", "RandomModel", "random_model",
+           "record_random", "allocator_only"]
 
 
 @dataclasses.dataclass(frozen=True)
