@@ -437,6 +437,9 @@ def _actions(prob: Problem, info: dict, sched, prof, discard: bool, discard_min:
         put(own_tick[remote], a, remote, _RANK["advise_preferred_host"])
     ro = prob.read_only.copy()
     ro[remote] = False
+    # a block of the iteration allocated before it (a carried activation) has no ordinal
+    # the executor can resolve: naming it would point at a block of another iteration
+    ro &= pers | (prob.alloc_event >= 0)
     idx = np.flatnonzero(ro)
     put(own_tick[idx], "advise_read_mostly", idx)
     if discard:
