@@ -13,15 +13,27 @@ of ``uvm_sched`` (the native core). Iteration markers, in order of preference:
 States: ``recording`` (draining events, counting iterations) -> ``armed`` (a plan is
 executed by the native core; events are drained and only the divergences counted) ->
 back to ``recording`` when divergences persist for ``relearn_after`` iterations in a row
-(a new batch size, sequence length...). A plan is only a hint: a wrong one costs time,
+(a new batch size, sequence length...); ``armed`` -> ``unplanned`` when the watchdog
+(below) finds the plan slower than none (it stays disarmed). A plan is only a hint: a wrong one costs time,
 never correctness, so every failure to learn or plan leaves the allocator running
 unplanned and is reported in ``stats()["last_error"]``.
+
+The watchdog (with iteration markers): a plan must pay by the clock. Once armed (and tuned),
+the plan's iterations are timed between markers for ``watchdog_iters`` iterations, then the
+same number with the plan disarmed ("no plan", the candidate every plan is measured
+against), then the plan is armed again and every later iteration is timed. When the median
+of the last ``watchdog_iters`` armed iterations exceeds the unplanned median by more than
+``WATCHDOG_SLACK``, the plan is disarmed for good (state ``unplanned``), ``stats()
+["watchdog"]`` says so with both figures, and one ``RuntimeWarning`` is issued.
 """
 from __future__ import annotations
 
+import dataclasses
+import statistics
 import sys
 import threading
 import time
+import warnings
 from typing import Any
 
 import numpy as np
@@ -30,6 +42,42 @@ __all__ = ["Scheduler"]
 
 # event kinds of the native ring (uvm_sched.native.EVENT_KINDS)
 _ALLOC, _FREE, _MARK, _ITER, _DIVERGENCE = 0, 1, 3, 4, 37
+
+# How much slower than no plan an armed plan may measure before the watchdog drops it (a
+# share of the unplanned iteration time): the issue's bound; below it lies timing noise of
+# a median over a few iterations.
+WATCHDOG_SLACK = 0.03
+
+
+@dataclasses.dataclass
+class _Watchdog:
+    """Iteration times (s) of one plan armed and of no plan, taken between markers.
+    ``phase``: ``"plan"`` (timing the armed plan) -> ``"none"`` (disarmed, timing no plan)
+    -> ``"watch"`` (armed again, every iteration timed) -> ``"disarmed"`` (it lost)."""
+
+    iters: int
+    plan: Any = None
+    phase: str = "plan"
+    skip: int = 1  # iterations not timed after a switch (they settle)
+    last: int | None = None  # t_ns of the last marker
+    bad: bool = False  # the iteration under way diverged
+    plan_s: list = dataclasses.field(default_factory=list)
+    none_s: list = dataclasses.field(default_factory=list)
+    warned: bool = False
+
+    def reset(self, plan) -> None:
+        self.plan, self.phase, self.skip, self.last, self.bad = plan, "plan", 1, None, False
+        self.plan_s, self.none_s = [], []
+
+    def switch(self, phase: str) -> None:
+        self.phase, self.skip, self.last, self.bad = phase, 1, None, False
+
+    def report(self) -> dict:
+        n = self.iters
+        return {"phase": self.phase,
+                "plan_s": statistics.median(self.plan_s[-n:]) if self.plan_s else None,
+                "no_plan_s": statistics.median(self.none_s) if self.none_s else None,
+                "iterations_timed": len(self.plan_s) + len(self.none_s)}
 
 
 class Scheduler:
@@ -58,18 +106,26 @@ class Scheduler:
     one to settle), times them between markers, and keeps the fastest; ``tuning`` holds the
     median seconds per candidate. ``sim.simulate(..., "uvm-sched", tune=...)`` does the same
     with the simulator standing in for the clock.
+
+    ``watchdog_iters``: iterations per measurement of the watchdog (see the module
+    docstring; 0 turns it off): with markers, the plan is timed against no plan and
+    disarmed when it is more than ``WATCHDOG_SLACK`` slower.
     """
 
     def __init__(self, budget: Any = "100%", hw: Any = "h200-pcie5", warmup_iters: int = 3,
                  mode: str = "oblivious", *, relearn_after: int = 2, hook: Any = "auto",
                  plan_opts: dict | None = None, min_period_events: int = 64,
-                 touch_device: str = "cuda", tune: Any = None, tune_iters: int = 2) -> None:
+                 touch_device: str = "cuda", tune: Any = None, tune_iters: int = 2,
+                 watchdog_iters: int = 3) -> None:
         if warmup_iters < 1:
             raise ValueError(f"warmup_iters must be >= 1, got {warmup_iters}")
         if relearn_after < 1:
             raise ValueError(f"relearn_after must be >= 1, got {relearn_after}")
         if tune_iters < 1:
             raise ValueError(f"tune_iters must be >= 1, got {tune_iters}")
+        if watchdog_iters < 0:
+            raise ValueError(f"watchdog_iters must be >= 0 (0: no watchdog), got {watchdog_iters}")
+        self._dog = _Watchdog(int(watchdog_iters)) if watchdog_iters else None
         self.tune = tuple(tune) if tune else ()
         if self.tune:
             from .planner import tuning_candidates
@@ -125,7 +181,8 @@ class Scheduler:
         self._div_iters = 0  # iterations in a row with a divergence
         self._iter_div = 0  # divergences in the current iteration
         self._counters = {"plans": 0, "relearns": 0, "iterations_armed": 0,
-                          "divergences": 0, "learn_failures": 0, "plan_time_s": 0.0}
+                          "divergences": 0, "learn_failures": 0, "plan_time_s": 0.0,
+                          "watchdog_disarms": 0}
         self.last_error: str | None = None
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -376,6 +433,11 @@ class Scheduler:
     def _watch(self, ev: np.ndarray) -> None:
         if self._tuner is not None:
             self._time_iterations(ev)
+        elif self._dog is not None and self.plan is not None \
+                and self.plan.meta.get("sync") == "marker":
+            self._watchdog(ev)
+            if self.state != "armed":
+                return
         k = ev["kind"]
         for kind in k[(k == _ITER) | (k == _DIVERGENCE)].tolist():
             if kind == _DIVERGENCE:
@@ -394,6 +456,59 @@ class Scheduler:
             self.plan = None
             self._tuner = None
             self._restart_recording()
+
+    # -- the watchdog: the plan against no plan, by the clock ---------------------------------
+    def _watchdog(self, ev: np.ndarray) -> None:
+        """Per marker: time the iteration that ended for the phase it ran in (see
+        ``_Watchdog``); move on when a phase has its iterations; disarm a plan that loses."""
+        from . import native
+
+        dog = self._dog
+        if dog.plan is not self.plan:
+            dog.reset(self.plan)  # a new plan (learned, re-learned or tuned): judge it afresh
+        k = ev["kind"]
+        n = dog.iters
+        for i in np.flatnonzero((k == _MARK) | (k == _DIVERGENCE)).tolist():
+            if k[i] == _DIVERGENCE:
+                dog.bad = True
+                continue
+            now = int(ev["t_ns"][i])
+            if dog.last is not None and not dog.bad:
+                if dog.skip:
+                    dog.skip -= 1
+                else:
+                    (dog.none_s if dog.phase == "none" else dog.plan_s).append((now - dog.last) * 1e-9)
+            dog.last, dog.bad = now, False
+            if dog.phase == "plan" and len(dog.plan_s) >= n:
+                native.disarm()  # at a marker: the next iteration runs with no plan
+                dog.switch("none")
+            elif dog.phase == "none" and len(dog.none_s) >= n:
+                if self._plan_loses(dog):
+                    return self._disarm_by_watchdog(dog)
+                native.arm_plan(self.plan, self._addrs, start_now=True)
+                dog.switch("watch")
+            elif dog.phase == "watch" and self._plan_loses(dog):
+                native.disarm()
+                return self._disarm_by_watchdog(dog)
+
+    @staticmethod
+    def _plan_loses(dog: _Watchdog) -> bool:
+        n = dog.iters
+        if len(dog.plan_s) < n or len(dog.none_s) < n:
+            return False
+        return statistics.median(dog.plan_s[-n:]) > (1 + WATCHDOG_SLACK) * statistics.median(dog.none_s)
+
+    def _disarm_by_watchdog(self, dog: _Watchdog) -> None:
+        r = dog.report()
+        dog.phase = "disarmed"
+        self.state = "unplanned"
+        self._counters["watchdog_disarms"] += 1
+        self.last_error = (f"watchdog: the plan's iterations took {r['plan_s']:.6f} s "
+                           f"(median of the last {dog.iters}), no plan's {r['no_plan_s']:.6f} s: "
+                           f"more than {WATCHDOG_SLACK:.0%} slower, so it is disarmed")
+        if not dog.warned:
+            dog.warned = True
+            warnings.warn(self.last_error, RuntimeWarning, stacklevel=2)
 
     def _restart_recording(self) -> None:
         self.state = "recording"
@@ -424,6 +539,8 @@ class Scheduler:
                 out["sync"] = self.plan.meta.get("sync")
                 out["guard"] = self.plan.meta.get("guard")
             out["tuning"] = dict(self.tuning)
+            if self._dog is not None and self._dog.plan is not None:
+                out["watchdog"] = self._dog.report()
             if self.tuning_skipped:
                 out["tuning_skipped"] = self.tuning_skipped
             if self._tuner is not None:
