@@ -112,7 +112,7 @@ from typing import Any
 import numpy as np
 
 from .._budget import resolve_budget
-from ._core import Problem, build_schedule
+from ._core import Problem, Schedule, build_schedule
 from ..trace._model import EventKind
 from ._plan import PLAN_VERSION, Plan, PlanError
 
@@ -142,9 +142,12 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "oblivious", **opts: Any) -
     each allocation of the iteration as it is made), ``remote_fallback`` (True/False/``"auto"``,
     default ``"auto"``: when eviction leaves more than 15% of the budget over it, map
     persistent blocks with unknown uses host-resident where that is cheaper than the
-    excess), ``rounds`` (6).
+    excess), ``rounds`` (6), ``price`` (default True: the plan is priced against acting
+    less -- the same plan without its evictions/prefetches, and no plan -- by simulating each
+    on the trace's allocator events, and the fastest is returned; see ``_pricing``).
     Returns a ``Plan`` whose ``meta["predicted"]`` holds the planner's own estimate
-    (seconds, bytes).
+    (seconds, bytes), ``meta["pricing"]`` the candidates' simulated iteration times and the
+    choice, and, when the full plan lost, ``meta["fallback"]`` why.
     """
     from ..hw import load_profile
 
@@ -152,7 +155,7 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "oblivious", **opts: Any) -
     if mode not in MODES:
         raise PlanError(f"unknown planning mode {mode!r}; known: {', '.join(MODES)}")
     known = {"pattern", "guard", "samples", "sample_rate", "noise", "seed", "complete_touches",
-             "discard", "discard_min_bytes", "rounds", "populate", "remote_fallback"}
+             "discard", "discard_min_bytes", "rounds", "populate", "remote_fallback", "price"}
     unknown = sorted(set(opts) - known)
     if unknown:
         raise TypeError(f"plan() got unknown option(s) {unknown}; known: {sorted(known)}")
@@ -204,9 +207,10 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "oblivious", **opts: Any) -
         if rf == "auto" and mode == "oblivious" else 0
     _check_feasible(prob, info, budget_bytes)
     sched = build_schedule(prob, budget_bytes, guards=guards, rounds=int(opts.get("rounds", 6)))
-    actions = _actions(prob, info, sched, prof, bool(opts.get("discard", True)),
-                       int(opts.get("discard_min_bytes", DISCARD_MIN_BYTES)),
-                       bool(opts.get("populate", True)))
+    act_opts = (prof, bool(opts.get("discard", True)),
+                int(opts.get("discard_min_bytes", DISCARD_MIN_BYTES)),
+                bool(opts.get("populate", True)))
+    actions = _actions(prob, info, sched, *act_opts)
     E = prob.E
     pred = dict(sched.predicted)
     pred.update(_coarse_cost(prob))
@@ -234,7 +238,36 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "oblivious", **opts: Any) -
         meta["samples"] = {"blocks": len(samples), "sample_rate": opts.get("sample_rate", 1.0)
                            if opts.get("samples") is None else None,
                            "noise": opts.get("noise", 0.0) if opts.get("samples") is None else None}
-    return Plan(actions, meta)
+    out = Plan(actions, meta)
+    if opts.get("price", True):
+        out = _priced(trace, out, _actions(prob, info, Schedule([], [], sched.remote, {}),
+                                           *act_opts), budget_bytes, prof)
+    pred["plan_time_s"] = time.perf_counter() - t0
+    return out
+
+
+def _priced(trace, full: Plan, advice_actions, budget: int, prof) -> Plan:
+    """The fastest of the full plan, its advice alone and no plan, judged by the simulator
+    on the trace's allocator events (``_pricing``); the choice is noted in its meta."""
+    from ..sim import BudgetError
+    from ._pricing import price
+
+    cands = {"plan": full,
+             "advice-only": Plan(advice_actions, dict(full.meta)),
+             "none": Plan(advice_actions.iloc[:0], dict(full.meta))}
+    try:
+        best, times = price(trace, cands, budget, prof)
+    except BudgetError as e:
+        full.meta["pricing"] = {"chosen": "plan", "unpriced": str(e)}
+        return full
+    out = cands[best]
+    out.meta["pricing"] = {"chosen": best, **{f"{k}_s": v for k, v in times.items()},
+                           "judge": "simulator on the allocator events (ALLOC/FREE/markers)"}
+    if best != "plan":
+        out.meta["fallback"] = (
+            f"{best}: the full plan was predicted at {times['plan']:.6g} s per iteration, "
+            f"{best} at {times[best]:.6g} s (no plan: {times['none']:.6g} s)")
+    return out
 
 
 _SAMPLE_OPTS = ("samples", "sample_rate", "noise", "seed", "complete_touches")
