@@ -240,13 +240,16 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "oblivious", **opts: Any) -
                            "noise": opts.get("noise", 0.0) if opts.get("samples") is None else None}
     out = Plan(actions, meta)
     if opts.get("price", True):
+        # what the judge may know of the accesses: what the planner read (sampled mode with
+        # samples drawn from this trace read its ground truth; oblivious mode never does)
+        known = mode == "sampled" and opts.get("samples") is None
         out = _priced(trace, out, _actions(prob, info, Schedule([], [], sched.remote, {}),
-                                           *act_opts), budget_bytes, prof)
+                                           *act_opts), budget_bytes, prof, known)
     pred["plan_time_s"] = time.perf_counter() - t0
     return out
 
 
-def _priced(trace, full: Plan, advice_actions, budget: int, prof) -> Plan:
+def _priced(trace, full: Plan, advice_actions, budget: int, prof, accesses: bool) -> Plan:
     """The fastest of the full plan, its advice alone and no plan, judged by the simulator
     on the trace's allocator events (``_pricing``); the choice is noted in its meta."""
     from ..sim import BudgetError
@@ -256,13 +259,14 @@ def _priced(trace, full: Plan, advice_actions, budget: int, prof) -> Plan:
              "advice-only": Plan(advice_actions, dict(full.meta)),
              "none": Plan(advice_actions.iloc[:0], dict(full.meta))}
     try:
-        best, times = price(trace, cands, budget, prof)
+        best, times = price(trace, cands, budget, prof, accesses=accesses)
     except BudgetError as e:
         full.meta["pricing"] = {"chosen": "plan", "unpriced": str(e)}
         return full
     out = cands[best]
     out.meta["pricing"] = {"chosen": best, **{f"{k}_s": v for k, v in times.items()},
-                           "judge": "simulator on the allocator events (ALLOC/FREE/markers)"}
+                           "judge": "simulator on the trace with its accesses" if accesses else
+                           "simulator on the allocator events (ALLOC/FREE/markers)"}
     if best != "plan":
         out.meta["fallback"] = (
             f"{best}: the full plan was predicted at {times['plan']:.6g} s per iteration, "
