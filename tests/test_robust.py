@@ -66,3 +66,24 @@ def test_plan_from_a_torch_snapshot_is_not_slower_than_demand(tmp_path, hw, budg
     st = T.load(path)
     r, _ = _ratio(st, st, budget, hw, "oblivious")
     assert r <= SLACK, f"plan {r:.2f}x demand paging"
+
+
+# A small fixed-seed sample of benchmarks/bench_robust.py (the families whose cases record
+# and simulate in seconds; the recurrent ones are the LSTM case above): every plan, from the
+# full trace or the allocator-only one, within 1% of demand paging or faster.
+SAMPLE = [("mlp", 1), ("cnn_skip", 2), ("encdec", 0), ("unet", 1), ("moe", 0), ("finetune", 3)]
+
+
+@pytest.mark.parametrize("family,seed", SAMPLE)
+def test_generated_workload_plans_are_never_slower_than_demand(family, seed):
+    tr = zoo.record_random(seed, family, iters=3)
+    al = zoo.allocator_only(tr)
+    for budget in ("90%", "50%"):
+        try:
+            sim.simulate(tr, "demand", "h200-pcie5", budget)
+        except sim.BudgetError:
+            continue  # a tick's working set is above this budget: nothing can run it
+        for src, mode in ((al, "oblivious"), (tr, "sampled")):
+            r, p = _ratio(tr, src, budget, "h200-pcie5", mode)
+            assert r <= SLACK, (f"{tr.meta['name']} {mode} at {budget}: plan {r:.3f}x demand "
+                                f"paging (pricing: {p.meta.get('pricing')})")

@@ -244,12 +244,14 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "oblivious", **opts: Any) -
         # samples drawn from this trace read its ground truth; oblivious mode never does)
         known = mode == "sampled" and opts.get("samples") is None
         out = _priced(trace, out, _actions(prob, info, Schedule([], [], sched.remote, {}),
-                                           *act_opts), budget_bytes, prof, known)
+                                           *act_opts), budget_bytes, prof, known,
+                     [a for a, _ in pat.iterations])
     pred["plan_time_s"] = time.perf_counter() - t0
     return out
 
 
-def _priced(trace, full: Plan, advice_actions, budget: int, prof, accesses: bool) -> Plan:
+def _priced(trace, full: Plan, advice_actions, budget: int, prof, accesses: bool,
+            starts) -> Plan:
     """The fastest of the full plan, its advice alone and no plan, judged by the simulator
     on the trace's allocator events (``_pricing``); the choice is noted in its meta."""
     from ..sim import BudgetError
@@ -259,7 +261,7 @@ def _priced(trace, full: Plan, advice_actions, budget: int, prof, accesses: bool
              "advice-only": Plan(advice_actions, dict(full.meta)),
              "none": Plan(advice_actions.iloc[:0], dict(full.meta))}
     try:
-        best, times = price(trace, cands, budget, prof, accesses=accesses)
+        best, times = price(trace, cands, budget, prof, accesses=accesses, starts=starts)
     except BudgetError as e:
         full.meta["pricing"] = {"chosen": "plan", "unpriced": str(e)}
         return full

@@ -9,7 +9,12 @@ would judge it, by running it: the simulator replays the trace with what the pla
 of its accesses -- in oblivious mode the allocator events alone (ALLOC, FREE and markers:
 the ground-truth ACCESS rows are stripped, so it still never reads them; accesses follow
 the simulator's extremal model, written at the ALLOC and read at the FREE, the oblivious
-use model); in sampled mode with samples drawn from the trace itself, the trace as it is
+use model; the allocator events do not say whether a block that is never freed -- weights,
+optimizer state -- is read every iteration, so each candidate runs twice: as the extremal
+model has it (written once) and with one read of every such block in each iteration
+(spread over its ticks in allocation order, as a forward pass reads its weights), and is
+priced by the worse of its two ratios to no plan: the choice must be safe
+under both); in sampled mode with samples drawn from the trace itself, the trace as it is
 (the samples are its accesses) -- under three candidates, and the fastest is emitted:
 
 1. ``plan``: the full schedule;
@@ -33,26 +38,79 @@ __all__ = ["price", "CANDIDATES"]
 CANDIDATES = ("plan", "advice-only", "none")
 
 
-def _allocator_view(trace):
-    """``trace`` without ACCESS rows (see ``trace.zoo.allocator_only``)."""
-    from ..trace.zoo import allocator_only
+def _kept_reads_view(view, starts):
+    """``view`` (no ACCESS rows) plus, in each iteration (``starts``: its first ticks), a
+    whole-block READ of each never-freed block allocated before it, the k-th such block at
+    the iteration's k-th tick (modulo its length), after that tick's allocator events."""
+    import numpy as np
 
-    return allocator_only(trace) if trace.has_accesses else trace
+    from ..trace import AccessMode, EventKind, Trace
+
+    c = view.columns
+    bt = view.block_table()
+    kept = bt[bt["free_tick"] < 0] if "free_tick" in bt else bt.iloc[:0]
+    starts = np.unique(np.asarray(starts, np.int64))
+    if not len(kept) or not len(starts):
+        return view
+    at = kept["alloc_tick"].to_numpy(np.int64)
+    blocks = kept.index.to_numpy(np.int64)
+    sizes = kept["size"].to_numpy(np.int64)
+    t_rows, b_rows, s_rows = [], [], []
+    ends = np.append(starts[1:], view.n_ticks)
+    for s, e in zip(starts.tolist(), ends.tolist()):
+        m = at < s
+        t_rows.append(s + np.arange(int(m.sum()), dtype=np.int64) % max(1, e - s))
+        b_rows.append(blocks[m])
+        s_rows.append(sizes[m])
+    tick = np.concatenate(t_rows)
+    if not len(tick):
+        return view
+    pos = np.searchsorted(c["tick"], tick, side="right")
+    extra = {"tick": tick, "t_ns": c["t_ns"][np.maximum(pos - 1, 0)], "kind":
+             np.full(len(tick), EventKind.ACCESS, np.uint8), "block": np.concatenate(b_rows),
+             "size": np.concatenate(s_rows), "mode": np.full(len(tick), AccessMode.READ, np.uint8)}
+    order = np.argsort(np.concatenate([np.arange(len(c["tick"])) * 2, pos * 2 - 1]), kind="stable")
+    cols = {}
+    for k, v in c.items():
+        add = extra.get(k)
+        if add is None:
+            add = np.full(len(tick), -1 if k in ("offset", "length") else 0, v.dtype)
+        cols[k] = np.concatenate([v, np.asarray(add, v.dtype)])[order]
+    return Trace(cols, tick_ns=view.tick_ns, meta=view.meta)
 
 
-def price(trace, candidates: dict, budget: int, prof, *, accesses: bool = False
-          ) -> tuple[str, dict]:
+def price(trace, candidates: dict, budget: int, prof, *, accesses: bool = False,
+          starts=()) -> tuple[str, dict]:
     """Simulate each of ``candidates`` (``{label: Plan}``, in order of preference) on
     ``trace`` (its allocator events only, unless ``accesses``: the planner knows them) at
     ``budget`` bytes on ``prof``; returns the label of the fastest (earliest on ties) and
-    ``{label: iteration seconds}``. Raises the simulator's ``BudgetError`` when a tick's
+    ``{label: iteration seconds}`` (the worse of the two views, as a ratio to ``none``'s
+    time in the same view, times ``none``'s extremal time). ``starts``: the iteration start
+    ticks (for the reads of the never-freed blocks, see the module docstring). Raises the simulator's ``BudgetError`` when a tick's
     working set exceeds the budget (nothing can be judged)."""
-    from ..sim import simulate
+    from ..sim import BudgetError, simulate
 
-    view = trace if accesses else _allocator_view(trace)
-    cache: dict = {}
-    times = {label: float(simulate(view, p, prof, budget, _cache=cache).iteration_time_s)
-             for label, p in candidates.items()}
+    from ..trace.zoo import allocator_only
+
+    if accesses:
+        views = [trace]
+    else:
+        bare = allocator_only(trace) if trace.has_accesses else trace
+        views = [bare, _kept_reads_view(bare, starts)]
+    runs = []
+    for j, view in enumerate(views):
+        cache: dict = {}
+        try:
+            runs.append({label: float(simulate(view, p, prof, budget, _cache=cache)
+                                      .iteration_time_s) for label, p in candidates.items()})
+        except BudgetError:
+            if not j:
+                raise
+            # a kept block's read alone is above the budget: that view cannot be judged
+            continue
+    base = runs[0]["none"]
+    times = {label: base * max(r[label] / r["none"] if r["none"] > 0 else 1.0 for r in runs)
+             for label in candidates}
     fastest = min(times.values())
     # the earliest candidate as fast as the fastest: equal up to float rounding (sums of
     # the same tick times in another order) is a tie, and a tie keeps the plan
