@@ -69,7 +69,10 @@ def _kept_reads_view(view, starts):
     extra = {"tick": tick, "t_ns": c["t_ns"][np.maximum(pos - 1, 0)], "kind":
              np.full(len(tick), EventKind.ACCESS, np.uint8), "block": np.concatenate(b_rows),
              "size": np.concatenate(s_rows), "mode": np.full(len(tick), AccessMode.READ, np.uint8)}
-    order = np.argsort(np.concatenate([np.arange(len(c["tick"])) * 2, pos * 2 - 1]), kind="stable")
+    # after the rows of its tick, ticks in order (an iteration with more kept blocks than
+    # ticks wraps around)
+    order = np.lexsort((np.concatenate([np.arange(len(c["tick"])) * 2, pos * 2 - 1]),
+                        np.concatenate([c["tick"], tick])))
     cols = {}
     for k, v in c.items():
         add = extra.get(k)
