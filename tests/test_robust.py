@@ -53,17 +53,22 @@ def test_lstm_language_model_plan_is_not_slower_than_demand(mode):
 
 # The snapshot case: GPT-2 exported as a torch memory snapshot and planned/judged
 # from it (allocations and frees only; the simulator's extremal accesses).
-@pytest.mark.parametrize("hw,budget", [("h200-pcie5", "50%"), ("gh200-c2c", "75%"),
-                                       ("gh200-c2c", "50%")])
-def test_plan_from_a_torch_snapshot_is_not_slower_than_demand(tmp_path, hw, budget):
+@pytest.fixture(scope="module")
+def gpt2_snapshot(tmp_path_factory):
     import pickle
 
     from uvm_sched import trace as T
     from uvm_sched.trace._export import trace_to_snapshot
 
-    path = tmp_path / "s.pickle"
+    path = tmp_path_factory.mktemp("snap") / "s.pickle"
     path.write_bytes(pickle.dumps(trace_to_snapshot(zoo.record("gpt2_small", iters=3))))
-    st = T.load(path)
+    return T.load(path)
+
+
+@pytest.mark.parametrize("hw,budget", [("h200-pcie5", "50%"), ("gh200-c2c", "75%"),
+                                       ("gh200-c2c", "50%")])
+def test_plan_from_a_torch_snapshot_is_not_slower_than_demand(gpt2_snapshot, hw, budget):
+    st = gpt2_snapshot
     r, _ = _ratio(st, st, budget, hw, "oblivious")
     assert r <= SLACK, f"plan {r:.2f}x demand paging"
 
@@ -71,7 +76,7 @@ def test_plan_from_a_torch_snapshot_is_not_slower_than_demand(tmp_path, hw, budg
 # A small fixed-seed sample of benchmarks/bench_robust.py (the families whose cases record
 # and simulate in seconds; the recurrent ones are the LSTM case above): every plan, from the
 # full trace or the allocator-only one, within 1% of demand paging or faster.
-SAMPLE = [("mlp", 1), ("cnn_skip", 2), ("encdec", 0), ("unet", 1), ("moe", 0), ("finetune", 3)]
+SAMPLE = [("mlp", 1), ("encdec", 0), ("moe", 0), ("finetune", 3)]
 
 
 @pytest.mark.parametrize("family,seed", SAMPLE)
