@@ -14,7 +14,11 @@ optimizer state -- is read every iteration, so each candidate runs twice: as the
 model has it (written once) and with one read of every such block in each iteration
 (spread over its ticks in allocation order, as a forward pass reads its weights), and is
 priced by the worse of its two ratios to no plan: the choice must be safe
-under both); in sampled mode with samples drawn from the trace itself, the trace as it is
+under both. A view's accesses are fewer than the real ones, so demand paging looks
+cheaper there than it is: a view refutes a candidate only where no plan's own stall in it
+is at least the candidate's excess over no plan (else the view cannot see enough of what
+not acting costs to tell); a candidate no view can refute ties with no plan, and a tie
+keeps the earlier candidate); in sampled mode with samples drawn from the trace itself, the trace as it is
 (the samples are its accesses) -- under three candidates, and the fastest is emitted:
 
 1. ``plan``: the full schedule;
@@ -104,16 +108,23 @@ def price(trace, candidates: dict, budget: int, prof, *, accesses: bool = False,
     for j, view in enumerate(views):
         cache: dict = {}
         try:
-            runs.append({label: float(simulate(view, p, prof, budget, _cache=cache)
-                                      .iteration_time_s) for label, p in candidates.items()})
+            res = {label: simulate(view, p, prof, budget, _cache=cache)
+                   for label, p in candidates.items()}
         except BudgetError:
             if not j:
                 raise
             # a kept block's read alone is above the budget: that view cannot be judged
             continue
-    base = runs[0]["none"]
-    times = {label: base * max(r[label] / r["none"] if r["none"] > 0 else 1.0 for r in runs)
-             for label in candidates}
+        runs.append({label: (float(r.iteration_time_s), float(r.stall_time_s))
+                     for label, r in res.items()})
+    def ratio(r, label):
+        t, (t0, stall0) = r[label][0], r["none"]
+        if t0 <= 0 or (t > t0 and stall0 < t - t0):
+            return 1.0  # this view sees too little of what not acting costs to refute it
+        return t / t0
+
+    base = runs[0]["none"][0]
+    times = {label: base * max(ratio(r, label) for r in runs) for label in candidates}
     fastest = min(times.values())
     # the earliest candidate as fast as the fastest: equal up to float rounding (sums of
     # the same tick times in another order) is a tie, and a tie keeps the plan
