@@ -102,6 +102,11 @@ def report(rows: list[dict], prov: dict) -> str:
     df["vs_ideal"] = df["plan_s"] / df["ideal_s"]
     df["vs_best"] = df["plan_s"] / df[[f"{b}_s" for b in BASELINES]].min(axis=1)
     cases = df[["family", "seed"]].drop_duplicates()
+    asked = prov.get("cases_requested")
+    if asked and asked > len(cases):
+        out += [f"**Partial run: {len(cases)} of the {asked} requested cases ran** (seeds in "
+                "order from the first; the run was stopped for time -- `--resume` continues it).",
+                ""]
     out += [f"**{len(cases)} generated cases** ({', '.join(f'{f}: {n}' for f, n in cases.family.value_counts().sort_index().items())}) "
             f"x {df.hw.nunique()} hardware profiles x budgets "
             f"{', '.join(f'{x}%' for x in sorted(df.budget_pct.unique(), reverse=True))}: "
@@ -187,6 +192,7 @@ def main(argv=None) -> int:
                 for s in seeds:
                     _emit(f, rows, run_case(s, hws, budgets), s)
     prov = provenance(argv)
+    prov["cases_requested"] = a.cases
     (out / f"{a.name}.md").write_text(report(rows, prov))
     print(f"wrote {out / (a.name + '.md')} ({len({r['seed'] for r in rows})} cases)")
     return 0
