@@ -485,3 +485,62 @@ def test_a_scheduler_whose_loop_allocates_through_uvm_sched_does_not_warn(host):
         with Scheduler(budget="60%", warmup_iters=2) as s:
             _run(s, loop, 8, 4)
     loop.close()
+
+
+def _slow_while_armed(s: Scheduler, loop: Loop, iters: int, sleep_s: float) -> list:
+    """Run ``iters`` iterations, sleeping ``sleep_s`` in each one that runs with a plan
+    armed (an injected slow plan); returns the watchdog phase seen at each marker."""
+    import time
+
+    phases = []
+    for _ in range(iters):
+        s.step()
+        phases.append((s.stats().get("watchdog") or {}).get("phase"))
+        if native.stats()["plan_armed"]:
+            time.sleep(sleep_s)
+        loop.iteration(8)
+    return phases
+
+
+def test_watchdog_disarms_a_plan_slower_than_no_plan_and_warns_once(host):
+    loop = Loop()
+    with Scheduler(budget="60%", hw="h200-pcie5", warmup_iters=3, hook=False,
+                   watchdog_iters=2) as s:
+        _run(s, loop, batch=8, iters=4)
+        assert s.state == "armed", s.last_error
+        with pytest.warns(RuntimeWarning, match="watchdog: the plan's iterations took") as w:
+            phases = _slow_while_armed(s, loop, 12, 0.02)
+        assert len(w) == 1
+        assert "none" in phases  # no plan was measured, with the plan disarmed
+        st = s.stats()
+        assert s.state == "unplanned" and st["state"] == "unplanned"
+        assert st["watchdog_disarms"] == 1 and st["native"]["plan_armed"] == 0
+        assert st["watchdog"]["phase"] == "disarmed"
+        assert st["watchdog"]["plan_s"] > 1.03 * st["watchdog"]["no_plan_s"]
+        assert "disarmed" in st["last_error"]
+    loop.close()
+
+
+def test_watchdog_keeps_a_plan_no_slower_than_no_plan(host):
+    loop = Loop()
+    with Scheduler(budget="60%", hw="h200-pcie5", warmup_iters=3, hook=False,
+                   watchdog_iters=2) as s:
+        _run(s, loop, batch=8, iters=4)
+        # the unplanned iterations are the slow ones here: the plan pays
+        import time
+
+        for _ in range(12):
+            s.step()
+            if not native.stats()["plan_armed"]:
+                time.sleep(0.02)
+            loop.iteration(8)
+        st = s.stats()
+        assert s.state == "armed" and st["watchdog"]["phase"] == "watch"
+        assert st["watchdog_disarms"] == 0 and st["native"]["plan_armed"] == 1
+        assert st["watchdog"]["no_plan_s"] > st["watchdog"]["plan_s"]
+    loop.close()
+
+
+def test_watchdog_iters_is_checked():
+    with pytest.raises(ValueError, match="watchdog_iters must be >= 0"):
+        Scheduler(watchdog_iters=-1, hook=False)

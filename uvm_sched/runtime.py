@@ -13,7 +13,8 @@ of ``uvm_sched`` (the native core). Iteration markers, in order of preference:
 States: ``recording`` (draining events, counting iterations) -> ``armed`` (a plan is
 executed by the native core; events are drained and only the divergences counted) ->
 back to ``recording`` when divergences persist for ``relearn_after`` iterations in a row
-(a new batch size, sequence length...). A plan is only a hint: a wrong one costs time,
+(a new batch size, sequence length...); ``armed`` -> ``unplanned`` when the watchdog
+(below) finds the plan slower than none (it stays disarmed). A plan is only a hint: a wrong one costs time,
 never correctness, so every failure to learn or plan leaves the allocator running
 unplanned. Such a problem is never silent: the first of each kind (a failure to learn or
 plan, events dropped by a ring too small for an iteration, event recording switched off)
@@ -30,11 +31,21 @@ at a marker it starts with the iteration that begins there, elsewhere with the n
 (or, synced on the learned period, at the phase the loop has reached).
 ``wait_planned(timeout)`` blocks until the plan being made is armed (tests, scripts).
 The training thread's own work per drained event is vectorised (numpy over the batch).
+
+The watchdog (with iteration markers): a plan must pay by the clock. Once armed (and tuned),
+the plan's iterations are timed between markers for ``watchdog_iters`` iterations, then the
+same number with the plan disarmed ("no plan", the candidate every plan is measured
+against), then the plan is armed again and every later iteration is timed. When the median
+of the last ``watchdog_iters`` armed iterations exceeds the unplanned median by more than
+``WATCHDOG_SLACK``, the plan is disarmed for good (state ``unplanned``), ``stats()
+["watchdog"]`` says so with both figures, and it is a problem like the others (one ``SchedulerWarning``; strict: raised).
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
+import statistics
 import sys
 import threading
 import time
@@ -62,6 +73,42 @@ logger = logging.getLogger(__name__)
 
 # event kinds of the native ring (uvm_sched.native.EVENT_KINDS)
 _ALLOC, _FREE, _MARK, _ITER, _DIVERGENCE = 0, 1, 3, 4, 37
+
+# How much slower than no plan an armed plan may measure before the watchdog drops it (a
+# share of the unplanned iteration time): the issue's bound; below it lies timing noise of
+# a median over a few iterations.
+WATCHDOG_SLACK = 0.03
+
+
+@dataclasses.dataclass
+class _Watchdog:
+    """Iteration times (s) of one plan armed and of no plan, taken between markers.
+    ``phase``: ``"plan"`` (timing the armed plan) -> ``"none"`` (disarmed, timing no plan)
+    -> ``"watch"`` (armed again, every iteration timed) -> ``"disarmed"`` (it lost)."""
+
+    iters: int
+    plan: Any = None
+    phase: str = "plan"
+    skip: int = 1  # iterations not timed after a switch (they settle)
+    last: int | None = None  # t_ns of the last marker
+    bad: bool = False  # the iteration under way diverged
+    plan_s: list = dataclasses.field(default_factory=list)
+    none_s: list = dataclasses.field(default_factory=list)
+    warned: bool = False
+
+    def reset(self, plan) -> None:
+        self.plan, self.phase, self.skip, self.last, self.bad = plan, "plan", 1, None, False
+        self.plan_s, self.none_s = [], []
+
+    def switch(self, phase: str) -> None:
+        self.phase, self.skip, self.last, self.bad = phase, 1, None, False
+
+    def report(self) -> dict:
+        n = self.iters
+        return {"phase": self.phase,
+                "plan_s": statistics.median(self.plan_s[-n:]) if self.plan_s else None,
+                "no_plan_s": statistics.median(self.none_s) if self.none_s else None,
+                "iterations_timed": len(self.plan_s) + len(self.none_s)}
 
 
 class Scheduler:
@@ -96,6 +143,9 @@ class Scheduler:
     ``worker``: where learning and planning run, ``"process"`` (a helper process shared by
     every Scheduler of this process) or ``"thread"`` (a thread of this process: no second
     process, but it competes with the loop for the GIL).
+    ``watchdog_iters``: iterations per measurement of the watchdog (see the module
+    docstring; 0 turns it off): with markers, the plan is timed against no plan and
+    disarmed when it is more than ``WATCHDOG_SLACK`` slower.
     """
 
     def __init__(self, budget: Any = "100%", hw: Any = "h200-pcie5", warmup_iters: int = 3,
@@ -103,13 +153,16 @@ class Scheduler:
                  plan_opts: dict | None = None, min_period_events: int = 64,
                  touch_device: str = "cuda", tune: Any = None, tune_iters: int = 2,
                  device: int | None = None, worker: str = "process",
-                 strict: bool = False) -> None:
+                 strict: bool = False, watchdog_iters: int = 3) -> None:
         for name, v in (("warmup_iters", warmup_iters), ("relearn_after", relearn_after),
-                        ("tune_iters", tune_iters), ("min_period_events", min_period_events)):
+                        ("tune_iters", tune_iters), ("min_period_events", min_period_events),
+                        ("watchdog_iters", watchdog_iters)):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
                 raise TypeError(f"{name} must be an integer, got {v!r}")
-            if v < 1:
-                raise ValueError(f"{name} must be >= 1, got {v}")
+            if v < (0 if name == "watchdog_iters" else 1):
+                raise ValueError(f"{name} must be >= {0 if name == 'watchdog_iters' else 1}"
+                                 f"{' (0: no watchdog)' if name == 'watchdog_iters' else ''}, "
+                                 f"got {v}")
         if not isinstance(strict, bool):
             raise TypeError(f"strict must be True or False, got {strict!r}")
         if hook not in ("auto", True, False, None):
@@ -134,6 +187,7 @@ class Scheduler:
             raise ValueError(f"worker must be 'process' or 'thread', got {worker!r}")
         self.worker = worker
         self._job = None  # the learn request in flight (a _learn.Job), None when idle
+        self._dog = _Watchdog(int(watchdog_iters)) if watchdog_iters else None
         self.tune = tuple(tune) if tune else ()
         if self.tune:
             from .planner import tuning_candidates
@@ -195,7 +249,7 @@ class Scheduler:
         self._counters = {"plans": 0, "relearns": 0, "iterations_armed": 0,
                           "divergences": 0, "learn_failures": 0, "plan_time_s": 0.0,
                           "steps": 0, "steps_before_plan": None, "steps_while_planning": 0,
-                          "arm_time_s": 0.0}
+                          "arm_time_s": 0.0, "watchdog_disarms": 0}
         self.last_error: str | None = None
         self._dropped_at: int | None = None  # the ring's drop count when recording started
         self._silence_checked = False  # the "no allocation passed through" warning, once
@@ -603,6 +657,11 @@ class Scheduler:
     def _watch(self, ev: np.ndarray) -> None:
         if self._tuner is not None:
             self._time_iterations(ev)
+        elif self._dog is not None and self.plan is not None \
+                and self.plan.meta.get("sync") == "marker":
+            self._watchdog(ev)
+            if self.state != "armed":
+                return
         k = ev["kind"]
         for kind in k[(k == _ITER) | (k == _DIVERGENCE)].tolist():
             if kind == _DIVERGENCE:
@@ -626,6 +685,59 @@ class Scheduler:
             self.plan = None
             self._tuner = None
             self._restart_recording()
+
+    # -- the watchdog: the plan against no plan, by the clock ---------------------------------
+    def _watchdog(self, ev: np.ndarray) -> None:
+        """Per marker: time the iteration that ended for the phase it ran in (see
+        ``_Watchdog``); move on when a phase has its iterations; disarm a plan that loses."""
+        from . import native
+
+        dog = self._dog
+        if dog.plan is not self.plan:
+            dog.reset(self.plan)  # a new plan (learned, re-learned or tuned): judge it afresh
+        k = ev["kind"]
+        n = dog.iters
+        for i in np.flatnonzero((k == _MARK) | (k == _DIVERGENCE)).tolist():
+            if k[i] == _DIVERGENCE:
+                dog.bad = True
+                continue
+            now = int(ev["t_ns"][i])
+            if dog.last is not None and not dog.bad:
+                if dog.skip:
+                    dog.skip -= 1
+                else:
+                    (dog.none_s if dog.phase == "none" else dog.plan_s).append((now - dog.last) * 1e-9)
+            dog.last, dog.bad = now, False
+            if dog.phase == "plan" and len(dog.plan_s) >= n:
+                native.disarm()  # at a marker: the next iteration runs with no plan
+                dog.switch("none")
+            elif dog.phase == "none" and len(dog.none_s) >= n:
+                if self._plan_loses(dog):
+                    return self._disarm_by_watchdog(dog)
+                native.arm_plan(self.plan, self._addrs, device=self.device, start_now=True)
+                dog.switch("watch")
+            elif dog.phase == "watch" and self._plan_loses(dog):
+                native.disarm()
+                return self._disarm_by_watchdog(dog)
+
+    @staticmethod
+    def _plan_loses(dog: _Watchdog) -> bool:
+        n = dog.iters
+        if len(dog.plan_s) < n or len(dog.none_s) < n:
+            return False
+        return statistics.median(dog.plan_s[-n:]) > (1 + WATCHDOG_SLACK) * statistics.median(dog.none_s)
+
+    def _disarm_by_watchdog(self, dog: _Watchdog) -> None:
+        r = dog.report()
+        dog.phase = "disarmed"
+        self.state = "unplanned"
+        self._counters["watchdog_disarms"] += 1
+        logger.info("disarmed by the watchdog: the plan's iterations %.6f s, no plan's %.6f s",
+                    r["plan_s"], r["no_plan_s"])
+        self._problem("watchdog",
+                      f"watchdog: the plan's iterations took {r['plan_s']:.6f} s (median of the "
+                      f"last {dog.iters}), no plan's {r['no_plan_s']:.6f} s: more than "
+                      f"{WATCHDOG_SLACK:.0%} slower, so it is disarmed")
 
     def _restart_recording(self) -> None:
         self.state = "recording"
@@ -684,6 +796,8 @@ class Scheduler:
                 out["sync"] = self.plan.meta.get("sync")
                 out["guard"] = self.plan.meta.get("guard")
             out["tuning"] = dict(self.tuning)
+            if self._dog is not None and self._dog.plan is not None:
+                out["watchdog"] = self._dog.report()
             if self.tuning_skipped:
                 out["tuning_skipped"] = self.tuning_skipped
             if self._tuner is not None:

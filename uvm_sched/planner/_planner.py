@@ -112,7 +112,7 @@ from typing import Any
 import numpy as np
 
 from .._budget import resolve_budget
-from ._core import Problem, build_schedule
+from ._core import Problem, Schedule, build_schedule
 from ..trace._model import EventKind
 from ._plan import PLAN_VERSION, Plan, PlanError, trace_fingerprint
 
@@ -122,7 +122,7 @@ MODES = ("oblivious", "sampled")
 # the options plan() takes (checked by plan() and, at construction, by the Scheduler)
 PLAN_OPTIONS = frozenset({"pattern", "guard", "samples", "sample_rate", "noise", "seed",
                           "complete_touches", "discard", "discard_min_bytes", "rounds",
-                          "populate", "remote_fallback"})
+                          "populate", "remote_fallback", "price"})
 AUTO_GUARDS = (32, 16, 8, 4, 2)  # ticks; see plan() and the module docstring
 # The pool gives requests above 1 MiB whole 2 MiB pages of their own; smaller ones share
 # slab pages with other blocks, so the executor cannot discard them (it skips such rows).
@@ -146,9 +146,12 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "oblivious", **opts: Any) -
     each allocation of the iteration as it is made), ``remote_fallback`` (True/False/``"auto"``,
     default ``"auto"``: when eviction leaves more than 15% of the budget over it, map
     persistent blocks with unknown uses host-resident where that is cheaper than the
-    excess), ``rounds`` (6).
+    excess), ``rounds`` (6), ``price`` (default True: the plan is priced against acting
+    less -- the same plan without its evictions/prefetches, and no plan -- by simulating each
+    on the trace's allocator events, and the fastest is returned; see ``_pricing``).
     Returns a ``Plan`` whose ``meta["predicted"]`` holds the planner's own estimate
-    (seconds, bytes).
+    (seconds, bytes), ``meta["pricing"]`` the candidates' simulated iteration times and the
+    choice, and, when the full plan lost, ``meta["fallback"]`` why.
     """
     from ..hw import load_profile
 
@@ -207,9 +210,10 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "oblivious", **opts: Any) -
         if rf == "auto" and mode == "oblivious" else 0
     _check_feasible(prob, info, budget_bytes)
     sched = build_schedule(prob, budget_bytes, guards=guards, rounds=int(opts.get("rounds", 6)))
-    actions = _actions(prob, info, sched, prof, bool(opts.get("discard", True)),
-                       int(opts.get("discard_min_bytes", DISCARD_MIN_BYTES)),
-                       bool(opts.get("populate", True)))
+    act_opts = (prof, bool(opts.get("discard", True)),
+                int(opts.get("discard_min_bytes", DISCARD_MIN_BYTES)),
+                bool(opts.get("populate", True)))
+    actions = _actions(prob, info, sched, *act_opts)
     E = prob.E
     pred = dict(sched.predicted)
     pred.update(_coarse_cost(prob))
@@ -242,7 +246,42 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "oblivious", **opts: Any) -
         meta["samples"] = {"blocks": len(samples), "sample_rate": opts.get("sample_rate", 1.0)
                            if opts.get("samples") is None else None,
                            "noise": opts.get("noise", 0.0) if opts.get("samples") is None else None}
-    return Plan(actions, meta)
+    out = Plan(actions, meta)
+    if opts.get("price", True):
+        # what the judge may know of the accesses: what the planner read (sampled mode with
+        # samples drawn from this trace read its ground truth; oblivious mode never does)
+        known = mode == "sampled" and opts.get("samples") is None
+        out = _priced(trace, out, _actions(prob, info, Schedule([], [], sched.remote, {}),
+                                           *act_opts), budget_bytes, prof, known,
+                     [a for a, _ in pat.iterations])
+    pred["plan_time_s"] = time.perf_counter() - t0
+    return out
+
+
+def _priced(trace, full: Plan, advice_actions, budget: int, prof, accesses: bool,
+            starts) -> Plan:
+    """The fastest of the full plan, its advice alone and no plan, judged by the simulator
+    on the trace's allocator events (``_pricing``); the choice is noted in its meta."""
+    from ..sim import BudgetError
+    from ._pricing import price
+
+    cands = {"plan": full,
+             "advice-only": Plan(advice_actions, dict(full.meta)),
+             "none": Plan(advice_actions.iloc[:0], dict(full.meta))}
+    try:
+        best, times = price(trace, cands, budget, prof, accesses=accesses, starts=starts)
+    except BudgetError as e:
+        full.meta["pricing"] = {"chosen": "plan", "unpriced": str(e)}
+        return full
+    out = cands[best]
+    out.meta["pricing"] = {"chosen": best, **{f"{k}_s": v for k, v in times.items()},
+                           "judge": "simulator on the trace with its accesses" if accesses else
+                           "simulator on the allocator events (ALLOC/FREE/markers)"}
+    if best != "plan":
+        out.meta["fallback"] = (
+            f"{best}: the full plan was predicted at {times['plan']:.6g} s per iteration, "
+            f"{best} at {times[best]:.6g} s (no plan: {times['none']:.6g} s)")
+    return out
 
 
 _SAMPLE_OPTS = ("samples", "sample_rate", "noise", "seed", "complete_touches")
@@ -445,6 +484,9 @@ def _actions(prob: Problem, info: dict, sched, prof, discard: bool, discard_min:
         put(own_tick[remote], a, remote, _RANK["advise_preferred_host"])
     ro = prob.read_only.copy()
     ro[remote] = False
+    # a block of the iteration allocated before it (a carried activation) has no ordinal
+    # the executor can resolve: naming it would point at a block of another iteration
+    ro &= pers | (prob.alloc_event >= 0)
     idx = np.flatnonzero(ro)
     put(own_tick[idx], "advise_read_mostly", idx)
     if discard:

@@ -3,7 +3,9 @@ torch (no downloads), at any batch size, sequence length or image size.
 
 ``names()`` lists them; ``build(name, ...)`` returns ``(model_fn, batch_fn, loss_fn)`` for
 ``uvm_sched.trace.record``; ``record(name, ...)`` records a training trace in one call.
-
+``random_model(seed)`` / ``record_random(seed)`` draw workloads of random families and sizes
+for property tests, and ``allocator_only(trace)`` strips a trace to what a runtime's event
+ring or a memory snapshot sees (see ``_random``).
 Each model has one set of default sizes, the batch and image side or sequence length such a
 model is trained at on one GPU in fp32 (``info(name)`` says them): ``uvm-sched record``, the
 demo, the notebooks and the benchmark tables all use them, so a figure from one reproduces
@@ -21,7 +23,10 @@ from typing import TYPE_CHECKING, Any, Callable
 if TYPE_CHECKING:
     from .._model import Trace
 
-__all__ = ["names", "build", "record", "info"]
+from ._random import FAMILIES, RandomModel, allocator_only, random_model, record_random
+
+__all__ = ["names", "build", "record", "info", "FAMILIES", "RandomModel", "random_model",
+           "record_random", "allocator_only"]
 
 
 @dataclasses.dataclass(frozen=True)

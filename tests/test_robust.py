@@ -1,0 +1,106 @@
+"""A plan is a hint that must never hurt: on workloads the planner was not tuned on (the
+random families of ``trace.zoo.random_model``) and on allocator-only traces (what the
+runtime's ring or a torch memory snapshot gives), the default plan is never slower than
+plain demand paging by more than 1%. ``benchmarks/bench_robust.py`` runs the same check
+over hundreds of cases; here a small fixed-seed sample runs in the default suite."""
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch")
+
+from uvm_sched import planner, sim  # noqa: E402
+from uvm_sched.trace import EventKind, zoo  # noqa: E402
+
+SLACK = 1.01  # plan / demand allowed: the issue's bound (timing of the same simulator)
+
+
+def _ratio(full, plan_src, budget, hw, mode):
+    """Simulated iteration time of the plan made from ``plan_src`` (judged on ``full``'s
+    accesses) over demand paging's, at ``budget`` on ``hw``."""
+    cache: dict = {}
+    dem = sim.simulate(full, "demand", hw, budget, _cache=cache).iteration_time_s
+    p = planner.plan(plan_src, budget, hw, mode=mode)
+    return sim.simulate(full, p, hw, budget, _cache=cache).iteration_time_s / dem, p
+
+
+def test_random_model_is_reproducible_and_covers_every_family():
+    a, b = zoo.random_model(7), zoo.random_model(7)
+    assert a.family == b.family and a.params == b.params
+    assert {zoo.random_model(s).family for s in range(64)} == set(zoo.FAMILIES)
+    with pytest.raises(ValueError, match="unknown family 'rnn'"):
+        zoo.random_model(0, "rnn")
+
+
+def test_allocator_only_keeps_allocations_frees_and_marks_not_accesses():
+    tr = zoo.record_random(1, "mlp", iters=2)
+    al = zoo.allocator_only(tr)
+    assert tr.has_accesses and not al.has_accesses
+    keep = tr.kind != EventKind.ACCESS
+    assert (al.tick == tr.tick[keep]).all() and (al.block == tr.block[keep]).all()
+    assert al.peak_bytes == tr.peak_bytes and al.meta["allocator_only"] is True
+    assert (al.kind == EventKind.MARK).sum() == (tr.kind == EventKind.MARK).sum()
+
+
+# An LSTM language model with a large-vocabulary softmax (the issue's first case): the
+# oblivious plan was 1.46x demand at 60% of peak, the sampled one 2.0x. The oblivious one
+# still is: the pattern learns the time-step loop (51 allocator events) as the period
+# instead of the marked iteration, so the plan fires every time step, and the judge on the
+# allocator events (extremal accesses) sees too little of demand's cost to refute it.
+@pytest.mark.parametrize("mode", [
+    pytest.param("oblivious", marks=pytest.mark.xfail(
+        strict=True, reason="period learned as the LSTM time step, not the marked iteration")),
+    "sampled"])
+def test_lstm_language_model_plan_is_not_slower_than_demand(mode):
+    tr = zoo.record_random(13, "lstm")
+    r, _ = _ratio(tr, tr, "60%", "h200-pcie5", mode)
+    assert r <= SLACK, f"{mode} plan {r:.2f}x demand paging"
+
+
+# The issue's snapshot case: GPT-2 exported as a torch memory snapshot and planned/judged
+# from it (allocations and frees only; the simulator's extremal accesses).
+@pytest.fixture(scope="module")
+def gpt2_snapshot(tmp_path_factory):
+    import pickle
+
+    from uvm_sched import trace as T
+    from uvm_sched.trace._export import trace_to_snapshot
+
+    path = tmp_path_factory.mktemp("snap") / "s.pickle"
+    path.write_bytes(pickle.dumps(trace_to_snapshot(zoo.record("gpt2_small", iters=3))))
+    return T.load(path)
+
+
+@pytest.mark.parametrize("hw,budget", [("h200-pcie5", "50%"), ("gh200-c2c", "75%"),
+                                       ("gh200-c2c", "50%")])
+def test_plan_from_a_torch_snapshot_is_not_slower_than_demand(gpt2_snapshot, hw, budget):
+    st = gpt2_snapshot
+    r, _ = _ratio(st, st, budget, hw, "oblivious")
+    assert r <= SLACK, f"plan {r:.2f}x demand paging"
+
+
+# A small fixed-seed sample of benchmarks/bench_robust.py (the families whose cases record
+# and simulate in seconds; the recurrent ones are the LSTM case above): every plan, from the
+# full trace or the allocator-only one, within 1% of demand paging or faster.
+# Two are known to fail today (oblivious at 90% of peak: encdec-s0 1.21x, finetune-s3 1.19x
+# demand paging): on the allocator events the plan, its advice alone and no plan all run
+# alike, so pricing cannot tell; strict, so a fix shows.
+_KNOWN = pytest.mark.xfail(strict=True, reason="oblivious plan ~1.2x demand at 90%; the "
+                           "allocator-event judge sees no difference")
+SAMPLE = [("mlp", 1), pytest.param("encdec", 0, marks=_KNOWN), ("moe", 0),
+          pytest.param("finetune", 3, marks=_KNOWN)]
+
+
+@pytest.mark.parametrize("family,seed", SAMPLE)
+def test_generated_workload_plans_are_never_slower_than_demand(family, seed):
+    tr = zoo.record_random(seed, family, iters=3)
+    al = zoo.allocator_only(tr)
+    for budget in ("90%", "50%"):
+        try:
+            sim.simulate(tr, "demand", "h200-pcie5", budget)
+        except sim.BudgetError:
+            continue  # a tick's working set is above this budget: nothing can run it
+        for src, mode in ((al, "oblivious"), (tr, "sampled")):
+            r, p = _ratio(tr, src, budget, "h200-pcie5", mode)
+            assert r <= SLACK, (f"{tr.meta['name']} {mode} at {budget}: plan {r:.3f}x demand "
+                                f"paging (pricing: {p.meta.get('pricing')})")

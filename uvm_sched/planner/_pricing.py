@@ -1,0 +1,133 @@
+"""Pricing a plan against not acting: a plan is a hint that must never hurt.
+
+The schedule builder predicts its own stall from its model of one learned iteration (copy
+queues, windows, guards); what it cannot see is the rest of the trace: an iteration period
+learned shorter than the marked one (an LSTM's time-step loop: the plan then fires every
+time step), transfers the link cannot hide at all (an iteration whose compute is shorter
+than moving the excess once), the pool's dead ranges. So the plan is priced the way a user
+would judge it, by running it: the simulator replays the trace with what the planner knows
+of its accesses -- in oblivious mode the allocator events alone (ALLOC, FREE and markers:
+the ground-truth ACCESS rows are stripped, so it still never reads them; accesses follow
+the simulator's extremal model, written at the ALLOC and read at the FREE, the oblivious
+use model; the allocator events do not say whether a block that is never freed -- weights,
+optimizer state -- is read every iteration, so each candidate runs twice: as the extremal
+model has it (written once) and with one read of every such block in each iteration
+(spread over its ticks in allocation order, as a forward pass reads its weights), and is
+priced by the worse of its two ratios to no plan: the choice must be safe
+under both. A view's accesses are fewer than the real ones, so demand paging looks
+cheaper there than it is: a view refutes a candidate only where no plan's own stall in it
+is at least the candidate's excess over no plan (else the view cannot see enough of what
+not acting costs to tell); a candidate no view can refute ties with no plan, and a tie
+keeps the earlier candidate); in sampled mode with samples drawn from the trace itself, the trace as it is
+(the samples are its accesses) -- under three candidates, and the fastest is emitted:
+
+1. ``plan``: the full schedule;
+2. ``advice-only``: the schedule without its eviction/prefetch pairs (populates, discards,
+   remote mapping and read-mostly advice stay);
+3. ``none``: no action at all (demand paging).
+
+A tie (equal up to float rounding) keeps the earlier candidate: acting less only where
+that is faster. ``plan.meta
+["pricing"]`` holds the three predicted iteration times (s) and the choice; when it is not
+the full plan, ``plan.meta["fallback"]`` says why in words. No constant is involved: the
+candidates are compared as they run.
+
+Import note: this is the one place where the planner calls the simulator (lazily, at run
+time; the simulator imports the planner's ``Plan`` type at module level).
+"""
+from __future__ import annotations
+
+__all__ = ["price", "CANDIDATES"]
+
+CANDIDATES = ("plan", "advice-only", "none")
+
+
+def _kept_reads_view(view, starts):
+    """``view`` (no ACCESS rows) plus, in each iteration (``starts``: its first ticks), a
+    whole-block READ of each never-freed block allocated before it, the k-th such block at
+    the iteration's k-th tick (modulo its length), after that tick's allocator events."""
+    import numpy as np
+
+    from ..trace import AccessMode, EventKind, Trace
+
+    c = view.columns
+    bt = view.block_table()
+    kept = bt[bt["free_tick"] < 0] if "free_tick" in bt else bt.iloc[:0]
+    starts = np.unique(np.asarray(starts, np.int64))
+    if not len(kept) or not len(starts):
+        return view
+    at = kept["alloc_tick"].to_numpy(np.int64)
+    blocks = kept.index.to_numpy(np.int64)
+    sizes = kept["size"].to_numpy(np.int64)
+    t_rows, b_rows, s_rows = [], [], []
+    ends = np.append(starts[1:], view.n_ticks)
+    for s, e in zip(starts.tolist(), ends.tolist()):
+        m = at < s
+        t_rows.append(s + np.arange(int(m.sum()), dtype=np.int64) % max(1, e - s))
+        b_rows.append(blocks[m])
+        s_rows.append(sizes[m])
+    tick = np.concatenate(t_rows)
+    if not len(tick):
+        return view
+    pos = np.searchsorted(c["tick"], tick, side="right")
+    extra = {"tick": tick, "t_ns": c["t_ns"][np.maximum(pos - 1, 0)], "kind":
+             np.full(len(tick), EventKind.ACCESS, np.uint8), "block": np.concatenate(b_rows),
+             "size": np.concatenate(s_rows), "mode": np.full(len(tick), AccessMode.READ, np.uint8)}
+    # after the rows of its tick, ticks in order (an iteration with more kept blocks than
+    # ticks wraps around)
+    order = np.lexsort((np.concatenate([np.arange(len(c["tick"])) * 2, pos * 2 - 1]),
+                        np.concatenate([c["tick"], tick])))
+    cols = {}
+    for k, v in c.items():
+        add = extra.get(k)
+        if add is None:
+            add = np.full(len(tick), -1 if k in ("offset", "length") else 0, v.dtype)
+        cols[k] = np.concatenate([v, np.asarray(add, v.dtype)])[order]
+    return Trace(cols, tick_ns=view.tick_ns, meta=view.meta)
+
+
+def price(trace, candidates: dict, budget: int, prof, *, accesses: bool = False,
+          starts=()) -> tuple[str, dict]:
+    """Simulate each of ``candidates`` (``{label: Plan}``, in order of preference) on
+    ``trace`` (its allocator events only, unless ``accesses``: the planner knows them) at
+    ``budget`` bytes on ``prof``; returns the label of the fastest (earliest on ties) and
+    ``{label: iteration seconds}`` (the worse of the two views, as a ratio to ``none``'s
+    time in the same view, times ``none``'s extremal time). ``starts``: the iteration start
+    ticks (for the reads of the never-freed blocks, see the module docstring). Raises the simulator's ``BudgetError`` when a tick's
+    working set exceeds the budget (nothing can be judged)."""
+    from ..sim import BudgetError, simulate
+
+    from ..trace.zoo import allocator_only
+
+    if accesses:
+        views = [trace]
+    else:
+        bare = allocator_only(trace) if trace.has_accesses else trace
+        views = [bare, _kept_reads_view(bare, starts)]
+    runs = []
+    for j, view in enumerate(views):
+        cache: dict = {}
+        try:
+            res = {label: simulate(view, p, prof, budget, _cache=cache)
+                   for label, p in candidates.items()}
+        except BudgetError:
+            if not j:
+                raise
+            # a kept block's read alone is above the budget: that view cannot be judged
+            continue
+        runs.append({label: (float(r.iteration_time_s), float(r.stall_time_s))
+                     for label, r in res.items()})
+    def ratio(r, label):
+        t, (t0, stall0) = r[label][0], r["none"]
+        if t0 <= 0 or (t > t0 and stall0 < t - t0):
+            return 1.0  # this view sees too little of what not acting costs to refute it
+        return t / t0
+
+    base = runs[0]["none"][0]
+    times = {label: base * max(ratio(r, label) for r in runs) for label in candidates}
+    fastest = min(times.values())
+    # the earliest candidate as fast as the fastest: equal up to float rounding (sums of
+    # the same tick times in another order) is a tie, and a tie keeps the plan
+    best = next(k for k in candidates if times[k] <= fastest * (1 + 1e-9))
+    return best, times
+
