@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 native = pytest.importorskip("uvm_sched.native")
 pytest.importorskip("uvm_sched.trace._native", reason="trace_from_events (native drain -> Trace) has not landed")
 
-from uvm_sched.runtime import Scheduler  # noqa: E402
+from uvm_sched.runtime import Scheduler, SchedulerWarning  # noqa: E402
 
 from _planner_helpers import host_backend  # noqa: E402
 
@@ -507,8 +507,8 @@ def test_watchdog_disarms_a_plan_slower_than_no_plan_and_warns_once(host):
     with Scheduler(budget="60%", hw="h200-pcie5", warmup_iters=3, hook=False,
                    watchdog_iters=2) as s:
         _run(s, loop, batch=8, iters=4)
-        assert s.state == "armed", s.last_error
-        with pytest.warns(RuntimeWarning, match="watchdog: the plan's iterations took") as w:
+        assert s.wait_planned(300), s.last_error  # (planned in the background)
+        with pytest.warns(SchedulerWarning, match="watchdog: the plan's iterations took") as w:
             phases = _slow_while_armed(s, loop, 12, 0.02)
         assert len(w) == 1
         assert "none" in phases  # no plan was measured, with the plan disarmed
@@ -526,6 +526,7 @@ def test_watchdog_keeps_a_plan_no_slower_than_no_plan(host):
     with Scheduler(budget="60%", hw="h200-pcie5", warmup_iters=3, hook=False,
                    watchdog_iters=2) as s:
         _run(s, loop, batch=8, iters=4)
+        assert s.wait_planned(300), s.last_error  # (planned in the background)
         # the unplanned iterations are the slow ones here: the plan pays
         import time
 

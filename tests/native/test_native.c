@@ -184,7 +184,7 @@ static void test_random_model(int ops) {
     CHECK(stat_of("errors_unknown_pointer") == 0 && stat_of("errors_double_free") == 0, "no errors");
 }
 
-static volatile int stop_threads;
+static _Atomic int stop_threads;  /* read by the workers while the main thread sets it */
 static _Atomic long thread_errors, thread_ops;
 
 static void *worker(void *arg) {
