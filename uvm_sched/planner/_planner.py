@@ -265,6 +265,12 @@ def _priced(trace, full: Plan, advice_actions, budget: int, prof, accesses: bool
     from ..sim import BudgetError
     from ._pricing import price
 
+    if not trace.has_clock:
+        # the judge compares iteration times: on a trace with no clock they would be made
+        # up, so the plan stands unpriced (the runtime's watchdog still times it for real)
+        full.meta["pricing"] = {"chosen": "plan", "unpriced": "the trace has no clock, so "
+                                "the plan cannot be timed against no plan"}
+        return full
     cands = {"plan": full,
              "advice-only": Plan(advice_actions, dict(full.meta)),
              "none": Plan(advice_actions.iloc[:0], dict(full.meta))}
