@@ -252,9 +252,10 @@ class Scheduler:
         self._iter_div = 0  # divergences in the current iteration
         # values: counts, seconds, and steps_before_plan (None until the first plan)
         self._counters: dict[str, Any] = {"plans": 0, "relearns": 0, "iterations_armed": 0,
-                          "divergences": 0, "learn_failures": 0, "plan_time_s": 0.0,
-                          "steps": 0, "steps_before_plan": None, "steps_while_planning": 0,
-                          "arm_time_s": 0.0, "watchdog_disarms": 0}
+                                          "divergences": 0, "learn_failures": 0,
+                                          "plan_time_s": 0.0, "steps": 0,
+                                          "steps_before_plan": None, "steps_while_planning": 0,
+                                          "arm_time_s": 0.0, "watchdog_disarms": 0}
         self.last_error: str | None = None
         self._dropped_at: int | None = None  # the ring's drop count when recording started
         self._silence_checked = False  # the "no allocation passed through" warning, once
@@ -520,8 +521,8 @@ class Scheduler:
             start_now = self._at_marker
         p.meta.update(device=self.device, rank=self.rank)
         self._learnt_events = job.request_events
-        t0 = time.perf_counter()
         assert self.device is not None  # start() set it, before any plan is armed
+        t0 = time.perf_counter()
         native.arm_plan(p, addrs, device=self.device, start_now=start_now, phase=phase,
                         phase_allocs=phase_allocs, table=res["table"])
         self._counters["arm_time_s"] += time.perf_counter() - t0

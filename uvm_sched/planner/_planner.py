@@ -359,7 +359,8 @@ def _problem(pat, prof, samples: dict | None, remote_fallback: bool = False,
     busy = np.zeros(n, bool)
     end_lo = np.full(n, -1, np.int64)  # used at [end_lo, end_lo+guard] and [end_hi-guard, end_hi]
     end_hi = np.full(n, -1, np.int64)
-    certain: list[tuple[int, int]] = []  # (tick, block) pairs the block certainly needs (feasibility check)
+    # (tick, block) pairs the block certainly needs (feasibility check)
+    certain: list[tuple[int, int]] = []
     for i in range(n):
         lf, lt = int(live_from[i]), int(live_to[i])
         s = samples.get((bool(pers[i]), int(ordinal[i]))) if samples is not None else None

@@ -228,7 +228,8 @@ def trace_from_chrome(doc: Any, *, device: str = "cuda", where: str = "trace",
                          f"{sum(has_addr):,} others have one: a mixed or corrupt trace")
     n = len(mem)
     # MARK at the first allocator event at or after each step's start.
-    marks: np.ndarray | list[int] = np.searchsorted(ts_arr, np.array(sorted(steps.values())), side="left") if steps else []
+    marks: np.ndarray | list[int] = (
+        np.searchsorted(ts_arr, np.array(sorted(steps.values())), side="left") if steps else [])
     tick_ns = None
     if kernels:
         tick_ns = np.zeros(n)
