@@ -16,7 +16,8 @@ import numpy as np
 from . import native
 from ._codes import NativeEvent
 from .native import _ACTION_BASE, _ACTION_NAMES, EVENT_DTYPE, PLAN_ROW_DTYPE
-_NOT_ISSUED = {NativeEvent.SKIPPED: "skipped", NativeEvent.ACTION_FAILED: "failed",
+# keyed by int: the drained ``kind`` is a plain int (an IntEnum member hashes as its value)
+_NOT_ISSUED: dict[int, str] = {NativeEvent.SKIPPED: "skipped", NativeEvent.ACTION_FAILED: "failed",
                NativeEvent.UNSUPPORTED: "unsupported"}
 
 
@@ -152,7 +153,10 @@ def replay(trace, plan=None, *, arm_at: int | None = None, device: int = 0) -> n
 
     def maybe_arm(at_mark: bool, tick: int) -> None:
         nonlocal armed
-        if plan is None or armed or tick < arm_at:
+        if plan is None or armed:
+            return
+        assert arm_at is not None  # set above whenever a plan is given
+        if tick < arm_at:
             return
         if plan.meta.get("sync", "marker") == "marker" and len(marks) and not at_mark:
             return

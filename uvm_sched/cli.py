@@ -819,7 +819,7 @@ def cmd_compare(args, out: _Out) -> int:
     known = list(_part("uvm_sched.sim", "POLICIES", "the simulator"))
     policies = _policies(args.policies, known)
     plot = _writable(args.plot, args.trace) if args.plot else None
-    frontier_fig = _part("uvm_sched.viz", "frontier", "plots") if plot else None
+    frontier_fig: Any = _part("uvm_sched.viz", "frontier", "plots") if plot else None
     import pandas as pd
 
     budgets = [_budget_bytes(s, trace.peak_bytes, hw) for s in specs]
@@ -943,7 +943,7 @@ def cmd_export(args, out: _Out) -> int:
 
 
 def cmd_demo(args, out: _Out) -> int:
-    preset = dict(DEMO_SMALL if args.small else DEMO_DEFAULT)
+    preset: dict[str, Any] = dict(DEMO_SMALL if args.small else DEMO_DEFAULT)
     if args.model is not None and args.model != preset["model"]:
         # another model: the preset's sizes belong to the preset's model
         preset = {"model": args.model, "iters": preset["iters"]}
@@ -958,7 +958,7 @@ def cmd_demo(args, out: _Out) -> int:
     plan_fn = _part("uvm_sched.planner", "plan", "the planner")
     simulate = _part("uvm_sched.sim", "simulate", "the simulator")
     policies = list(_part("uvm_sched.sim", "POLICIES", "the simulator"))
-    report = _part("uvm_sched.viz", "report", "the HTML report") if dest else None
+    report: Any = _part("uvm_sched.viz", "report", "the HTML report") if dest else None
     if preset["model"] not in zoo_names():
         raise UsageError(f"unknown model {preset['model']!r}; the zoo has: {', '.join(zoo_names())}")
     sizes = _zoo_sizes(preset["model"], preset.get("batch"), preset.get("seq"), preset.get("image"))
@@ -1252,7 +1252,7 @@ def _positive_int(s: str) -> int:
 
 def _tune_list(s: str) -> tuple:
     """'16,8,oblivious' -> (16, 8, 'oblivious')."""
-    out = []
+    out: list[int | str] = []
     for x in (y.strip() for y in s.split(",")):
         if x.isdigit():
             out.append(int(x))

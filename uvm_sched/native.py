@@ -343,6 +343,7 @@ def free(ptr: int, size: int | None = None, stream: int | None = None) -> None:
     reason = {_EUNKNOWN: "unknown", _EDOUBLEFREE: "double_free", _ESIZE: "size"}.get(s)
     if reason is None:
         _raise(s, f"uvm_sched.free(0x{ptr:x})")
+    assert reason is not None  # s != _OK here, so _raise above raised
     raise FreeError(ptr, size, reason, _last_error())
 
 
@@ -639,10 +640,10 @@ def arm(table: np.ndarray, alloc_sizes: Iterable[int], period_events: int, *,
             _nbytes(int(alloc_sizes[bad[0]]), f"alloc_sizes[{bad[0]}]")  # raises, naming it
         sizes = np.ascontiguousarray(alloc_sizes, dtype=np.uint64)
     else:
-        sizes = list(alloc_sizes)
-        for j, v in enumerate(sizes):
+        listed = list(alloc_sizes)
+        for j, v in enumerate(listed):
             _nbytes(v, f"alloc_sizes[{j}]")
-        sizes = np.ascontiguousarray(np.asarray(sizes, dtype=np.uint64))
+        sizes = np.ascontiguousarray(np.asarray(listed, dtype=np.uint64))
     if sync not in _SYNC:
         raise ValueError(f"sync must be 'marker' or 'period', got {sync!r}")
     period_events = _whole(period_events, "period_events")

@@ -50,11 +50,15 @@ import sys
 import threading
 import time
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ._errors import Error, Warning as _Warning
+
+if TYPE_CHECKING:  # for annotations only: importing them costs the Scheduler's start-up
+    from ._learn import Job
+    from .planner import Plan
 
 __all__ = ["Scheduler", "SchedulerWarning", "SchedulerError"]
 
@@ -186,7 +190,7 @@ class Scheduler:
         if worker not in ("process", "thread"):
             raise ValueError(f"worker must be 'process' or 'thread', got {worker!r}")
         self.worker = worker
-        self._job = None  # the learn request in flight (a _learn.Job), None when idle
+        self._job: Job | None = None  # the learn request in flight (a _learn.Job), None when idle
         self._dog = _Watchdog(int(watchdog_iters)) if watchdog_iters else None
         self.tune = tuple(tune) if tune else ()
         if self.tune:
@@ -196,7 +200,7 @@ class Scheduler:
         self.tune_iters = int(tune_iters)
         self.tuning: dict[str, float] = {}  # guard -> median measured iteration seconds
         self.tuning_skipped: str | None = None  # why a requested tuning did not run
-        self._tuner: dict | None = None  # candidates and timings while tuning
+        self._tuner: dict[str, Any] | None = None  # candidates and timings while tuning
         self._addrs: list[int] = []  # the armed plan's persistent ordinal -> address
         from .planner import MODES
 
@@ -227,10 +231,10 @@ class Scheduler:
         self.plan_opts = dict(plan_opts or {})
         self.min_period_events = int(min_period_events)
         self._hook_pref = hook
-        self._hook_handle = None
+        self._hook_handle: Any = None  # torch's RemovableHandle (torch is optional)
         self._lock = threading.RLock()
         self.state = "idle"
-        self.plan = None
+        self.plan: Plan | None = None
         self.pattern = None
         # recording buffer (EVENT_DTYPE arrays) and blocks alive when it started
         from .native import EVENT_DTYPE
@@ -246,10 +250,12 @@ class Scheduler:
         # watching
         self._div_iters = 0  # iterations in a row with a divergence
         self._iter_div = 0  # divergences in the current iteration
-        self._counters = {"plans": 0, "relearns": 0, "iterations_armed": 0,
-                          "divergences": 0, "learn_failures": 0, "plan_time_s": 0.0,
-                          "steps": 0, "steps_before_plan": None, "steps_while_planning": 0,
-                          "arm_time_s": 0.0, "watchdog_disarms": 0}
+        # values: counts, seconds, and steps_before_plan (None until the first plan)
+        self._counters: dict[str, Any] = {"plans": 0, "relearns": 0, "iterations_armed": 0,
+                                          "divergences": 0, "learn_failures": 0,
+                                          "plan_time_s": 0.0, "steps": 0,
+                                          "steps_before_plan": None, "steps_while_planning": 0,
+                                          "arm_time_s": 0.0, "watchdog_disarms": 0}
         self.last_error: str | None = None
         self._dropped_at: int | None = None  # the ring's drop count when recording started
         self._silence_checked = False  # the "no allocation passed through" warning, once
@@ -470,6 +476,8 @@ class Scheduler:
         """Arm the plan the worker made (on the training thread: cheap), or note why
         there is none."""
         job, self._job = self._job, None
+        # poll() calls this only for a job in flight whose result is there (done is set)
+        assert job is not None and job.result is not None
         res = job.result
         if res["status"] == "wait":
             logger.debug("a learned period with fewer repetitions than the %d warm-up "
@@ -513,6 +521,7 @@ class Scheduler:
             start_now = self._at_marker
         p.meta.update(device=self.device, rank=self.rank)
         self._learnt_events = job.request_events
+        assert self.device is not None  # start() set it, before any plan is armed
         t0 = time.perf_counter()
         native.arm_plan(p, addrs, device=self.device, start_now=start_now, phase=phase,
                         phase_allocs=phase_allocs, table=res["table"])
@@ -612,6 +621,7 @@ class Scheduler:
         """Per marker: the iteration that ended counts for the armed candidate unless it
         diverged or came right after arming; enough of them, and the next one is armed."""
         tu = self._tuner
+        assert tu is not None  # _watch calls this only while tuning
         k = ev["kind"]
         for i in np.flatnonzero((k == _MARK) | (k == _DIVERGENCE)).tolist():
             if k[i] == _DIVERGENCE:
@@ -632,6 +642,7 @@ class Scheduler:
         from . import native
 
         tu = self._tuner
+        assert tu is not None  # _time_iterations calls this only while tuning
         tu["i"] += 1
         if tu["i"] < len(tu["cands"]):
             p = tu["cands"][tu["i"]][1]
@@ -642,7 +653,7 @@ class Scheduler:
 
             self.tuning = {label: statistics.median(t)
                            for (label, _), t in zip(tu["cands"], tu["times"])}
-            best = min(self.tuning, key=self.tuning.get)
+            best = min(self.tuning, key=self.tuning.__getitem__)
             p = dict(tu["cands"])[best]
             self._tuner = None
             logger.info("tuned: keeping %s (median s per iteration: %s)", best, ", ".join(
@@ -651,6 +662,7 @@ class Scheduler:
                 return
         native.disarm()
         p.meta.update(device=self.device, rank=self.rank)
+        assert self.device is not None  # start() set it, before any plan is armed
         native.arm_plan(p, self._addrs, device=self.device, start_now=True)  # at a marker
         self.plan = p
 
@@ -693,6 +705,7 @@ class Scheduler:
         from . import native
 
         dog = self._dog
+        assert dog is not None  # _watch calls this only with a watchdog
         if dog.plan is not self.plan:
             dog.reset(self.plan)  # a new plan (learned, re-learned or tuned): judge it afresh
         k = ev["kind"]
@@ -714,6 +727,7 @@ class Scheduler:
             elif dog.phase == "none" and len(dog.none_s) >= n:
                 if self._plan_loses(dog):
                     return self._disarm_by_watchdog(dog)
+                assert self.device is not None  # start() set it
                 native.arm_plan(self.plan, self._addrs, device=self.device, start_now=True)
                 dog.switch("watch")
             elif dog.phase == "watch" and self._plan_loses(dog):
@@ -801,6 +815,7 @@ class Scheduler:
             if self.tuning_skipped:
                 out["tuning_skipped"] = self.tuning_skipped
             if self._tuner is not None:
+                assert self.plan is not None  # tuning starts once a plan is armed, ends with it
                 out["tuning_now"] = self._tuner["cands"][self._tuner["i"]][0]
                 out["predicted"] = dict(self.plan.meta.get("predicted", {}))
             out["native"] = native.stats()
@@ -896,6 +911,7 @@ def _check_plan_opts(plan_opts: Any) -> dict:
     if plan_opts.get("remote_fallback", "auto") not in (True, False, "auto"):
         raise ValueError(f"plan_opts remote_fallback must be True, False or 'auto', got "
                          f"{plan_opts['remote_fallback']!r}")
+    lo: float  # ints here, floats in the range checks below
     for k, lo in (("rounds", 1), ("discard_min_bytes", 0), ("seed", 0)):
         v = plan_opts.get(k, lo)
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:

@@ -234,9 +234,9 @@ def build_schedule(p: Problem, budget: int, *, guards=(4,), rounds: int = 6) -> 
     gaps: list[_Gap] = []
     groups: dict[int, list] = {}
     for j in np.flatnonzero(ok).tolist():
-        grp = int(ggrp[j])
-        if grp >= 0 and not dead[j]:
-            sibs = groups.setdefault(grp, [])
+        sib_group = int(ggrp[j])
+        if sib_group >= 0 and not dead[j]:
+            sibs = groups.setdefault(sib_group, [])
             g = _Gap(int(gb[j]), int(gu1[j]), int(gu2[j]), int(ke[j]), False, len(sibs), sibs)
             sibs.append(g)
         else:
@@ -257,14 +257,14 @@ def build_schedule(p: Problem, budget: int, *, guards=(4,), rounds: int = 6) -> 
     saved = np.zeros(T, np.int64)
     for _ in range(rounds):
         resident = base - saved
-        over = resident > budget
+        over: np.ndarray = resident > budget
         if not over.any():
             break
         picked = _select(gaps, resident, budget, size, T, q)
         if not picked:
             break
-        seen = set()
-        chosen = [g for g in chosen + picked if g.chosen and not (id(g) in seen or seen.add(id(g)))]
+        # each gap once, at its first place (by identity: a gap may be picked again)
+        chosen = [g for g in {id(g): g for g in chosen + picked}.values() if g.chosen]
         saved = _timing(chosen, p, C, tau, q, d2h, h2d, size, T, base, budget)
         chosen = [g for g in chosen if g.chosen]
 
@@ -305,7 +305,7 @@ def build_schedule(p: Problem, budget: int, *, guards=(4,), rounds: int = 6) -> 
             for i in remote:
                 resident[int(p.live_from[i]):int(p.live_to[i]) + 1] -= size[i]
 
-    late = [max(0.0, g.p_start + h2d[g.blk] - C[g.u2]) for g in chosen if not g.dead]
+    late_ns = [max(0.0, g.p_start + h2d[g.blk] - C[g.u2]) for g in chosen if not g.dead]
     over = np.maximum(resident - budget, 0)
     wait = _eviction_wait(chosen, resident, budget, C, size, T)
     pred = {
@@ -313,7 +313,7 @@ def build_schedule(p: Problem, budget: int, *, guards=(4,), rounds: int = 6) -> 
         "stall_s": (_prefetch_stall(chosen, C, tau, h2d) + wait
                     + float(sum(p.remote_cost_ns[i] for i in remote))) * 1e-9,
         "eviction_wait_s": wait * 1e-9,
-        "late_prefetches": int(sum(1 for x in late if x > 0)),
+        "late_prefetches": int(sum(1 for x in late_ns if x > 0)),
         "evictions": len(chosen),
         "prefetches": sum(1 for g in chosen if not g.dead),
         "bytes_d2h": int(sum(size[g.blk] for g in chosen)),

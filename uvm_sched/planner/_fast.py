@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import Callable
 
 import numpy as np
 
@@ -22,7 +23,7 @@ __all__ = ["available", "select", "calls"]
 
 logger = logging.getLogger(__name__)
 
-_kernel = None  # the compiled sweep, once built
+_kernel: Callable[..., np.ndarray] | None = None  # the compiled sweep, once built
 _state = {"checked": False, "calls": 0}
 
 
@@ -75,15 +76,16 @@ def select(gaps, resident, budget, size, T, q) -> list:
             ptr.append(len(members))
         grp[i] = k
     old_on, old_kp, old_chosen = t_on.copy(), kp_min.copy(), chosen.copy()
+    assert _kernel is not None  # the planner calls select only when available() built it
     picked = _kernel(blk, t_off, t_on, t_on_late, level, chosen, bad, kp_min, grp,
                      np.asarray(ptr, np.int64), np.asarray(members, np.int64),
                      np.ascontiguousarray(resident, np.int64), np.int64(budget),
                      np.ascontiguousarray(size, np.int64), np.int64(T),
                      np.ascontiguousarray(q, np.int64))
     _state["calls"] += 1
-    for i in np.flatnonzero((t_on != old_on) | (kp_min != old_kp) | (chosen != old_chosen)):
-        g = gaps[i]
-        g.t_on, g.kp_min, g.chosen = int(t_on[i]), int(kp_min[i]), bool(chosen[i])
+    for j in np.flatnonzero((t_on != old_on) | (kp_min != old_kp) | (chosen != old_chosen)):
+        g = gaps[j]
+        g.t_on, g.kp_min, g.chosen = int(t_on[j]), int(kp_min[j]), bool(chosen[j])
     return [gaps[i] for i in picked.tolist()]
 
 

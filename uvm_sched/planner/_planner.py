@@ -170,6 +170,7 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "oblivious", **opts: Any) -
         pat = analyze(trace)
     budget_bytes = resolve_budget(budget, trace.peak_bytes, default_bytes=prof.device_capacity_bytes)
     guard = opts.get("guard", "auto")
+    guards: tuple[int, ...]
     if guard == "auto":
         guards = AUTO_GUARDS
     else:
@@ -243,6 +244,7 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "oblivious", **opts: Any) -
         "predicted": pred,
     }
     if mode == "sampled":
+        assert samples is not None  # sampled mode merged them above
         meta["samples"] = {"blocks": len(samples), "sample_rate": opts.get("sample_rate", 1.0)
                            if opts.get("samples") is None else None,
                            "noise": opts.get("noise", 0.0) if opts.get("samples") is None else None}
@@ -250,9 +252,9 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "oblivious", **opts: Any) -
     if opts.get("price", True):
         # what the judge may know of the accesses: what the planner read (sampled mode with
         # samples drawn from this trace read its ground truth; oblivious mode never does)
-        known = mode == "sampled" and opts.get("samples") is None
+        truth_known = mode == "sampled" and opts.get("samples") is None
         out = _priced(trace, out, _actions(prob, info, Schedule([], [], sched.remote, {}),
-                                           *act_opts), budget_bytes, prof, known,
+                                           *act_opts), budget_bytes, prof, truth_known,
                      [a for a, _ in pat.iterations])
     pred["plan_time_s"] = time.perf_counter() - t0
     return out
@@ -363,7 +365,8 @@ def _problem(pat, prof, samples: dict | None, remote_fallback: bool = False,
     busy = np.zeros(n, bool)
     end_lo = np.full(n, -1, np.int64)  # used at [end_lo, end_lo+guard] and [end_hi-guard, end_hi]
     end_hi = np.full(n, -1, np.int64)
-    certain = []  # (tick, block) pairs the block certainly needs (feasibility check)
+    # (tick, block) pairs the block certainly needs (feasibility check)
+    certain: list[tuple[int, int]] = []
     for i in range(n):
         lf, lt = int(live_from[i]), int(live_to[i])
         s = samples.get((bool(pers[i]), int(ordinal[i]))) if samples is not None else None

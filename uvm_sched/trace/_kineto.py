@@ -50,7 +50,7 @@ _CUDA, _CPU = 1, 0
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 
 
-def is_gzip(head: bytes) -> bool:
+def is_gzip(head: bytes | bytearray) -> bool:
     return head.startswith(b"\x1f\x8b")
 
 
@@ -74,7 +74,7 @@ def _parse_device(device: Any) -> tuple[int, int | None, str]:
     raise ValueError(f'device must be "cuda", "cuda:N" or "cpu", got {device!r}')
 
 
-def decode_json(data: bytes, where: str) -> Any:
+def decode_json(data: bytes | bytearray, where: str) -> Any:
     """Parse (gunzipping first when gzip) JSON bytes; TraceError when truncated/corrupt."""
     if is_gzip(data):
         try:
@@ -113,6 +113,14 @@ def trace_from_chrome(doc: Any, *, device: str = "cuda", where: str = "trace",
     steps: dict[int, float] = {}  # ProfilerStep number -> start (us)
     kernels: list[tuple[float, float, Any]] = []  # (ts, dur, correlation)
     launches: dict[Any, float] = {}
+    # JSON values: each is checked (isinstance, _num) before use, checks mypy cannot follow
+    ty: Any
+    did: Any
+    addr: Any
+    nb: Any
+    ts: Any
+    dur: Any
+    args: Any
     for i, e in enumerate(events):
         if not isinstance(e, dict):
             raise TraceError(f"{where}: traceEvents[{i}] is a {type(e).__name__}, expected an object")
@@ -220,7 +228,8 @@ def trace_from_chrome(doc: Any, *, device: str = "cuda", where: str = "trace",
                          f"{sum(has_addr):,} others have one: a mixed or corrupt trace")
     n = len(mem)
     # MARK at the first allocator event at or after each step's start.
-    marks = np.searchsorted(ts_arr, np.array(sorted(steps.values())), side="left") if steps else []
+    marks: np.ndarray | list[int] = (
+        np.searchsorted(ts_arr, np.array(sorted(steps.values())), side="left") if steps else [])
     tick_ns = None
     if kernels:
         tick_ns = np.zeros(n)

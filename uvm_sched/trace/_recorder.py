@@ -71,7 +71,7 @@ import inspect
 import math
 import time
 import weakref
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import numpy as np
 import torch
@@ -114,10 +114,14 @@ class _OpInfo:
     def __init__(self, func) -> None:
         from torch.utils.flop_counter import flop_registry
 
-        mut_pos, mut_kw = [], []
+        mut_pos: list[int] = []
+        mut_kw: list[str] = []
         for i, a in enumerate(func._schema.arguments):
             if a.alias_info is not None and a.alias_info.is_write:
-                (mut_kw if a.kwarg_only else mut_pos).append(i if not a.kwarg_only else a.name)
+                if a.kwarg_only:
+                    mut_kw.append(a.name)
+                else:
+                    mut_pos.append(i)
         self.mut_pos = tuple(mut_pos)
         self.mut_kw = tuple(mut_kw)
         self.name = func.overloadpacket.__name__
@@ -419,7 +423,7 @@ class _Recorder:
         else:
             arr = np.zeros((0, 7), dtype=np.int64)
         tick = arr[:, 0]
-        cols = {
+        cols: dict[str, np.ndarray | None] = {
             "tick": tick,
             "t_ns": np.rint(start_ns[tick]).astype(np.int64),
             "kind": arr[:, 1],
@@ -464,7 +468,9 @@ def _extent(t: torch.Tensor) -> tuple[int, int, int]:
     """(bytes the view spans once, lowest byte offset, one past the highest) in its storage."""
     itemsize = t.element_size()
     numel = t.numel()
-    lo = t.storage_offset() * itemsize
+    # int | SymInt in torch's stubs: SymInt only under symbolic shapes, which a recording
+    # (eager or meta tensors of concrete shape) never has
+    lo = cast(int, t.storage_offset()) * itemsize
     if numel == 0:
         return 0, lo, lo
     span = 1

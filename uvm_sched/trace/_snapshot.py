@@ -166,7 +166,7 @@ def replay_addresses(
     ops: Sequence[int],
     addrs: Sequence[int],
     sizes: Sequence[int],
-    t_ns: Sequence[int] | None,
+    t_ns: Sequence[int] | np.ndarray | None,
     streams: Sequence[int],
     *,
     device: int,
@@ -436,7 +436,7 @@ def trace_from_snapshot(
     ops: list[int] = []
     addrs: list[int] = []
     sizes: list[int] = []
-    times: list[int] = []
+    times: list[int | float] = []  # time_us: int or float microseconds
     streams: list[int] = []
     index: list[int] = []
     fcls: list[int] = []  # _frame_class of each kept event
@@ -510,7 +510,7 @@ def trace_from_snapshot(
     t0 = times[0] if have_time else 0
     t_ns = np.rint((np.asarray(times, np.float64) - t0) * 1000).astype(np.int64) if have_time else None
     pre_live = _segment_blocks(snap.get("segments", []), device, where)
-    meta = {
+    meta: dict[str, Any] = {
         "source": "torch_snapshot",
         "name": name or "snapshot",
         "device": f"cuda:{device}",
