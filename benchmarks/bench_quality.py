@@ -62,8 +62,9 @@ HEADLINE_LIMITS = (1.05, 1.10)
 
 
 # -- provenance (also used by g10_compare.py) ------------------------------------------------
-def provenance(argv: list[str] | None = None) -> dict:
-    """Date (UTC), commit (with -dirty when tracked files differ), machine, versions."""
+def provenance(argv: list[str] | None = None, *, simulated: bool = True) -> dict:
+    """Date (UTC), commit (with -dirty when tracked files differ), machine, versions;
+    ``simulated``: False for figures timed on this machine (wall and CPU seconds)."""
     def git(*a: str) -> str:
         try:
             return subprocess.run(["git", *a], cwd=REPO, capture_output=True, text=True,
@@ -86,7 +87,7 @@ def provenance(argv: list[str] | None = None) -> dict:
                     platform.machine(), "cpu_count": os.cpu_count()},
         "versions": versions,
         "command": " ".join(["python", *[str(a) for a in (argv if argv is not None else sys.argv)]]),
-        "simulated": True,
+        "simulated": simulated,
     }
 
 

@@ -33,9 +33,7 @@ def _provenance() -> dict:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from bench_quality import provenance
 
-    out = provenance()
-    out["simulated"] = False  # wall and CPU times measured on this machine
-    return out
+    return provenance(simulated=False)  # wall and CPU times measured on this machine
 
 
 def one(events: int, iters: int, warmup: int, worker: str, armed_iters: int) -> dict:
