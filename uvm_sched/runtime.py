@@ -98,7 +98,6 @@ class _Watchdog:
     bad: bool = False  # the iteration under way diverged
     plan_s: list = dataclasses.field(default_factory=list)
     none_s: list = dataclasses.field(default_factory=list)
-    warned: bool = False
 
     def reset(self, plan) -> None:
         self.plan, self.phase, self.skip, self.last, self.bad = plan, "plan", 1, None, False
@@ -450,6 +449,11 @@ class Scheduler:
             self._next_try = 2 * self._alloc_events
             self._submit()
 
+    def _recorded_parts(self) -> list[np.ndarray]:
+        """What this recording holds, in order: the prefix (blocks alive when it started),
+        then the drained chunks (arrays, never copied)."""
+        return ([self._prefix] if len(self._prefix) else []) + list(self._chunks)
+
     def _submit(self) -> None:
         """Hand what is recorded to the background worker (no copy of the events here:
         the chunks are never written again)."""
@@ -461,7 +465,7 @@ class Scheduler:
         if self._touches is not None:
             touches = (self._touches.clocks, self._touches.addresses,
                        self._touches.device_type)
-        req = {"events": ([self._prefix] if len(self._prefix) else []) + list(self._chunks),
+        req = {"events": self._recorded_parts(),
                "budget": self.budget, "hw": self.hw, "mode": self.mode,
                "warmup_iters": self.warmup_iters, "plan_opts": self.plan_opts,
                "touches": touches, "tune": self.tune}
@@ -777,7 +781,7 @@ class Scheduler:
         with self._lock:
             self.poll()
             if self.state == "recording" or not self._learnt_events:
-                parts = ([self._prefix] if len(self._prefix) else []) + list(self._chunks)
+                parts = self._recorded_parts()
             else:
                 parts = self._learnt_events
             events = np.concatenate(parts) if parts else self._prefix[:0]
