@@ -2,12 +2,16 @@
 plans (and the baselines) without a GPU.
 
 ``simulate(trace, policy, hw, budget) -> SimResult``; ``compare(trace, hw, budgets,
-policies) -> DataFrame``; ``POLICIES``; ``BudgetError``. The model: ``_engine`` (driver
+policies) -> DataFrame``; ``savings_frontier(compare_frame)`` (which budgets of a policy no
+other beats: the one definition the CLI prints and ``viz.frontier`` draws); ``POLICIES``;
+``BudgetError``. The model: ``_engine`` (driver
 residency, faults, eviction, copy engines, pool reuse), ``_prep`` (layout of blocks in
 2 MiB VA blocks, accesses), ``_policies`` (baselines and the Plan executor), ``_bound``
 (the fast lower bound and its argument), ``_lp`` (the LP lower bound, ``"lp-bound"``). Imports no torch/cupy/numba.
 """
 from ._api import LP_BOUND, POLICIES, compare, simulate
+from ._frontier import savings_frontier
 from ._result import BudgetError, SimResult
 
-__all__ = ["simulate", "compare", "SimResult", "BudgetError", "POLICIES", "LP_BOUND"]
+__all__ = ["simulate", "compare", "savings_frontier", "SimResult", "BudgetError", "POLICIES",
+           "LP_BOUND"]

@@ -465,15 +465,12 @@ def stall_table(result: Any, max_points: int = 5_000) -> tuple[pd.DataFrame, str
 
 
 def frontier_table(compare_df: pd.DataFrame) -> pd.DataFrame:
-    """Rows of ``uvm_sched.sim.compare`` with ``savings_pct`` (100 - budget_pct: the share
-    of peak memory the budget saves) and a finite slowdown, sorted for drawing."""
-    need = {"policy", "budget_pct", "slowdown"}
-    missing = need - set(compare_df.columns)
-    if missing:
-        raise ValueError(
-            f"frontier needs a frame from uvm_sched.sim.compare with columns {sorted(need)}; "
-            f"this one lacks {sorted(missing)}")
-    df = compare_df.copy()
-    df["savings_pct"] = 100.0 - df["budget_pct"].astype(float)
+    """Rows of ``uvm_sched.sim.compare`` with a finite slowdown, sorted for drawing, with
+    ``saving`` and ``frontier`` from ``uvm_sched.sim.savings_frontier`` (the one definition
+    the CLI prints too) and ``savings_pct`` (the saving in % of peak)."""
+    from ..sim import savings_frontier
+
+    df = savings_frontier(compare_df)
+    df["savings_pct"] = 100.0 * df["saving"]
     df = df[np.isfinite(df["slowdown"].astype(float))]
     return df.sort_values(["policy", "savings_pct"], kind="stable").reset_index(drop=True)

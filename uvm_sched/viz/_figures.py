@@ -187,7 +187,8 @@ def stalls(result: Any, *, backend: str = "plotly", max_points: int = 5_000) -> 
 def frontier(compare_df, *, backend: str = "plotly") -> Any:
     """Memory saved (% of peak) against slowdown (x ideal) per policy, one line per policy
     across the budgets of a ``uvm_sched.sim.compare`` frame; ``ideal`` is drawn as the 1.0x
-    line. Returns a plotly or matplotlib ``Figure``."""
+    line, and a point off the frontier (``uvm_sched.sim.savings_frontier``) as a hollow
+    marker. Returns a plotly or matplotlib ``Figure``."""
     draw = _backend(backend)
     df = _data.frontier_table(compare_df)
     if not len(df):
@@ -195,10 +196,14 @@ def frontier(compare_df, *, backend: str = "plotly") -> Any:
     name = None
     if "trace" in compare_df.columns and compare_df["trace"].nunique() == 1:
         name = str(compare_df["trace"].iloc[0])
+    table = df[df["policy"] != "ideal"]
     spec = {
         "title": "Memory saved vs slowdown" + (f": {name}" if name else "")
                  + " (lower right is better)",
-        "notes": [],
-        "table": df[df["policy"] != "ideal"],
+        # the same frontier `uvm-sched compare` prints (uvm_sched.sim.savings_frontier)
+        "notes": [] if table["frontier"].all() else
+                 ["hollow: a budget that another budget of the same policy beats (it saves at "
+                  "least as much and runs faster)"],
+        "table": table,
     }
     return _draw(draw, "frontier", spec)

@@ -156,8 +156,13 @@ def frontier(spec) -> Figure:
     df = spec["table"]
     palette = ["#1B7837", "#D62728", "#1F77B4", "#FF7F0E", "#9467BD", "#8C564B", "#E377C2", "#17BECF"]
     for i, (pol, g) in enumerate(df.groupby("policy", sort=False)):
-        ax.plot(g["savings_pct"], g["slowdown"], marker="o", linewidth=2,
-                linestyle=":" if pol == "bound" else "-", color=palette[i % len(palette)], label=str(pol))
+        color = palette[i % len(palette)]
+        on = g["frontier"].to_numpy(bool)
+        ax.plot(g["savings_pct"], g["slowdown"], marker="o", markevery=list(on), linewidth=2,
+                linestyle=":" if pol == "bound" else "-", color=color, label=str(pol))
+        if not on.all():  # off the frontier: hollow
+            ax.plot(g["savings_pct"][~on], g["slowdown"][~on], linestyle="none", marker="o",
+                    markerfacecolor="none", color=color)
     ax.axhline(1.0, color="black", linestyle="--", linewidth=1, label="ideal (all resident)")
     ys = df["slowdown"].to_numpy(float)
     if len(ys) and ys.max() / max(ys.min(), 1e-9) > 20:

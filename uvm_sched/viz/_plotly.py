@@ -279,7 +279,8 @@ def frontier(spec) -> go.Figure:
         fig.add_trace(go.Scatter(
             x=g["savings_pct"], y=g["slowdown"], name=str(pol), mode="lines+markers",
             line=dict(color=palette[i % len(palette)], width=2, dash="dot" if pol == "bound" else "solid"),
-            marker=dict(size=8), customdata=extra,
+            marker=dict(size=8, symbol=["circle" if f else "circle-open" for f in g["frontier"]]),
+            customdata=extra,
             hovertemplate=(f"{pol}<br>saves %{{x:.0f}}% of peak (budget %{{customdata:.2f}} GiB)"
                            "<br>slowdown %{y:.3f}x<extra></extra>")))
     fig.add_trace(go.Scatter(x=[0, 100], y=[1, 1], name="ideal (all resident)", mode="lines",
