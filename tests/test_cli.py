@@ -250,23 +250,25 @@ def test_output_into_missing_folder_exits_2_before_work(tiny_trace, tmp_path):
 
 def test_missing_part_is_one_clear_line():
     from uvm_sched import cli
+    from uvm_sched.cli._output import part
 
     with pytest.raises(cli.PartMissing, match=r"the frobnicator \(uvm_sched\.frobnicator\) is not "
                                               r"available"):
-        cli._part("uvm_sched.frobnicator", "run", "the frobnicator")
+        part("uvm_sched.frobnicator", "run", "the frobnicator")
     with pytest.raises(cli.PartMissing, match=r"uvm_sched\.hw\.nothing_here"):
-        cli._part("uvm_sched.hw", "nothing_here", "a thing")
+        part("uvm_sched.hw", "nothing_here", "a thing")
 
 
 def test_unexpected_failure_exits_1_and_debug_shows_traceback(tiny_trace, monkeypatch, capsys):
     """An internal bug is exit 1 with one line; --debug adds the traceback."""
     from uvm_sched import cli
+    from uvm_sched.cli import _analyze
 
     def boom(args, out):
         raise ZeroDivisionError("deliberate")
 
     parser = cli.build_parser
-    monkeypatch.setattr(cli, "cmd_analyze", boom)
+    monkeypatch.setattr(_analyze, "run", boom)
 
     def patched():
         p = parser()
