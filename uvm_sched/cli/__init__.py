@@ -27,9 +27,11 @@ import importlib
 from typing import NamedTuple, Sequence
 
 from ._args import FORMATTER, Parser, common
-from ._output import PROG, PartMissing, UsageError, exit_code
+from ._output import PROG, exit_code
+# the CLI's two error types, under the names callers and tests have always used
+from ._output import PartMissing, UsageError  # noqa: F401
 
-__all__ = ["main", "build_parser", "COMMANDS", "CommandInfo", "UsageError", "PartMissing"]
+__all__ = ["main", "build_parser", "COMMANDS", "CommandInfo"]
 
 
 class CommandInfo(NamedTuple):

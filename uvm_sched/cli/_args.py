@@ -60,7 +60,8 @@ def trace_arg(p: argparse.ArgumentParser, *, several: str | None = None) -> None
 def hw_arg(p: argparse.ArgumentParser, default: str = DEFAULT_HW) -> None:
     p.add_argument("--hw", default=default, metavar="PROFILE",
                    help=f"hardware profile name or TOML path (default {default}); "
-                        "shipped: h200-pcie5, h100-pcie5, a100-40gb-pcie4, gh200-c2c, a100-40gb-g10")
+                        "shipped: h200-pcie5, h100-pcie5, a100-40gb-pcie4, gh200-c2c, "
+                        "a100-40gb-g10")
 
 
 def force_arg(p: argparse.ArgumentParser) -> None:

@@ -67,7 +67,8 @@ def run(args: argparse.Namespace, out: Out) -> int:
     policies = list(part("uvm_sched.sim", "POLICIES", "the simulator"))
     report: Any = part("uvm_sched.viz", "report", "the HTML report") if dest else None
     if preset["model"] not in zoo_names():
-        raise UsageError(f"unknown model {preset['model']!r}; the zoo has: {', '.join(zoo_names())}")
+        raise UsageError(f"unknown model {preset['model']!r}; the zoo has: "
+                         f"{', '.join(zoo_names())}")
     sizes = _inputs.zoo_sizes(preset["model"], preset.get("batch"), preset.get("seq"),
                               preset.get("image"))
     names = list(dict.fromkeys(["ideal", *policies]))

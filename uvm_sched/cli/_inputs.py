@@ -180,7 +180,8 @@ def trace_info(trace) -> dict[str, Any]:
         "peak_bytes": int(trace.peak_bytes),
         "device_time_ns": float(np.sum(trace.tick_ns[known])) if known.any() else None,
         "time_source": trace.time_source,
-        "meta": {k: v for k, v in trace.meta.items() if k not in ("alloc_sizes", "tick_ops", "block_names")},
+        "meta": {k: v for k, v in trace.meta.items()
+                 if k not in ("alloc_sizes", "tick_ops", "block_names")},
     }
 
 

@@ -52,7 +52,8 @@ def part(module: str, attr: str, what: str) -> Any:
     except ModuleNotFoundError as e:
         missing = e.name or ""
         if missing == module or module.startswith(missing + ".") or missing.startswith(module):
-            raise PartMissing(f"{what} ({module}) is not available in this build of uvm_sched") from None
+            raise PartMissing(
+                f"{what} ({module}) is not available in this build of uvm_sched") from None
         raise PartMissing(
             f"{what} needs the Python package {missing!r}, which is not installed "
             f"(pip install {missing})"

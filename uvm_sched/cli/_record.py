@@ -20,7 +20,8 @@ from ._output import (EXIT_FAIL, EXIT_OK, EXIT_USAGE, PROG, Out, UsageError, cle
                       writable)
 
 EXAMPLES = ("  uvm-sched record -o train.parquet -- python train.py --epochs 1\n"
-            "  uvm-sched record --list\n  uvm-sched record resnet50 --batch 32 -o resnet50.parquet\n"
+            "  uvm-sched record --list\n"
+            "  uvm-sched record resnet50 --batch 32 -o resnet50.parquet\n"
             "  uvm-sched record gpt2_small --batch 8 --seq 512 --iters 4 -o gpt2.parquet\n")
 
 
