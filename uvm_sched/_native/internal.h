@@ -45,6 +45,9 @@ typedef struct uvm_prim {
     /* UVM_OK when the work before the record is done, 1 when not yet */
     int (*event_query)(void *ev);
     int (*event_sync)(void *ev);
+    /* wait until the device has done all work queued so far in its primary context,
+     * the work of streams the application has since destroyed included */
+    int (*device_sync)(int device);
     /* 1 when stream (of device) is capturing a CUDA graph, 0 when not, < 0 on error */
     int (*stream_capturing)(int device, void *stream);
     /* called when the library is torn down (uvm_sched_reset): drop what the backend made

@@ -15,8 +15,8 @@
  * per stream.  Stream-aware reuse, like PyTorch's caching allocator: memory freed on
  * stream S goes back to S's bins and is reused by S immediately (stream order makes that
  * safe); fresh memory is untagged and usable by anyone; another stream T gets S's memory
- * only when T cannot be served otherwise, after an event recorded on S has completed
- * ("reclaim").  Adjacent free runs coalesce when their tags allow (same stream, or one of
+ * only when T cannot be served otherwise, after the device has finished the work queued
+ * so far ("reclaim", see Note [Streams that go away]).  Adjacent free runs coalesce when their tags allow (same stream, or one of
  * them untagged: the merged run keeps the stream tag, which is the conservative choice).
  *
  * The caller (api.c) holds the global lock around every entry point.
@@ -291,6 +291,27 @@ static int arena_destroy(uvm_pool *p, size_t idx) {
 static void reclaim(uvm_pool *p, int slot);
 static void release_empty_slabs(uvm_pool *p, int except_slot);
 
+/* Note [Streams that go away]
+ * The application makes and destroys streams as it likes (CuPy and Numba make them per
+ * task), and may destroy one while we still cache memory freed on it, or free a block
+ * after its stream is gone.  cuda.h, cuStreamDestroy: "in case the device is still doing
+ * work in the stream hStream when cuStreamDestroy() is called, the function will return
+ * immediately and the resources associated with hStream will be released automatically
+ * once the device has completed all work in hStream"; a destroyed handle may not be
+ * passed to the driver again.  So:
+ *   - a slot's handle is a key only: the pool passes a stream to the driver only in the
+ *     call that gave it (a cross-stream free waits on the freeing stream), never later;
+ *   - reclaim waits for the whole device (cuCtxSynchronize: "all preceding requested
+ *     tasks"), which also covers the work of streams destroyed since, instead of an event
+ *     recorded on each slot's stream;
+ *   - a slot that owns nothing (no live block, no free page, no slab) is handed to the
+ *     next new stream when all are taken, and reclaim makes owned memory untagged, so any
+ *     number of streams over time is served while fewer than UVM_MAX_STREAMS hold memory;
+ *   - a handle value the driver reuses for a new stream finds the old stream's slot and
+ *     its cached memory at once.  That is safe when the value is among "the resources
+ *     associated with hStream", released only once the device has completed its work;
+ *     cuda.h does not say so in as many words, and this is the one thing we rely on. */
+
 /* A slot that owns nothing: no live block, no free pages, no slab (NULL if none). */
 static uvm_stream_slot *idle_slot(uvm_pool *p) {
     for (int i = 1; i < UVM_MAX_STREAMS; i++) {
@@ -303,10 +324,9 @@ static uvm_stream_slot *idle_slot(uvm_pool *p) {
     return NULL;
 }
 
-/* The slot of (stream handle, device), made on first use.  Slots are never unused again
- * (the loops over them stop at the first unused one); when all are taken, one that owns
- * nothing is given to the new stream: streams come and go (CuPy, Numba make them per
- * task), and a handle the driver reuses for a new stream is a new stream to us too. */
+/* The slot of (stream handle, device), made on first use (Note [Streams that go away]).
+ * Slots are never unused again (the loops over them stop at the first unused one); when
+ * all are taken, one that owns nothing is given to the new stream. */
 static int slot_of(uvm_pool *p, void *handle, int device) {
     int s = p->last_slot;
     if (s && p->streams[s].handle == handle && p->streams[s].device == device) return s;
@@ -329,7 +349,7 @@ static int slot_of(uvm_pool *p, void *handle, int device) {
             return i;
         }
     }
-    /* all taken: free the empty slabs, then (waiting for their streams) the cached pages */
+    /* all taken: free the empty slabs, then (after a device wait) the cached pages */
     release_empty_slabs(p, -1);
     uvm_stream_slot *S = idle_slot(p);
     if (!S) {
@@ -349,15 +369,16 @@ static int slot_of(uvm_pool *p, void *handle, int device) {
 
 void *uvm_pool_stream_handle(uvm_pool *p, int slot) { return p->streams[slot].handle; }
 
-/* Make the free memory of every other stream usable by anyone: wait for an event
- * recorded on that stream, then retag its runs untagged.  Empty slabs go first. */
+static int device_ok(int device) {
+    if (device >= 0 && device < UVM_MAX_DEVICES) return UVM_OK;
+    uvm_set_error("device %d is outside 0..%d", device, UVM_MAX_DEVICES - 1);
+    return UVM_EINVAL;
+}
 
-/* Wait for the work queued so far on stream (of device): UVM_OK, or the driver's status. */
+/* Wait for the work queued so far on stream (of device), a stream the caller gave in this
+ * very call (so it exists): UVM_OK, or the driver's status. */
 static int wait_stream(uvm_pool *p, void *stream, int device) {
-    if (device < 0 || device >= UVM_MAX_DEVICES) {
-        uvm_set_error("device %d is outside 0..%d", device, UVM_MAX_DEVICES - 1);
-        return UVM_EINVAL;
-    }
+    if (device_ok(device) != UVM_OK) return UVM_EINVAL;
     void **ev = &p->sync_event[device];
     int s = *ev ? UVM_OK : p->prim->event_create(device, ev);
     if (s != UVM_OK) {
@@ -368,12 +389,22 @@ static int wait_stream(uvm_pool *p, void *stream, int device) {
     return s == UVM_OK ? p->prim->event_sync(*ev) : s;
 }
 
+/* Make the free memory of every other stream usable by anyone: wait until each device
+ * holding some has finished its queued work (Note [Streams that go away]; once per device
+ * per reclaim), then retag those runs untagged.  Empty slabs go first. */
 static void reclaim(uvm_pool *p, int slot) {
     release_empty_slabs(p, -1);
+    signed char waited[UVM_MAX_DEVICES] = {0}; /* 1: done, -1: failed */
     for (int t = 1; t < UVM_MAX_STREAMS && p->streams[t].used; t++) {
         uvm_stream_slot *T = &p->streams[t];
         if (t == slot || T->free_pages == 0) continue;
-        if (wait_stream(p, T->handle, T->device) != UVM_OK) {
+        int d = T->device;
+        if (device_ok(d) != UVM_OK) {
+            p->st.err_driver++;
+            continue;
+        }
+        if (!waited[d]) waited[d] = p->prim->device_sync(d) == UVM_OK ? 1 : -1;
+        if (waited[d] < 0) {
             p->st.err_driver++;
             continue;
         }
