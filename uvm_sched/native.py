@@ -327,7 +327,8 @@ def malloc(nbytes: int, stream: int = 0, device: int = 0) -> int:
 def free(ptr: int, size: int | None = None, stream: int | None = None) -> None:
     """Free a block from :func:`malloc`. ``size`` (bytes), when given, must be the size it
     was allocated with; ``stream``, when given, is the stream the block was last used on
-    (default: the stream it was allocated on). ``free(0)`` does nothing. Raises
+    (default: the stream it was allocated on, which must not have been destroyed: pass a
+    live stream otherwise). ``free(0)`` does nothing. Raises
     ``FreeError`` naming the pointer for an unknown pointer, a double free or a wrong
     size, leaving the pool unchanged."""
     lib = _load()

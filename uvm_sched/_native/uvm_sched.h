@@ -145,7 +145,8 @@ UVM_API size_t uvm_sched_take_log(char *buf, size_t cap, uint64_t *dropped);
 /* *out = the block (NULL for size 0); UVM_EINVAL when out is NULL. */
 UVM_API int uvm_sched_malloc_status(size_t size, int device, void *stream, void **out);
 /* stream: the stream the block was last used on; own_stream=1 ignores it and uses the
- * block's allocation stream.  size UVM_SIZE_ANY skips the size check. */
+ * block's allocation stream, which must then still exist (not cuStreamDestroy'ed: the
+ * armed executor orders its actions after it).  size UVM_SIZE_ANY skips the size check. */
 UVM_API int uvm_sched_free_status(void *ptr, size_t size, int device, void *stream,
                                   int own_stream);
 /* Size (requested bytes), alloc ordinal and stream of the live block starting at ptr
