@@ -225,7 +225,7 @@ UVM_HIDDEN int uvm_pool_owner(uvm_pool *p, const void *ptr, uvm_block *b);
 UVM_HIDDEN uint64_t uvm_pool_release_cached(uvm_pool *p);
 UVM_HIDDEN void *uvm_pool_stream_handle(uvm_pool *p, int slot);
 UVM_HIDDEN int uvm_size_class(uint64_t size);      /* -1 if > UVM_SMALL_MAX */
-/* true when the pool keeps every promise of its structure (pool.c, "invariants"); else
+/* true when the pool keeps every promise of its structure (pool_check.c); else
  * false with the first broken one written to why.  O(runs + bins + slabs), O(pages) when
  * full: for tests and debug builds, never the hot path. */
 UVM_HIDDEN bool uvm_pool_is_valid(const uvm_pool *p, bool full, char *why,
@@ -293,6 +293,21 @@ typedef struct uvm_state {
 } uvm_state;
 
 UVM_HIDDEN extern uvm_state uvm_g;
+
+/* api.c: with uvm_g.lock held, start the library if it is not started yet (the backend
+ * the environment selects): UVM_OK or why not. */
+UVM_HIDDEN int uvm_start_locked(void);
+/* The first step of an entry point holding uvm_g.lock: start, or unlock and return why not. */
+#define UVM_ENSURE_READY()                                                                     \
+    do {                                                                                       \
+        if (UVM_UNLIKELY(!uvm_g.ready)) {                                                      \
+            int s_ = uvm_start_locked();                                                       \
+            if (s_ != UVM_OK) {                                                                \
+                pthread_mutex_unlock(&uvm_g.lock);                                             \
+                return s_;                                                                     \
+            }                                                                                  \
+        }                                                                                      \
+    } while (0)
 
 UVM_HIDDEN void uvm_exec_init(uvm_exec *x, const uvm_prim *prim);
 UVM_HIDDEN void uvm_exec_fini(uvm_exec *x);

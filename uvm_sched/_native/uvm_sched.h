@@ -1,9 +1,9 @@
 /* uvm_sched: a managed-memory (CUDA Unified Memory) pool allocator with an event ring
  * and a plan executor.  This is the one public header of the native core.
  *
- * Layers (one source file each): prim_*.c (every driver call behind one table),
- * pool.c (caching sub-allocator), ring.c (event ring), exec.c (plan executor),
- * api.c (this ABI).  Every function returns a status code (UVM_OK or a negative
+ * Layers: prim_*.c (every driver call behind one table), pool*.c (caching
+ * sub-allocator), ring.c (event ring), exec.c (plan executor), api.c and api_direct.c
+ * (this ABI).  Every function returns a status code (UVM_OK or a negative
  * UVM_E*) or, for the PyTorch ABI, NULL; nothing here aborts or unwinds.
  */
 #ifndef UVM_SCHED_H
