@@ -397,6 +397,16 @@ int64_t uvm_sched_release_cached(void) {
     return (int64_t)n;
 }
 
+int uvm_sched_check_pool(int full) {
+    pthread_mutex_lock(&uvm_g.lock);
+    UVM_ENSURE_READY();
+    char why[256] = "";
+    int s = uvm_pool_is_valid(&uvm_g.pool, full != 0, why, sizeof why) ? UVM_OK : UVM_EINVAL;
+    if (s != UVM_OK) uvm_set_error("pool invariant broken: %s", why);
+    pthread_mutex_unlock(&uvm_g.lock);
+    return s;
+}
+
 int uvm_sched_set_tracing(int on) {
     pthread_mutex_lock(&uvm_g.lock);
     UVM_ENSURE_READY();

@@ -158,6 +158,11 @@ UVM_API int uvm_sched_step(void);
  * UVM_EDRIVER when the driver failed to free an arena (that arena stays reserved and
  * usable; last_error says how many bytes did go back). */
 UVM_API int64_t uvm_sched_release_cached(void);
+/* Check every invariant of the pool from scratch (O(runs + bins + slabs); full != 0: also
+ * O(pages)): UVM_OK, or UVM_EINVAL with the first broken one in uvm_sched_last_error().
+ * For tests and debugging, never the hot path (debug builds also check after every
+ * change). */
+UVM_API int uvm_sched_check_pool(int full);
 
 /* Stats: a comma-separated list of names, and the values (uint64) in that order; returns
  * how many values there are (out NULL: only that count). */
