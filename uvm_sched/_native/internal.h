@@ -163,7 +163,7 @@ typedef struct uvm_bins {
 } uvm_bins;
 
 typedef struct uvm_stream_slot {
-    void *handle;
+    void *handle; /* a key only: the stream may be destroyed since (pool_streams.c) */
     int device;
     bool used;
     uvm_bins *bins;               /* free runs owned by this stream */
@@ -193,8 +193,9 @@ typedef struct uvm_pool {
     uint64_t arena_bytes; /* default reservation size */
     uint64_t limit_bytes; /* cap on reserved bytes */
     uint64_t next_ordinal;
-    /* for cross-stream reclaim, one per device (made on first use): an event may only be
-     * recorded on a stream of its own context */
+    /* for a small block freed on another stream than its slab's (the free waits for that
+     * stream), one per device, made on first use: an event may only be recorded on a
+     * stream of its own context.  Reclaim waits for the device instead (pool_streams.c) */
     void *sync_event[UVM_MAX_DEVICES];
     uvm_pool_stats st;
     uvm_run *run_free_list; /* recycled run descriptors */

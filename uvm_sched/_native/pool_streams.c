@@ -19,7 +19,10 @@
  * once the device has completed all work in hStream"; a destroyed handle may not be
  * passed to the driver again.  So:
  *   - a slot's handle is a key only: the pool passes a stream to the driver only in the
- *     call that gave it (a cross-stream free waits on the freeing stream), never later;
+ *     call that gave it (a cross-stream free waits on the freeing stream), never later.
+ *     (A free that names no stream stands for the block's allocation stream, which the
+ *     caller promises still exists: api.c orders the armed executor's actions after it;
+ *     the CuPy adapter keeps the stream alive with the block for that);
  *   - reclaim waits for the whole device (cuCtxSynchronize: "all preceding requested
  *     tasks"), which also covers the work of streams destroyed since, instead of an event
  *     recorded on each slot's stream;
