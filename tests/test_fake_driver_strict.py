@@ -208,8 +208,10 @@ def test_S2_a_destroyed_stream_is_refused_by_every_call(drv):
     assert drv["wait"](s, e, 0) == INVALID_HANDLE
     assert drv["prefetch"](drv["ptr"], MiB, Loc(1, 0), 0, s) == INVALID_HANDLE
     assert _discard(drv, drv["ptr"], MiB, s) == INVALID_HANDLE
+    capturing = fake.proc("cuStreamIsCapturing", P, ctypes.POINTER(ctypes.c_int), version=10000)
+    assert capturing(s, ctypes.byref(ctypes.c_int())) == INVALID_HANDLE
     assert fake.destroy_stream(s) == INVALID_HANDLE
-    assert len(fake.destroyed_stream_uses()) == 5
+    assert len(fake.destroyed_stream_uses()) == 6
     assert drv["record"](e, drv["s0"]) == 0  # the live ones are not affected
 
 
