@@ -1,6 +1,7 @@
 /* The exported ABI: one global lock around pool, executor and ring production; backend
- * selection; stats; drain (the direct calls are in api_direct.c).  Nothing here aborts: every entry returns a status (or NULL
- * for the PyTorch ABI) and leaves the pool as it was on failure. */
+ * selection; stats; drain (the direct calls are in api_direct.c). Nothing here aborts:
+ * every entry returns a status (or NULL for the PyTorch ABI) and leaves the pool as it was
+ * on failure. */
 #define _GNU_SOURCE
 #include <ctype.h>
 #include <errno.h>

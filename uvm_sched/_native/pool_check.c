@@ -8,16 +8,16 @@
 #include "pool.h"
 
 /* ---- invariants ---------------------------------------------------------------------------
- * What the structure above promises, checked from scratch (O(pages + bins + slabs)): the
- * runs of each arena tile it (every page in exactly one run, head/tail marking its ends);
- * every free run sits in exactly one bin (its stream tag's, the bin of its size) and each
- * slot's bins add up to its free_pages; bin lists link both ways and the bitmap marks the
- * non-empty bins; a slab fills one page of its stream, counts its free slots right and is
- * on its (stream, class) partial list exactly when it has one; the counters (blocks,
- * bytes, pages in use, reserved bytes, slabs, live blocks per stream) match what the runs
- * hold; arenas are sorted by base and 2 MiB aligned.  full: also check that no page
- * inside a run is marked as a run's end, and the slab bits past the last slot (O(pages)
- * rather than O(runs)). */
+ * What the pool's structure (pool.c, pool_pages.c, pool_streams.c) promises, checked
+ * from scratch (O(pages + bins + slabs)): the runs of each arena tile it (every page in
+ * exactly one run, head/tail marking its ends); every free run sits in exactly one bin
+ * (its stream tag's, the bin of its size) and each slot's bins add up to its free_pages;
+ * bin lists link both ways and the bitmap marks the non-empty bins; a slab fills one
+ * page of its stream, counts its free slots right and is on its (stream, class) partial
+ * list exactly when it has one; the counters (blocks, bytes, pages in use, reserved
+ * bytes, slabs, live blocks per stream) match what the runs hold; arenas are sorted by
+ * base and 2 MiB aligned.  full: also check that no page inside a run is marked as a
+ * run's end, and the slab bits past the last slot (O(pages) rather than O(runs)). */
 #define BROKEN(...)                                                                            \
     do {                                                                                       \
         if (why) snprintf(why, why_len, __VA_ARGS__);                                          \
