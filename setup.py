@@ -18,7 +18,8 @@ try:  # setuptools >= 70.1 carries bdist_wheel; older ones take it from the whee
 except ImportError:  # pragma: no cover
     from wheel.bdist_wheel import bdist_wheel
 
-SOURCES = ["api.c", "pool.c", "ring.c", "exec.c", "prim_host.c", "prim_cuda.c", "torch_abi.c"]
+SOURCES = ["api.c", "api_direct.c", "pool.c", "pool_pages.c", "pool_streams.c", "pool_check.c",
+           "ring.c", "exec.c", "prim_host.c", "prim_cuda.c", "torch_abi.c"]
 
 
 class BuildExt(build_ext):
@@ -43,7 +44,8 @@ setup(
         Extension(
             "uvm_sched._native._uvm_sched",
             sources=[f"uvm_sched/_native/{s}" for s in SOURCES],
-            depends=["uvm_sched/_native/uvm_sched.h", "uvm_sched/_native/internal.h"],
+            depends=["uvm_sched/_native/uvm_sched.h", "uvm_sched/_native/internal.h",
+                     "uvm_sched/_native/pool.h"],
             extra_compile_args=["-Wall", "-Wextra", "-Werror", "-O2", "-std=c11", "-pthread",
                                 "-fvisibility=hidden"],
             extra_link_args=["-pthread"],

@@ -50,6 +50,7 @@ def _calls(fake):
         record=fake.proc("cuEventRecord", P, P),
         wait=fake.proc("cuStreamWaitEvent", P, P, ctypes.c_uint),
         sync=fake.proc("cuEventSynchronize", P),
+        ctx_sync=fake.proc("cuCtxSynchronize"),
     )
 
 
@@ -173,6 +174,7 @@ def test_C1_calls_without_a_current_context_are_refused(drv):
     assert drv["free"](drv["ptr"]) == INVALID_CONTEXT
     assert drv["prefetch"](drv["ptr"], MiB, Loc(2, 0), 0, drv["s0"]) == INVALID_CONTEXT
     assert _discard(drv, drv["ptr"], MiB, drv["s0"]) == INVALID_CONTEXT
+    assert drv["ctx_sync"]() == INVALID_CONTEXT
 
 
 def test_C2_streams_and_events_belong_to_the_current_context(drv):
@@ -197,10 +199,26 @@ def test_S1_the_legacy_stream_cannot_be_destroyed(drv):
     assert drv["stream_destroy"](None) == INVALID_HANDLE
 
 
+def test_S2_a_destroyed_stream_is_refused_by_every_call(drv):
+    rule("S2")
+    fake, e = drv["fake"], _event(drv)
+    s = fake.app_stream(0)
+    assert fake.destroy_stream(s) == 0
+    assert drv["record"](e, s) == INVALID_HANDLE
+    assert drv["wait"](s, e, 0) == INVALID_HANDLE
+    assert drv["prefetch"](drv["ptr"], MiB, Loc(1, 0), 0, s) == INVALID_HANDLE
+    assert _discard(drv, drv["ptr"], MiB, s) == INVALID_HANDLE
+    capturing = fake.proc("cuStreamIsCapturing", P, ctypes.POINTER(ctypes.c_int), version=10000)
+    assert capturing(s, ctypes.byref(ctypes.c_int())) == INVALID_HANDLE
+    assert fake.destroy_stream(s) == INVALID_HANDLE
+    assert len(fake.destroyed_stream_uses()) == 6
+    assert drv["record"](e, drv["s0"]) == 0  # the live ones are not affected
+
+
 def test_every_precondition_in_the_table_has_its_test():
     table = (Path(__file__).resolve().parent / "native" / "PRECONDITIONS.md").read_text()
     ids = set(re.findall(r"^\| ([A-Z]\d) \|", table, re.M))
-    assert len(ids) >= 14
+    assert len(ids) >= 15
     names = {n.split("_")[1] for n in globals() if n.startswith("test_") and "_" in n}
     assert ids <= names, f"rows without a test: {sorted(ids - names)}"
 
@@ -286,3 +304,41 @@ def test_memory_is_returned_from_a_thread_without_a_context():
         t.join()
         assert out == [8 * MiB]
         assert fake.live_allocations() == 0
+
+
+# ---- streams the application destroys (CuPy, Numba) ---------------------------------------
+
+def test_memory_cached_for_a_destroyed_stream_is_reclaimed_without_touching_its_handle():
+    # cuda.h, cuStreamDestroy: the call "will return immediately and the resources
+    # associated with hStream will be released automatically once the device has completed
+    # all work in hStream"; the handle itself may not be used again
+    with fakecuda.backend("fake", UVM_SCHED_ARENA_BYTES="8M",
+                          UVM_SCHED_LIMIT_BYTES="8M") as fake:
+        s, t = fake.app_stream(0), fake.app_stream(0)
+        p = uvm_sched.malloc(6 * MiB, stream=s)
+        uvm_sched.free(p, stream=s)  # cached for s
+        assert fake.destroy_stream(s) == 0
+        q = uvm_sched.malloc(6 * MiB, stream=t)  # only s's cached pages fit: a reclaim
+        assert q == p
+        st = uvm_sched.stats()
+        assert st["reclaims"] == 1 and st["errors_driver"] == 0, st
+        assert fake.destroyed_stream_uses() == []
+        assert fake.calls("cuCtxSynchronize")  # waited for the device instead
+        uvm_sched.free(q, stream=t)
+
+
+def test_any_number_of_destroyed_streams_over_time_is_served():
+    # 128 stream slots: a stream that is gone must give its slot back, or the 128th new
+    # stream would get no memory
+    with fakecuda.backend("fake") as fake:
+        keep = uvm_sched.malloc(4096, stream=fake.app_stream(0))
+        for i in range(300):
+            s = fake.app_stream(0)
+            n = 4096 if i % 2 else 3 * MiB
+            p = uvm_sched.malloc(n, stream=s)
+            uvm_sched.free(p, stream=s)
+            assert fake.destroy_stream(s) == 0
+        st = uvm_sched.stats()
+        assert st["allocated_blocks"] == 1 and st["errors_driver"] == 0, st
+        assert fake.destroyed_stream_uses() == []
+        uvm_sched.free(keep)

@@ -73,6 +73,39 @@ def test_cupy_allocator_without_cupy_is_a_clear_error():
         pytest.skip("CuPy is installed; the missing-CuPy error does not apply")
 
 
+def test_a_cupy_block_keeps_its_allocation_stream_alive_until_it_is_freed(monkeypatch):
+    # CuPy destroys a stream when its Stream object goes (cuStreamDestroy); the free of a
+    # block made on it is ordered after that stream, which must still exist then
+    import types
+    import weakref
+
+    class Stream:
+        ptr = 0x5000
+
+    class Memory:
+        def __init__(self, ptr, size, owner, device_id):
+            self.ptr, self.owner = ptr, owner
+
+    current = {"stream": Stream()}
+    cuda = types.SimpleNamespace(
+        Device=lambda: types.SimpleNamespace(id=0),
+        get_current_stream=lambda: current["stream"],
+        UnownedMemory=Memory,
+        MemoryPointer=lambda mem, offset: types.SimpleNamespace(mem=mem),
+    )
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(cuda=cuda))
+    blocks = uvm_sched.stats()["allocated_blocks"]
+    mp = uvm_sched.cupy_allocator()(4096)
+    assert native.block_info(mp.mem.ptr)["stream"] == Stream.ptr
+    alive = weakref.ref(current.pop("stream"))
+    gc.collect()
+    assert alive() is not None, "the stream went while its block is live"
+    del mp
+    gc.collect()
+    assert alive() is None
+    assert uvm_sched.stats()["allocated_blocks"] == blocks
+
+
 def test_numba_plugin_protocol():
     driver = pytest.importorskip("numba.cuda.cudadrv.driver")
     mod = importlib.import_module("uvm_sched.numba")

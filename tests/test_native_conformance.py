@@ -30,6 +30,7 @@ BACKENDS = ["host", "fake", pytest.param("cuda", marks=pytest.mark.gpu)]
 def backend(request):
     with fakecuda.backend(request.param) as fake:
         yield request.param, fake
+        native._check_pool(full=True)  # whatever the test did left the pool whole
 
 
 def _no_overlap(blocks):
@@ -326,6 +327,7 @@ class PoolModel(RuleBasedStateMachine):
 
     @invariant()
     def accounting(self):
+        native._check_pool(full=True)
         s = uvm_sched.stats()
         assert s["allocated_blocks"] == len(self.live)
         assert s["allocated_bytes"] == sum(n for n, _ in self.live.values())

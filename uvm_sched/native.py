@@ -179,6 +179,7 @@ def _load() -> ctypes.CDLL:
                                                c.POINTER(c.c_uint64), c.POINTER(c.c_uint64)]),
             "uvm_sched_step": (c.c_int, []),
             "uvm_sched_release_cached": (c.c_int64, []),
+            "uvm_sched_check_pool": (c.c_int, [c.c_int]),
             "uvm_sched_stats_names": (c.c_char_p, []),
             "uvm_sched_stats": (c.c_size_t, [c.POINTER(c.c_uint64), c.c_size_t]),
             "uvm_sched_set_tracing": (c.c_int, [c.c_int]),
@@ -327,7 +328,8 @@ def malloc(nbytes: int, stream: int = 0, device: int = 0) -> int:
 def free(ptr: int, size: int | None = None, stream: int | None = None) -> None:
     """Free a block from :func:`malloc`. ``size`` (bytes), when given, must be the size it
     was allocated with; ``stream``, when given, is the stream the block was last used on
-    (default: the stream it was allocated on). ``free(0)`` does nothing. Raises
+    (default: the stream it was allocated on, which must not have been destroyed: pass a
+    live stream otherwise). ``free(0)`` does nothing. Raises
     ``FreeError`` naming the pointer for an unknown pointer, a double free or a wrong
     size, leaving the pool unchanged."""
     lib = _load()
@@ -604,6 +606,14 @@ def _reset(backend: str | None = None, force: bool = False) -> None:
         raise UvmSchedError(f"cannot reset: {_last_error()}")
     _raise(s, f"uvm_sched reset to backend {backend!r}")
     _UNREAD.clear()  # events of the state just torn down
+
+
+def _check_pool(full: bool = True) -> None:
+    """Check every invariant of the native pool from scratch (tests: the conformance suite
+    and its random model call it); raises ``UvmSchedError`` naming the first broken one."""
+    s = _load().uvm_sched_check_pool(1 if full else 0)
+    if s != _OK:
+        raise UvmSchedError(_last_error())
 
 
 # ---- executor -------------------------------------------------------------------------

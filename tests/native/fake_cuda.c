@@ -20,7 +20,9 @@
  *   legacy NULL stream for cuMemDiscardBatchAsync, an event recorded on a stream of
  *   another context, a legacy-stream call with no context current, and, where the driver
  *   says "undefined behaviour", a discard that may run at the same time as a prefetch or
- *   another discard of an overlapping range (CUDA_ERROR_INVALID_VALUE, logged "race").
+ *   another discard of an overlapping range (CUDA_ERROR_INVALID_VALUE, logged "race"),
+ *   and any use of a stream after cuStreamDestroy (CUDA_ERROR_INVALID_HANDLE, logged
+ *   "destroyed stream").
  *   Stream order is tracked with a vector clock per stream: an event carries the clock
  *   of its stream when recorded, cuStreamWaitEvent merges it into the waiting stream, a
  *   completed cuEventSynchronize/cuEventQuery merges it into the host's clock, which
@@ -190,6 +192,31 @@ static int hid(void *h) {
 static void forget(void *h) {
     for (int i = 0; i < MAX_HANDLES; i++)
         if (handles[i] == h) handles[i] = NULL;
+}
+
+/* Destroyed streams, kept (not freed) so that a later use of the handle is told apart
+ * from a stream made since at the same address: refused (INVALID_HANDLE, logged
+ * "destroyed").  The oldest is freed when the list is full; its address may then be
+ * reused by a new stream, as the real driver's may once the stream's work is done. */
+#define MAX_DEAD 1024
+static handle *dead[MAX_DEAD];
+static unsigned long n_dead;
+
+static int dead_id(const void *h) {
+    for (int i = 0; h && i < MAX_DEAD; i++)
+        if (dead[i] == h) return dead[i]->id;
+    return 0;
+}
+
+/* A stream argument of call: OK, INVALID_HANDLE for a destroyed stream, INVALID_VALUE
+ * for a value this driver never made. */
+static CUresult stream_arg(const char *call, void *s) {
+    int d = dead_id(s);
+    if (d) {
+        logf_("destroyed stream s%d used by %s", d, call);
+        return INVALID_HANDLE;
+    }
+    return hid(s) < 0 ? INVALID_VALUE : OK;
 }
 
 static int find_alloc(uintptr_t p, size_t n) {
@@ -391,7 +418,7 @@ static CUresult f_prefetch_v2(CUdeviceptr p, size_t n, CUmemLocation loc, unsign
                               void *stream) {
     ENTER("cuMemPrefetchAsync");
     NEED_CTX();
-    if (!r_ && hid(stream) < 0) r_ = INVALID_VALUE;
+    if (!r_) r_ = stream_arg("cuMemPrefetchAsync", stream);
     if (!r_ && find_alloc(p, n) < 0) r_ = INVALID_VALUE;
     if (!r_ && !(loc.type == 2 || (loc.type == 1 && loc.id >= 0 && loc.id < devices)))
         r_ = INVALID_VALUE;
@@ -404,7 +431,7 @@ static CUresult f_prefetch_v2(CUdeviceptr p, size_t n, CUmemLocation loc, unsign
 static CUresult f_prefetch_v1(CUdeviceptr p, size_t n, int dev, void *stream) {
     ENTER("cuMemPrefetchAsync");
     NEED_CTX();
-    if (!r_ && hid(stream) < 0) r_ = INVALID_VALUE;
+    if (!r_) r_ = stream_arg("cuMemPrefetchAsync", stream);
     if (!r_ && find_alloc(p, n) < 0) r_ = INVALID_VALUE;
     if (!r_ && !(dev == -1 || (dev >= 0 && dev < devices))) r_ = INVALID_VALUE;
     if (!r_) r_ = range_op('p', stream, (uintptr_t)p, (uintptr_t)p + n);
@@ -437,7 +464,7 @@ static CUresult f_discard(CUdeviceptr *ps, size_t *ns, size_t count, unsigned lo
                           void *stream) {
     ENTER("cuMemDiscardBatchAsync");
     NEED_CTX();
-    if (!r_ && hid(stream) < 0) r_ = INVALID_VALUE;
+    if (!r_) r_ = stream_arg("cuMemDiscardBatchAsync", stream);
     if (!r_ && !stream) r_ = INVALID_VALUE; /* "Must not be legacy NULL stream" */
     if (!r_ && (flags != 0 || count == 0)) r_ = INVALID_VALUE;
     for (size_t i = 0; !r_ && i < count; i++)
@@ -488,8 +515,8 @@ static CUresult f_stream_create(void **s, unsigned flags) {
 
 static CUresult f_stream_destroy(void *s) {
     ENTER("cuStreamDestroy");
+    if (!r_) r_ = stream_arg("cuStreamDestroy", s);
     int id = hid(s);
-    if (!r_ && id < 0) r_ = INVALID_VALUE;
     if (!r_ && !s) r_ = INVALID_HANDLE; /* the legacy stream is not destroyed */
     if (!r_) {
         handle *h = s;
@@ -498,8 +525,11 @@ static CUresult f_stream_destroy(void *s) {
         for (unsigned long i = 0; i < MAX_OPS; i++) /* its work is no one's to race now */
             if (ops[i].slot == h->slot) ops[i].kind = 0;
         forget(s);
-        free(((handle *)s)->vc);
-        free(s);
+        free(h->vc);
+        h->vc = NULL;
+        handle **at = &dead[n_dead++ % MAX_DEAD];
+        free(*at);
+        *at = h;
     }
     LEAVE("cuStreamDestroy stream=s%d -> %d", id, r_);
 }
@@ -527,7 +557,8 @@ static CUresult f_event_destroy(void *e) {
 
 static CUresult f_event_record(void *e, void *s) {
     ENTER("cuEventRecord");
-    if (!r_ && (hid(e) <= 0 || hid(s) < 0)) r_ = INVALID_VALUE;
+    if (!r_) r_ = stream_arg("cuEventRecord", s);
+    if (!r_ && hid(e) <= 0) r_ = INVALID_VALUE;
     int slot = 0, dev = 0;
     unsigned *vc = r_ ? NULL : clock_of(s, &slot, &dev);
     if (!r_ && !vc) r_ = INVALID_CONTEXT; /* NULL stream: the current context's */
@@ -542,7 +573,8 @@ static CUresult f_event_record(void *e, void *s) {
 
 static CUresult f_stream_wait(void *s, void *e, unsigned flags) {
     ENTER("cuStreamWaitEvent");
-    if (!r_ && (hid(e) <= 0 || hid(s) < 0)) r_ = INVALID_VALUE;
+    if (!r_) r_ = stream_arg("cuStreamWaitEvent", s);
+    if (!r_ && hid(e) <= 0) r_ = INVALID_VALUE;
     if (!r_ && flags != 0 && flags != 1) r_ = INVALID_VALUE;
     /* the event may be of another context or device ("hEvent may be from a different
      * context or device than hStream") */
@@ -567,9 +599,24 @@ static CUresult f_event_sync(void *e) {
     LEAVE("cuEventSynchronize event=e%d -> %d", hid(e), r_);
 }
 
+/* everything queued in the current context is done: the host is ordered after it (the
+ * fake runs no work, so only the clocks move) */
+static CUresult f_ctx_sync(void) {
+    ENTER("cuCtxSynchronize");
+    NEED_CTX();
+    if (!r_) {
+        int dev = current_ctx->dev;
+        vc_merge(host_vc, legacy_vc[dev]);
+        for (int k = 0; k < MAX_HANDLES; k++)
+            if (handles[k] && handles[k]->kind == 's' && handles[k]->dev == dev)
+                vc_merge(host_vc, handles[k]->vc);
+    }
+    LEAVE("cuCtxSynchronize ctx=c%d -> %d", hid(current_ctx), r_);
+}
+
 static CUresult f_stream_is_capturing(void *s, int *status) {
     ENTER("cuStreamIsCapturing");
-    if (!r_ && hid(s) < 0) r_ = INVALID_HANDLE;
+    if (!r_ && stream_arg("cuStreamIsCapturing", s) != OK) r_ = INVALID_HANDLE;
     if (!r_ && !s && !current_ctx) r_ = INVALID_CONTEXT;
     if (!r_) *status = s ? ((handle *)s)->capturing : 0;
     LEAVE("cuStreamIsCapturing stream=s%d -> %d", hid(s), r_);
@@ -602,6 +649,7 @@ static CUresult getproc(const char *sym, void **pfn, int ver, unsigned long long
         {"cuStreamWaitEvent", 3020, (void *)f_stream_wait},
         {"cuEventQuery", 2000, (void *)f_event_query},
         {"cuEventSynchronize", 2000, (void *)f_event_sync},
+        {"cuCtxSynchronize", 2000, (void *)f_ctx_sync},
         {"cuStreamIsCapturing", 10000, (void *)f_stream_is_capturing},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)

@@ -81,6 +81,16 @@ class Fake:
         self.lib.fake_cuda_stream_create_on.restype = ctypes.c_void_p
         return self.lib.fake_cuda_stream_create_on(device)
 
+    def destroy_stream(self, stream: int) -> int:
+        """What the application's ``cuStreamDestroy(stream)`` does: the CUresult. Any later
+        use of the handle is refused (CUDA_ERROR_INVALID_HANDLE, logged "destroyed")."""
+        return self.proc("cuStreamDestroy", ctypes.c_void_p)(stream)
+
+    def destroyed_stream_uses(self) -> list[str]:
+        """The log lines of calls that were given a destroyed stream."""
+        return [line for line in self.lib.fake_cuda_log().decode().splitlines()
+                if "destroyed stream" in line]
+
     def touch(self, stream: int, ptr: int, nbytes: int) -> int:
         """A kernel of the application using [ptr, ptr+nbytes) on stream: the CUresult
         (1 = it may run at the same time as a discard of the range)."""

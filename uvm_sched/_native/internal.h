@@ -45,6 +45,9 @@ typedef struct uvm_prim {
     /* UVM_OK when the work before the record is done, 1 when not yet */
     int (*event_query)(void *ev);
     int (*event_sync)(void *ev);
+    /* wait until the device has done all work queued so far in its primary context,
+     * the work of streams the application has since destroyed included */
+    int (*device_sync)(int device);
     /* 1 when stream (of device) is capturing a CUDA graph, 0 when not, < 0 on error */
     int (*stream_capturing)(int device, void *stream);
     /* called when the library is torn down (uvm_sched_reset): drop what the backend made
@@ -160,7 +163,7 @@ typedef struct uvm_bins {
 } uvm_bins;
 
 typedef struct uvm_stream_slot {
-    void *handle;
+    void *handle; /* a key only: the stream may be destroyed since (pool_streams.c) */
     int device;
     bool used;
     uvm_bins *bins;               /* free runs owned by this stream */
@@ -190,8 +193,9 @@ typedef struct uvm_pool {
     uint64_t arena_bytes; /* default reservation size */
     uint64_t limit_bytes; /* cap on reserved bytes */
     uint64_t next_ordinal;
-    /* for cross-stream reclaim, one per device (made on first use): an event may only be
-     * recorded on a stream of its own context */
+    /* for a small block freed on another stream than its slab's (the free waits for that
+     * stream), one per device, made on first use: an event may only be recorded on a
+     * stream of its own context.  Reclaim waits for the device instead (pool_streams.c) */
     void *sync_event[UVM_MAX_DEVICES];
     uvm_pool_stats st;
     uvm_run *run_free_list; /* recycled run descriptors */
@@ -222,7 +226,7 @@ UVM_HIDDEN int uvm_pool_owner(uvm_pool *p, const void *ptr, uvm_block *b);
 UVM_HIDDEN uint64_t uvm_pool_release_cached(uvm_pool *p);
 UVM_HIDDEN void *uvm_pool_stream_handle(uvm_pool *p, int slot);
 UVM_HIDDEN int uvm_size_class(uint64_t size);      /* -1 if > UVM_SMALL_MAX */
-/* true when the pool keeps every promise of its structure (pool.c, "invariants"); else
+/* true when the pool keeps every promise of its structure (pool_check.c); else
  * false with the first broken one written to why.  O(runs + bins + slabs), O(pages) when
  * full: for tests and debug builds, never the hot path. */
 UVM_HIDDEN bool uvm_pool_is_valid(const uvm_pool *p, bool full, char *why,
@@ -290,6 +294,21 @@ typedef struct uvm_state {
 } uvm_state;
 
 UVM_HIDDEN extern uvm_state uvm_g;
+
+/* api.c: with uvm_g.lock held, start the library if it is not started yet (the backend
+ * the environment selects): UVM_OK or why not. */
+UVM_HIDDEN int uvm_start_locked(void);
+/* The first step of an entry point holding uvm_g.lock: start, or unlock and return why not. */
+#define UVM_ENSURE_READY()                                                                     \
+    do {                                                                                       \
+        if (UVM_UNLIKELY(!uvm_g.ready)) {                                                      \
+            int s_ = uvm_start_locked();                                                       \
+            if (s_ != UVM_OK) {                                                                \
+                pthread_mutex_unlock(&uvm_g.lock);                                             \
+                return s_;                                                                     \
+            }                                                                                  \
+        }                                                                                      \
+    } while (0)
 
 UVM_HIDDEN void uvm_exec_init(uvm_exec *x, const uvm_prim *prim);
 UVM_HIDDEN void uvm_exec_fini(uvm_exec *x);

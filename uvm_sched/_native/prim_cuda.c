@@ -87,6 +87,7 @@ static struct {
     CUresult (*stream_wait_event)(CUstream, CUevent, unsigned);
     CUresult (*event_query)(CUevent);
     CUresult (*event_sync)(CUevent);
+    CUresult (*ctx_sync)(void);
     CUresult (*stream_is_capturing)(CUstream, int *);
     CUresult (*error_name)(CUresult, const char **);
     int n_devices;
@@ -350,6 +351,14 @@ static int cu_event_sync(void *ev) {
     return UVM_OK;
 }
 
+/* cuda.h, cuCtxSynchronize: "Blocks until the device has completed all preceding
+ * requested tasks": also the work of a stream destroyed since, which cuStreamDestroy
+ * lets finish ("the resources associated with hStream will be released automatically
+ * once the device has completed all work in hStream"). */
+static int cu_device_sync(int device) {
+    IN_CTX(device, st("cuCtxSynchronize", D.ctx_sync()));
+}
+
 static int capturing_in_ctx(void *stream) {
     int status = 0; /* CU_STREAM_CAPTURE_STATUS_NONE, _ACTIVE = 1, _INVALIDATED = 2 */
     CHECK("cuStreamIsCapturing", D.stream_is_capturing((CUstream)stream, &status));
@@ -388,6 +397,7 @@ static const uvm_prim uvm_prim_cuda = {
     .stream_wait_event = cu_stream_wait,
     .event_query = cu_event_query,
     .event_sync = cu_event_sync,
+    .device_sync = cu_device_sync,
     .stream_capturing = cu_stream_capturing,
     .shutdown = cu_shutdown,
 };
@@ -457,6 +467,7 @@ int uvm_prim_cuda_load(const uvm_prim **out, char *why, size_t why_len) {
         {"cuStreamWaitEvent", 3020, (void **)&D.stream_wait_event, 1},
         {"cuEventQuery", 2000, (void **)&D.event_query, 1},
         {"cuEventSynchronize", 2000, (void **)&D.event_sync, 1},
+        {"cuCtxSynchronize", 2000, (void **)&D.ctx_sync, 1},
         {"cuMemDiscardBatchAsync", 13000, (void **)&D.discard_batch, 0},
         {"cuStreamIsCapturing", 10000, (void **)&D.stream_is_capturing, 0},
     };

@@ -72,6 +72,11 @@ static int host_one(void *ev) {
     return UVM_OK;
 }
 
+static int host_device_sync(int device) {
+    (void)device;
+    return UVM_OK;
+}
+
 static void host_shutdown(void) {}
 
 const uvm_prim uvm_prim_host = {
@@ -89,5 +94,6 @@ const uvm_prim uvm_prim_host = {
     .stream_wait_event = host_record,
     .event_query = host_one,
     .event_sync = host_one,
+    .device_sync = host_device_sync,
     .shutdown = host_shutdown,
 };

@@ -1,9 +1,9 @@
 /* uvm_sched: a managed-memory (CUDA Unified Memory) pool allocator with an event ring
  * and a plan executor.  This is the one public header of the native core.
  *
- * Layers (one source file each): prim_*.c (every driver call behind one table),
- * pool.c (caching sub-allocator), ring.c (event ring), exec.c (plan executor),
- * api.c (this ABI).  Every function returns a status code (UVM_OK or a negative
+ * Layers: prim_*.c (every driver call behind one table), pool*.c (caching
+ * sub-allocator), ring.c (event ring), exec.c (plan executor), api.c and api_direct.c
+ * (this ABI).  Every function returns a status code (UVM_OK or a negative
  * UVM_E*) or, for the PyTorch ABI, NULL; nothing here aborts or unwinds.
  */
 #ifndef UVM_SCHED_H
@@ -145,7 +145,8 @@ UVM_API size_t uvm_sched_take_log(char *buf, size_t cap, uint64_t *dropped);
 /* *out = the block (NULL for size 0); UVM_EINVAL when out is NULL. */
 UVM_API int uvm_sched_malloc_status(size_t size, int device, void *stream, void **out);
 /* stream: the stream the block was last used on; own_stream=1 ignores it and uses the
- * block's allocation stream.  size UVM_SIZE_ANY skips the size check. */
+ * block's allocation stream, which must then still exist (not cuStreamDestroy'ed: the
+ * armed executor orders its actions after it).  size UVM_SIZE_ANY skips the size check. */
 UVM_API int uvm_sched_free_status(void *ptr, size_t size, int device, void *stream,
                                   int own_stream);
 /* Size (requested bytes), alloc ordinal and stream of the live block starting at ptr
@@ -157,6 +158,11 @@ UVM_API int uvm_sched_step(void);
  * UVM_EDRIVER when the driver failed to free an arena (that arena stays reserved and
  * usable; last_error says how many bytes did go back). */
 UVM_API int64_t uvm_sched_release_cached(void);
+/* Check every invariant of the pool from scratch (O(runs + bins + slabs); full != 0: also
+ * O(pages)): UVM_OK, or UVM_EINVAL with the first broken one in uvm_sched_last_error().
+ * For tests and debugging, never the hot path (debug builds also check after every
+ * change). */
+UVM_API int uvm_sched_check_pool(int full);
 
 /* Stats: a comma-separated list of names, and the values (uint64) in that order; returns
  * how many values there are (out NULL: only that count). */

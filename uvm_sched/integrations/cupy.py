@@ -10,12 +10,18 @@ __all__ = ["cupy_allocator"]
 
 
 class _Owner:
-    """Frees the block when CuPy drops the last reference to its memory."""
+    """Frees the block when CuPy drops the last reference to its memory. Holds the
+    ``cupy.cuda.Stream`` it was allocated on until then: CuPy destroys a stream when its
+    object goes, while arrays made on it may live on, and the free (with the executor
+    armed, its prefetches and discards) is ordered after that stream's work, so the
+    stream must still exist when the block is freed (cuStreamDestroy leaves no handle to
+    wait on)."""
 
-    __slots__ = ("ptr", "__weakref__")
+    __slots__ = ("ptr", "stream", "__weakref__")
 
-    def __init__(self, ptr: int) -> None:
+    def __init__(self, ptr: int, stream: Any) -> None:
         self.ptr = ptr
+        self.stream = stream
 
     def __del__(self) -> None:
         try:
@@ -35,9 +41,9 @@ def cupy_allocator() -> Any:
 
     def malloc(nbytes: int):
         device = cupy.cuda.Device().id
-        stream = cupy.cuda.get_current_stream().ptr
-        ptr = native.malloc(nbytes, stream=stream, device=device)
-        mem = cupy.cuda.UnownedMemory(ptr, nbytes, _Owner(ptr), device_id=device)
+        stream = cupy.cuda.get_current_stream()
+        ptr = native.malloc(nbytes, stream=stream.ptr, device=device)
+        mem = cupy.cuda.UnownedMemory(ptr, nbytes, _Owner(ptr, stream), device_id=device)
         return cupy.cuda.MemoryPointer(mem, 0)
 
     return malloc

@@ -38,7 +38,11 @@ class UvmSchedMemoryManager(driver.HostOnlyCUDAMemoryManager):
         native.backend()  # start the library (and pick its backend) now, not mid-kernel
 
     def memalloc(self, size: int) -> Any:
-        """``size`` bytes for the current context's device; freed when Numba drops it."""
+        """``size`` bytes for the current context's device; freed when Numba drops it.
+
+        The EMM interface names no stream, so the block is made on (and freed to) the
+        legacy NULL stream: never destroyed, unlike the streams Numba makes per task, and
+        ordered with them (Numba makes its streams blocking)."""
         device = self.context.device.id
         ptr = native.malloc(size, device=device)
         binding = _nv_binding()
