@@ -17,6 +17,7 @@ plain data a program can read back (the tests do).
 """
 from __future__ import annotations
 
+import base64
 import html
 import json
 from collections.abc import Mapping
@@ -43,8 +44,10 @@ td:first-child,th:first-child{text-align:left} .fig{width:100%}
 """
 
 _LOADER = """
+var uvmTemplate = JSON.parse(document.getElementById('uvm-template').textContent);
 document.querySelectorAll('script.uvm-fig').forEach(function (s) {
   var f = JSON.parse(s.textContent);
+  f.layout.template = uvmTemplate;
   Plotly.newPlot(s.dataset.target, f.data, f.layout, {responsive: true, displaylogo: false});
 });
 """
@@ -169,10 +172,71 @@ def _plan_summary(plan: Any) -> str:
     return html.escape(text)
 
 
-def _embed(fig, target: str) -> str:
+# -- what the page carries ---------------------------------------------------------------------
+# Numbers travel as plotly's typed arrays (base64): whole numbers in the smallest integer type
+# that holds them, the rest as float32 where that moves no value by more than _F32_TOL -- a
+# tenth of the 1 us grid of the ms coordinates, far below the 3-4 decimals hovers print --
+# else float64.
+_F32_TOL = 1e-4
+_INT_TYPES = (np.uint8, np.int8, np.uint16, np.int16, np.uint32, np.int32)
+
+
+def _smallest(a: np.ndarray) -> np.ndarray:
+    """``a`` in the smallest dtype that draws the same figure."""
+    if a.dtype.kind == "f":
+        finite = np.isfinite(a)
+        if not (finite.all() and np.array_equal(a, np.round(a))):
+            f32 = a.astype(np.float32)
+            err = np.abs(f32[finite].astype(np.float64) - a[finite])
+            return f32 if not err.size or float(err.max()) <= _F32_TOL else a
+    lo, hi = a.min(), a.max()
+    for t in _INT_TYPES:
+        info = np.iinfo(t)
+        if info.min <= lo and hi <= info.max:
+            return a.astype(t)
+    return a.astype(np.float64)  # plotly.js reads no 64-bit integers
+
+
+def _compact(values: Any) -> Any:
+    """A trace attribute (x, y, customdata...) as plotly.js's typed array spec
+    (``{"dtype", "bdata", "shape"}``, how plotly writes numpy arrays) in the smallest dtype;
+    anything but a numeric array (lists with ``None`` gaps, strings) is returned as is."""
+    if isinstance(values, dict) and "bdata" in values and "dtype" in values:
+        shape = tuple(int(n) for n in str(values.get("shape", "-1")).split(","))
+        values = np.frombuffer(base64.b64decode(values["bdata"]),
+                               dtype=np.dtype(values["dtype"]).newbyteorder("<")).reshape(shape)
+    if not isinstance(values, np.ndarray) or values.dtype.kind not in "fiu" or not values.size:
+        return values
+    a = _smallest(values)
+    spec = {"dtype": a.dtype.str.lstrip("<|"),
+            "bdata": base64.b64encode(a.astype(a.dtype.newbyteorder("<")).tobytes()).decode()}
+    if a.ndim > 1:
+        spec["shape"] = ", ".join(str(n) for n in a.shape)
+    return spec
+
+
+def _figure_json(fig) -> tuple[str, Any]:
+    """(the figure as JSON without its template, the template): the template (plotly_white,
+    ~7 KB) is the same for every figure, so the page carries it once (``uvm-template``)."""
+    from plotly.io.json import to_json_plotly
+
+    d = fig.to_plotly_json()
+    template = d["layout"].pop("template", None)
+    for tr in d["data"]:
+        for key, v in tr.items():
+            tr[key] = _compact(v)
+    return to_json_plotly(d), template
+
+
+def _script_json(text: str) -> str:
     # "</" inside JSON would end the <script> element early; "<\/" is the same JSON string.
-    data = fig.to_json().replace("</", "<\\/")
-    return f'<script type="application/json" class="uvm-fig" data-target="{target}">{data}</script>'
+    return text.replace("</", "<\\/")
+
+
+def _embed(fig, target: str) -> tuple[str, Any]:
+    data, template = _figure_json(fig)
+    return (f'<script type="application/json" class="uvm-fig" data-target="{target}">'
+            f"{_script_json(data)}</script>", template)
 
 
 # -- one time axis ----------------------------------------------------------------------------
@@ -251,7 +315,9 @@ def _retime_ticks(fig, clock: _Clock, kind: str) -> None:
         elif "tick %{x}" in tmpl and tr.customdata is None:
             tr.customdata = ticks
             tmpl = tmpl.replace("tick %{x}", "tick %{customdata:.0f} (%{x:.3f} ms)")
-        if kind == "lifetimes" and "customdata[2]" in tmpl and tr.customdata is not None:
+        # the block's name and op on its row; plan marks (markers) keep their action text
+        if (kind == "lifetimes" and tr.mode != "markers" and "customdata[2]" in tmpl
+                and tr.customdata is not None):
             cd = np.asarray(tr.customdata, dtype=np.float64)
             if cd.ndim == 2 and cd.shape[1] > 2 and (clock.ops is not None or clock.names):
                 def label(b, t) -> str:
@@ -432,6 +498,7 @@ def report(trace: Trace, *, plan: Any = None, results: Any = None, title: str | 
         raise ValueError(f"plotly must be one of {', '.join(PLOTLY_MODES)}, not {plotly!r}")
     _backend("plotly")
     from plotly import offline  # not `import plotly.offline`: it would rebind `plotly`
+    from plotly.io.json import to_json_plotly
 
     if plotly == "inline":
         plotly_js = f'<script type="text/javascript">{offline.get_plotlyjs()}</script>'
@@ -452,12 +519,15 @@ def report(trace: Trace, *, plan: Any = None, results: Any = None, title: str | 
     top: list[str] = []
     sections: list[str] = []
     embeds: list[str] = []
+    templates: list[Any] = []
 
     def add(heading: str, fig, target: str, note: str = "") -> None:
         sections.append(f"<h2>{html.escape(heading)}</h2>"
                         + (f'<p class="note">{html.escape(note)}</p>' if note else "")
                         + f'<div id="{target}" class="fig"></div>')
-        embeds.append(_embed(fig, target))
+        embed, template = _embed(fig, target)
+        embeds.append(embed)
+        templates.append(template)
 
     def timed(fig, kind: str, result=None):
         if not clock.ok:
@@ -525,5 +595,7 @@ def report(trace: Trace, *, plan: Any = None, results: Any = None, title: str | 
         + f'\n<p class="note">Made by uvm_sched {html.escape(__version__)}. Simulated figures come '
           "from the simulator's hardware model, not from a GPU run.</p>\n"
         + "\n".join(embeds)
+        + '\n<script type="application/json" id="uvm-template">'
+        + _script_json(to_json_plotly(templates[0] if templates else {})) + "</script>"
         + f"\n<script>{_LOADER}</script>\n</body></html>\n"
     )
