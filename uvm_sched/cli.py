@@ -340,6 +340,30 @@ def _write_text(path: Path, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
+def _write_report(dest: Path, html: str, plotly: str) -> Path | None:
+    """The report page; with ``--plotly file`` plotly.js beside it first (the page loads it
+    by name, so no page exists without its script). Returns the script's path, if any."""
+    js = None
+    if plotly == "file":
+        write_js = _part("uvm_sched.viz", "write_plotly_js", "the HTML report")
+        try:
+            js = write_js(dest.parent)
+        except OSError as e:
+            raise UsageError(f"cannot write plotly.js beside {dest}: {e.strerror or e} "
+                             "(nothing written; --plotly inline puts it in the page)") from None
+    _write_text(dest, html)
+    return js
+
+
+def _report_note(dest: Path, js: Path | None, what: str = "the report") -> str:
+    """What a report command wrote, with full paths and sizes."""
+    text = f"wrote {what} to {dest.resolve()} ({fmt_bytes(dest.stat().st_size)})"
+    if js is not None:
+        text += (f" and plotly.js beside it, {js.resolve()} ({fmt_bytes(js.stat().st_size)}; "
+                 "the page loads it by name: keep the two together)")
+    return text + "; open it in a browser"
+
+
 def _trace_info(trace) -> dict[str, Any]:
     """Trace facts for humans and --json: counts in events/ticks, bytes, ns."""
     import numpy as np
@@ -914,12 +938,13 @@ def cmd_report(args, out: _Out) -> int:
         title = args.title or f"uvm_sched: {trace.meta.get('name') or Path(args.trace).name}"
         html = report(trace, plan=plan, results=results or None, title=title,
                       plotly=args.plotly)
-    _write_text(dest, html)
+    js = _write_report(dest, html, args.plotly)
     if out.json:
         out.emit_json({"path": str(dest), "bytes": dest.stat().st_size, "budget_bytes": budget,
+                       "plotly_js": str(js) if js else None,
                        "results": [_clean(r.to_dict()) for r in results]})
     else:
-        out.note(f"wrote {dest} ({fmt_bytes(dest.stat().st_size)}); open it in a browser")
+        out.note(_report_note(dest, js))
     return EXIT_OK
 
 
@@ -964,6 +989,7 @@ def cmd_demo(args, out: _Out) -> int:
     sizes = _zoo_sizes(preset["model"], preset.get("batch"), preset.get("seq"), preset.get("image"))
     names = list(dict.fromkeys(["ideal", *policies]))
     timings: dict[str, float] = {}
+    js = None
     t_all = time.perf_counter()
     with out.progress(total=3 + len(names) + (1 if dest else 0), description="demo") as bar:
         bar.step(f"recording {preset['model']} on meta tensors")
@@ -994,8 +1020,9 @@ def cmd_demo(args, out: _Out) -> int:
             t0 = time.perf_counter()
             title = (f"uvm_sched demo: {preset['model']} batch {preset['batch']}, "
                      f"budget {fmt_bytes(budget)} on {hw.name}")
-            html = report(trace, plan=plan, results=list(results.values()), title=title)
-            _write_text(dest, html)
+            html = report(trace, plan=plan, results=list(results.values()), title=title,
+                          plotly=args.plotly)
+            js = _write_report(dest, html, args.plotly)
             timings["report_s"] = time.perf_counter() - t0
             bar.advance()
     timings["total_s"] = time.perf_counter() - t_all
@@ -1011,7 +1038,8 @@ def cmd_demo(args, out: _Out) -> int:
                               "seq": preset.get("seq"), "image": preset.get("image"), "iters": preset["iters"], "hw": hw.name,
                               "peak_bytes": peak, "budget_bytes": budget, "results": rows,
                               "plan": {"actions": len(plan), "summary": plan.summary()},
-                              "report": str(dest) if dest else None, "timings": timings}))
+                              "report": str(dest) if dest else None,
+                              "plotly_js": str(js) if dest and js else None, "timings": timings}))
         return EXIT_OK
     info = _trace_info(trace)
     out.stdout.print(f"{preset['model']} at {_sizes_text(_sizes_of(trace.meta))}", markup=False)
@@ -1030,7 +1058,7 @@ def cmd_demo(args, out: _Out) -> int:
                          f"of ideal while holding {fmt_bytes(budget)} instead of {fmt_bytes(peak)}",
                          markup=False)
     if dest is not None:
-        out.note(f"wrote the timeline report to {dest.resolve()} (open it in a browser)")
+        out.note(_report_note(dest, js, "the timeline report"))
     out.note(f"done in {fmt_seconds(timings['total_s'])}")
     return EXIT_OK
 
@@ -1084,6 +1112,15 @@ def _hw_arg(p, default=DEFAULT_HW):
                         "shipped: h200-pcie5, h100-pcie5, a100-40gb-pcie4, gh200-c2c, a100-40gb-g10")
 
 
+def _plotly_arg(p, default: str) -> None:
+    p.add_argument("--plotly", choices=("inline", "file", "cdn"), default=default,
+                   help="how the page gets plotly.js: inline (in the page, one ~5 MB file), "
+                        "file (plotly-VERSION.min.js written beside the page, loaded by a "
+                        "relative path: small page, opens offline while the two stay "
+                        "together) or cdn (linked from cdn.plot.ly: small, needs the network); "
+                        f"default {default}")
+
+
 def _force_arg(p):
     p.add_argument("--force", action="store_true",
                    help="use a --plan made for another trace anyway (a warning, not an error)")
@@ -1133,6 +1170,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--iters", type=_positive_int, help="iterations to record (default 3)")
     p.add_argument("--budget", default=DEFAULT_BUDGET, help="device memory budget (default 50%%)")
     _hw_arg(p)
+    _plotly_arg(p, "file")
     p.add_argument("-o", "--output", default=DEMO_REPORT,
                    help=f"HTML report to write (default ./{DEMO_REPORT})")
     p.add_argument("--no-report", action="store_true", help="skip the HTML report")
@@ -1222,9 +1260,7 @@ def build_parser() -> argparse.ArgumentParser:
                                       "(default demand,bound,uvm-sched)")
     p.add_argument("--no-sim", action="store_true", help="draw the trace (and plan) only")
     p.add_argument("--title", help="page title")
-    p.add_argument("--plotly", choices=("inline", "cdn"), default="inline",
-                   help="plotly.js inlined (default: the page opens offline) or linked from "
-                        "cdn.plot.ly (~4.8 MB smaller, needs the network)")
+    _plotly_arg(p, "inline")
     p.add_argument("-o", "--output", default="report.html", metavar="FILE",
                    help="HTML file to write (default report.html)")
 

@@ -1,5 +1,11 @@
-"""One self-contained HTML page (plotly.js inlined once, works offline) with the figures of a
-trace, its plan and simulation results.
+"""One HTML page with the figures of a trace, its plan and simulation results.
+
+How the page gets plotly.js (``plotly=``): ``"inline"`` (default) carries the 4.8 MB bundle
+in the page -- one file that opens offline; ``"file"`` loads it by a relative path from
+``plotly-<version>.min.js`` beside the page (``write_plotly_js`` writes it; the version in
+the name keeps a page from loading another plotly's bundle left in the folder) -- opens
+offline, and the page itself stays small (the demo's default); ``"cdn"`` links it from
+cdn.plot.ly -- small, needs the network.
 
 The page reads top down as a reader acts on it: the verdict (how much slower than all
 resident, at which budget) and *why* -- the binding constraint, from the figures of the
@@ -9,7 +15,8 @@ shares one time axis, ms of the trace's device time (tick k, the k-th kernel, st
 sum of the earlier kernels' times; hovers give the tick and the op where the trace knows
 it), so the memory, lifetimes, copy-engine and stall figures line up; the simulator's copies
 and stalls are placed at the kernel they overlap. Long timelines are decimated (the largest
-blocks, peak-preserving bins, coordinates rounded to 1 us), which the figures say.
+blocks, peak-preserving bins, coordinates rounded to 1 us), which the figures say; numbers
+travel as compact typed arrays and plotly's template once per page (see ``_compact``).
 
 Each figure is embedded as JSON in ``<script type="application/json" class="uvm-fig"
 data-target="ID">`` and drawn by a few lines of script at the end of the page, so the page is
@@ -21,6 +28,7 @@ import base64
 import html
 import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -30,7 +38,7 @@ from ..trace._model import EventKind, Trace
 from . import _data
 from ._figures import _backend, copy_engines, frontier, lifetimes, memory_timeline, stalls, trace_name
 
-PLOTLY_MODES = ("inline", "cdn")  # how the report carries plotly.js
+PLOTLY_MODES = ("inline", "file", "cdn")  # how the report gets plotly.js (module docstring)
 
 _CSS = """
 body{font-family:Helvetica,Arial,sans-serif;margin:24px auto;max-width:1200px;color:#222;padding:0 16px}
@@ -175,8 +183,8 @@ def _plan_summary(plan: Any) -> str:
 # -- what the page carries ---------------------------------------------------------------------
 # Numbers travel as plotly's typed arrays (base64): whole numbers in the smallest integer type
 # that holds them, the rest as float32 where that moves no value by more than _F32_TOL -- a
-# tenth of the 1 us grid of the ms coordinates, far below the 3-4 decimals hovers print --
-# else float64.
+# tenth of the 1 us grid of the ms coordinates, below the 3-4 decimals hovers print (float32
+# keeps that up to ~2 s of device time) -- else float64.
 _F32_TOL = 1e-4
 _INT_TYPES = (np.uint8, np.int8, np.uint16, np.int16, np.uint32, np.int32)
 
@@ -474,12 +482,38 @@ def _verdict(trace: Trace, sims: list[Any], main: Any, budget: Any) -> str:
             f"<ul>{items}</ul></div>")
 
 
+def plotly_js_name() -> str:
+    """The file name a ``plotly="file"`` report loads plotly.js from (beside the page)."""
+    _backend("plotly")
+    from plotly import offline
+
+    return f"plotly-{offline.get_plotlyjs_version()}.min.js"
+
+
+def write_plotly_js(folder: str | Path = ".") -> Path:
+    """Write the plotly.js bundle (~4.8 MB) into ``folder`` under ``plotly_js_name()``: the
+    file a page made with ``report(..., plotly="file")`` in that folder loads. A file already
+    there with the same bytes is kept; otherwise it is written whole or not at all
+    (``uvm_sched._files``). Returns its path. Raises ``OSError`` when it cannot be written."""
+    from plotly import offline
+
+    from .._files import write_atomic
+
+    path = Path(folder) / plotly_js_name()
+    data = offline.get_plotlyjs().encode("utf-8")
+    if not (path.is_file() and path.stat().st_size == len(data) and path.read_bytes() == data):
+        write_atomic(path, data)
+    return path
+
+
 def report(trace: Trace, *, plan: Any = None, results: Any = None, title: str | None = None,
            pattern: Any = None, max_blocks: int = 2_000, max_points: int = 2_000,
            plotly: str = "inline") -> str:
-    """One self-contained HTML page (returned as a string; plotly.js inlined once, no network
-    needed to view it; ``plotly="cdn"`` links plotly.js from cdn.plot.ly instead, ~4.8 MB
-    smaller, and needs the network to view). From the top: the verdict and why (slowdown, the
+    """One HTML page, returned as a string. ``plotly``: ``"inline"`` carries plotly.js in the
+    page (one file, no network needed to view it); ``"file"`` loads it from
+    ``plotly_js_name()`` beside the page -- write it there with ``write_plotly_js(folder)``;
+    the page is ~4.8 MB smaller and still opens offline; ``"cdn"`` links it from cdn.plot.ly
+    (small, needs the network). From the top: the verdict and why (slowdown, the
     lower bound when a ``bound`` result is given, link busy share, the budget's headroom at the
     peak, stall and copies by cause, and the binding constraint in words), the table of all
     results, then memory in use over time by class with the budget; block lifetimes with the
@@ -502,6 +536,8 @@ def report(trace: Trace, *, plan: Any = None, results: Any = None, title: str | 
 
     if plotly == "inline":
         plotly_js = f'<script type="text/javascript">{offline.get_plotlyjs()}</script>'
+    elif plotly == "file":
+        plotly_js = f'<script src="{plotly_js_name()}" charset="utf-8"></script>'
     else:  # the version this plotly writes figures for
         plotly_js = ('<script src="https://cdn.plot.ly/plotly-'
                      f'{offline.get_plotlyjs_version()}.min.js" charset="utf-8"></script>')
