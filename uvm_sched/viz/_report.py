@@ -355,26 +355,41 @@ def _retime_ticks(fig, clock: _Clock, kind: str) -> None:
 
 
 def _retime_stalls(fig, clock: _Clock) -> None:
-    """Stall bars at their kernel's start, as wide as the kernels they cover (bins too)."""
+    """Stall bars at their kernel's start, as wide as the kernels they cover (bins too); the
+    compute line names the tick and op (the hover box lists every trace at that time)."""
     for tr in fig.data:
         ticks = np.asarray(tr.x, dtype=np.float64)
-        if tr.type == "bar" and len(ticks):
+        if not len(ticks):
+            continue
+        tr.x = clock.ms(ticks)
+        if tr.type == "bar":
             nxt = np.append(ticks[1:], ticks[-1] + 1)
-            start, end = clock.ms(ticks), clock.ms(nxt)
-            tr.x = start
-            tr.width = np.maximum(end - start, 10.0 ** -_DECIMALS)
+            tr.width = np.maximum(clock.ms(nxt) - tr.x, 10.0 ** -_DECIMALS)
             tr.offset = 0
-            tr.customdata = ticks
-            tr.hovertemplate = tr.hovertemplate.replace("tick %{x}",
-                                                        "tick %{customdata:.0f} (%{x:.3f} ms)")
-            if clock.ops is not None:
-                tr.text = [clock.op(t) for t in ticks]
-                tr.hovertemplate = tr.hovertemplate.replace("<extra>", "<br>op %{text}<extra>")
-        elif len(ticks):
-            tr.customdata = ticks
-            tr.x = clock.ms(ticks)
-            tr.hovertemplate = (tr.hovertemplate or "").replace(
-                "tick %{x}", "tick %{customdata:.0f} (%{x:.3f} ms)")
+            continue
+        tr.customdata = ticks
+        tr.hovertemplate = (tr.hovertemplate or "").replace(
+            "tick %{x}", "tick %{customdata:.0f} (%{x:.3f} ms)")
+        if clock.ops is not None:
+            tr.text = [clock.op(t) for t in ticks]
+            tr.hovertemplate = tr.hovertemplate.replace("<extra>", "<br>op %{text}<extra>")
+    _one_hover_box(fig, next((tr for tr in fig.data if tr.type != "bar"), None))
+
+
+def _one_hover_box(fig, keep) -> None:
+    """One hover box per time listing every trace there (plotly's "x unified"), the tick and
+    op said once, by the trace ``keep``: the other traces' hovers keep their first line (the
+    value) and drop their per-point tick and op arrays -- stacked traces would otherwise
+    each carry the same ones."""
+    fig.update_layout(hovermode="x unified")
+    fig.update_xaxes(hoverformat=".3f")
+    for tr in fig.data:
+        tmpl = tr.hovertemplate or ""
+        if tr is keep or "<br>" not in tmpl:
+            continue
+        tr.hovertemplate = tmpl.split("<br>", 1)[0] + "<extra></extra>"
+        tr.text = None
+        tr.customdata = None
 
 
 def _retime_copies(fig, clock: _Clock, result) -> None:
@@ -574,6 +589,8 @@ def report(trace: Trace, *, plan: Any = None, results: Any = None, title: str | 
             _retime_stalls(fig, clock)
         else:
             _retime_ticks(fig, clock, kind)
+            if kind == "memory":
+                _one_hover_box(fig, next((tr for tr in fig.data if tr.stackgroup), None))
         _axes(fig, clock, x_range)
         return fig
 
