@@ -85,6 +85,10 @@ def test_demo_page_is_under_2_mb_with_plotly_beside_it(demo_page):
     assert sorted(p.name for p in demo_page.parent.iterdir()
                   if p.suffix in (".html", ".js")) == sorted([demo_page.name, js.name])
     assert demo_page.stat().st_size < MAX_PAGE_BYTES, f"{demo_page.stat().st_size:,} bytes"
+    # the size the README quotes (one decimal of MiB) is this page's
+    readme = " ".join((REPO / "README.md").read_text().split())
+    quoted = float(re.search(r"`uvm_sched_demo\.html` \((\d+\.\d) MiB\)", readme).group(1))
+    assert demo_page.stat().st_size / 2**20 == pytest.approx(quoted, abs=0.051)
 
 
 def test_demo_report_is_verdict_first_and_names_ops(demo_page):
