@@ -120,21 +120,25 @@ def _decode(spec):
 def test_numbers_travel_in_the_smallest_type_that_draws_the_same_figure():
     import plotly.graph_objects as go
 
-    from uvm_sched.viz._report import _F32_TOL, _figure_json
+    from uvm_sched.viz._report import _figure_json
 
-    ms = np.round(np.arange(1_001) * 1.999_7, 3)  # ms on the 1 us grid, up to 2 s
+    ms = np.round(np.arange(1_001) * 9.999_7, 3)  # positions: ms on the 1 us grid, up to 10 s
     long_ms = ms + 1e6  # float32 cannot keep the 1 us grid this far out
     ticks = np.arange(1_001, dtype=np.float64) * 70
     cd = np.stack([ticks, np.where(ticks > 100, np.nan, 0.5)], axis=1)
+    fine = 10_000 + ms / 1e4  # a value hovers print with 4 decimals: float32 would move it
     fig = go.Figure([go.Scatter(x=ms, y=ticks, customdata=cd),
-                     go.Scatter(x=long_ms, y=-ticks, customdata=np.arange(3) * 2**40)])
+                     go.Scatter(x=long_ms, y=-ticks, customdata=np.arange(3) * 2**40),
+                     go.Scatter(x=ticks, y=fine)])
     text, template = _figure_json(fig)
     doc = json.loads(text)
-    a, b = doc["data"]
+    a, b, c = doc["data"]
     assert "template" not in doc["layout"] and template  # the page carries it once
     assert (a["x"]["dtype"], a["y"]["dtype"], a["customdata"]["dtype"]) == ("f4", "u4", "f4")
     assert (b["x"]["dtype"], b["y"]["dtype"], b["customdata"]["dtype"]) == ("f8", "i4", "f8")
-    assert np.abs(_decode(a["x"]) - ms).max() <= _F32_TOL
+    assert (c["x"]["dtype"], c["y"]["dtype"]) == ("u4", "f8")
+    assert np.array_equal(np.round(_decode(a["x"]).astype(np.float64), 3), ms)  # prints the same
     assert np.array_equal(_decode(a["y"]), ticks) and np.array_equal(_decode(b["x"]), long_ms)
     assert np.array_equal(_decode(a["customdata"]), cd.astype(np.float32), equal_nan=True)
     assert np.array_equal(_decode(b["customdata"]), np.arange(3) * 2.0**40)
+    assert np.array_equal(_decode(c["y"]), fine)

@@ -180,23 +180,30 @@ def _plan_summary(plan: Any) -> str:
     return html.escape(text)
 
 
+_DECIMALS = 3  # ms coordinates rounded to 1 us: what a reader can tell apart, and short JSON
+
+
 # -- what the page carries ---------------------------------------------------------------------
 # Numbers travel as plotly's typed arrays (base64): whole numbers in the smallest integer type
-# that holds them, the rest as float32 where that moves no value by more than _F32_TOL -- a
-# tenth of the 1 us grid of the ms coordinates, below the 3-4 decimals hovers print (float32
-# keeps that up to ~2 s of device time) -- else float64.
-_F32_TOL = 1e-4
+# that holds them, the rest as float32 where that changes no value a reader sees, else
+# float64. Positions (x, width, base) are ms on the 1 us grid (_DECIMALS) and hovers print
+# them with 3 decimals: float32 moves such a value by less than half a us up to 16 s of
+# device time, so it prints the same; other numbers (bytes in GiB/MiB, stall ms) print
+# with at most 4 decimals.
+_F32_TOL = {"x": 0.5 * 10.0 ** -_DECIMALS, "width": 0.5 * 10.0 ** -_DECIMALS,
+            "base": 0.5 * 10.0 ** -_DECIMALS}
+_F32_TOL_OTHER = 5e-5
 _INT_TYPES = (np.uint8, np.int8, np.uint16, np.int16, np.uint32, np.int32)
 
 
-def _smallest(a: np.ndarray) -> np.ndarray:
-    """``a`` in the smallest dtype that draws the same figure."""
+def _smallest(a: np.ndarray, tol: float) -> np.ndarray:
+    """``a`` in the smallest dtype that moves no value by more than ``tol``."""
     if a.dtype.kind == "f":
         finite = np.isfinite(a)
         if not (finite.all() and np.array_equal(a, np.round(a))):
             f32 = a.astype(np.float32)
             err = np.abs(f32[finite].astype(np.float64) - a[finite])
-            return f32 if not err.size or float(err.max()) <= _F32_TOL else a
+            return f32 if not err.size or float(err.max()) < tol else a
     lo, hi = a.min(), a.max()
     for t in _INT_TYPES:
         info = np.iinfo(t)
@@ -205,8 +212,8 @@ def _smallest(a: np.ndarray) -> np.ndarray:
     return a.astype(np.float64)  # plotly.js reads no 64-bit integers
 
 
-def _compact(values: Any) -> Any:
-    """A trace attribute (x, y, customdata...) as plotly.js's typed array spec
+def _compact(values: Any, key: str = "") -> Any:
+    """A trace attribute (``key``: x, y, customdata...) as plotly.js's typed array spec
     (``{"dtype", "bdata", "shape"}``, how plotly writes numpy arrays) in the smallest dtype;
     anything but a numeric array (lists with ``None`` gaps, strings) is returned as is."""
     if isinstance(values, dict) and "bdata" in values and "dtype" in values:
@@ -215,7 +222,7 @@ def _compact(values: Any) -> Any:
                                dtype=np.dtype(values["dtype"]).newbyteorder("<")).reshape(shape)
     if not isinstance(values, np.ndarray) or values.dtype.kind not in "fiu" or not values.size:
         return values
-    a = _smallest(values)
+    a = _smallest(values, _F32_TOL.get(key, _F32_TOL_OTHER))
     spec = {"dtype": a.dtype.str.lstrip("<|"),
             "bdata": base64.b64encode(a.astype(a.dtype.newbyteorder("<")).tobytes()).decode()}
     if a.ndim > 1:
@@ -232,7 +239,7 @@ def _figure_json(fig) -> tuple[str, Any]:
     template = d["layout"].pop("template", None)
     for tr in d["data"]:
         for key, v in tr.items():
-            tr[key] = _compact(v)
+            tr[key] = _compact(v, key)
     return to_json_plotly(d), template
 
 
@@ -248,7 +255,6 @@ def _embed(fig, target: str) -> tuple[str, Any]:
 
 
 # -- one time axis ----------------------------------------------------------------------------
-_DECIMALS = 3  # ms coordinates rounded to 1 us: what a reader can tell apart, and short JSON
 
 
 class _Clock:
@@ -540,8 +546,9 @@ def report(trace: Trace, *, plan: Any = None, results: Any = None, title: str | 
     ``plan``: a ``Plan``; ``results``: a ``SimResult``, a list or dict of them, and/or a
     ``uvm_sched.sim.compare`` frame (in a list with the SimResults). ``max_blocks``: the
     lifetime chart draws the largest this many blocks; ``max_points``: memory and stall
-    timelines keep this many (peak-preserving) points -- both keep the page small, and the
-    figures say what they left out. The page does not simulate: without results it shows
+    timelines keep this many (peak-preserving) points, copy-engine figures this many bars
+    (close transfers merged) -- both keep the page small, and the figures say what they left
+    out. The page does not simulate: without results it shows
     the trace (and plan) only, and says so."""
     if plotly not in PLOTLY_MODES:
         raise ValueError(f"plotly must be one of {', '.join(PLOTLY_MODES)}, not {plotly!r}")
@@ -626,7 +633,8 @@ def report(trace: Trace, *, plan: Any = None, results: Any = None, title: str | 
     shown = [main] + [r for r in sims if str(r.policy) == "demand" and r is not main] if main else []
     for i, r in enumerate(shown):
         tag = f" ({r.policy})"
-        add("Copy engines" + tag, timed(copy_engines(r), "copies", r), f"fig-copy-{i}")
+        add("Copy engines" + tag, timed(copy_engines(r, max_transfers=max_points), "copies", r),
+            f"fig-copy-{i}")
         add("Stalls" + tag, timed(stalls(r, max_points=max_points), "stalls"), f"fig-stalls-{i}")
     for j, df in enumerate(frames):
         if {"policy", "budget_pct", "slowdown"} <= set(df.columns):
