@@ -480,6 +480,10 @@ def test_demo_small_end_to_end_writes_html(tmp_path):
     assert "vs ideal" in p.stdout and str(out.resolve()) in p.stdout.replace("\n", "")
     figs = report_figures(out.read_text())
     assert len(figs) >= 4 and all(f["data"] for f in figs)
+    # plotly.js beside the page (--plotly file, the demo's default), named in the output
+    (js,) = tmp_path.glob("plotly-*.min.js")
+    assert f'<script src="{js.name}"' in out.read_text()
+    assert str(js.resolve()) in p.stdout.replace("\n", "")
 
 
 @needs(ZOO, PLANNER, SIM)
@@ -491,7 +495,8 @@ def test_demo_json_is_the_only_stdout(tmp_path):
     by = {r["policy"]: r for r in doc["results"]}
     assert by["ideal"]["slowdown"] == pytest.approx(1.0)
     assert all(np.isfinite(r["iteration_time_s"]) for r in doc["results"])
-    assert not list(tmp_path.glob("*.html"))
+    assert not list(tmp_path.glob("*.html")) and not list(tmp_path.glob("*.js"))
+    assert doc["report"] is None and doc["plotly_js"] is None
 
 
 def test_console_script_entry_point_if_installed():

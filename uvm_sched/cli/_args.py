@@ -64,6 +64,15 @@ def hw_arg(p: argparse.ArgumentParser, default: str = DEFAULT_HW) -> None:
                         "a100-40gb-g10")
 
 
+def plotly_arg(p: argparse.ArgumentParser, default: str) -> None:
+    p.add_argument("--plotly", choices=("inline", "file", "cdn"), default=default,
+                   help="how the page gets plotly.js: inline (in the page, one ~5 MB file), "
+                        "file (plotly-VERSION.min.js written beside the page, loaded by a "
+                        "relative path: small page, opens offline while the two stay "
+                        "together) or cdn (linked from cdn.plot.ly: small, needs the network); "
+                        f"default {default}")
+
+
 def force_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true",
                    help="use a --plan made for another trace anyway (a warning, not an error)")

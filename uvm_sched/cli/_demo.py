@@ -14,7 +14,8 @@ from typing import Any
 
 from .._fmt import fmt_bytes, fmt_pct, fmt_ratio, fmt_seconds
 from . import _args, _inputs, _results
-from ._output import EXIT_OK, Out, UsageError, clean, part, table, writable, write_text
+from ._output import (EXIT_OK, Out, UsageError, clean, part, report_note, table, writable,
+                      write_report)
 
 DEMO_REPORT = "uvm_sched_demo.html"
 DEMO_DEFAULT = {"model": "gpt2_small", "iters": 3}
@@ -38,6 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budget", default=_args.DEFAULT_BUDGET,
                    help="device memory budget (default 50%%)")
     _args.hw_arg(p)
+    _args.plotly_arg(p, "file")
     p.add_argument("-o", "--output", default=DEMO_REPORT,
                    help=f"HTML report to write (default ./{DEMO_REPORT})")
     p.add_argument("--no-report", action="store_true", help="skip the HTML report")
@@ -73,6 +75,7 @@ def run(args: argparse.Namespace, out: Out) -> int:
                               preset.get("image"))
     names = list(dict.fromkeys(["ideal", *policies]))
     timings: dict[str, float] = {}
+    js = None
     t_all = time.perf_counter()
     with out.progress(total=3 + len(names) + (1 if dest else 0), description="demo") as bar:
         bar.step(f"recording {preset['model']} on meta tensors")
@@ -103,8 +106,9 @@ def run(args: argparse.Namespace, out: Out) -> int:
             t0 = time.perf_counter()
             title = (f"uvm_sched demo: {preset['model']} batch {preset['batch']}, "
                      f"budget {fmt_bytes(budget)} on {hw.name}")
-            html = report(trace, plan=plan, results=list(results.values()), title=title)
-            write_text(dest, html)
+            html = report(trace, plan=plan, results=list(results.values()), title=title,
+                          plotly=args.plotly)
+            js = write_report(dest, html, args.plotly)
             timings["report_s"] = time.perf_counter() - t0
             bar.advance()
     timings["total_s"] = time.perf_counter() - t_all
@@ -121,11 +125,13 @@ def run(args: argparse.Namespace, out: Out) -> int:
                              "iters": preset["iters"], "hw": hw.name,
                              "peak_bytes": peak, "budget_bytes": budget, "results": rows,
                              "plan": {"actions": len(plan), "summary": plan.summary()},
-                             "report": str(dest) if dest else None, "timings": timings}))
+                             "report": str(dest) if dest else None,
+                             "plotly_js": str(js) if dest and js else None,
+                             "timings": timings}))
         return EXIT_OK
     _print(out, preset["model"], trace, hw, budget, rows, results)
     if dest is not None:
-        out.note(f"wrote the timeline report to {dest.resolve()} (open it in a browser)")
+        out.note(report_note(dest, js, "the timeline report"))
     out.note(f"done in {fmt_seconds(timings['total_s'])}")
     return EXIT_OK
 

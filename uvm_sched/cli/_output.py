@@ -282,6 +282,32 @@ def write_text(path: Path, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
+def write_report(dest: Path, html: str, plotly: str) -> "Path | None":
+    """The report page; with ``--plotly file`` plotly.js beside it first (the page loads it
+    by name, so no page exists without its script). Returns the script's path, if any."""
+    js = None
+    if plotly == "file":
+        write_js = part("uvm_sched.viz", "write_plotly_js", "the HTML report")
+        try:
+            js = write_js(dest.parent)
+        except OSError as e:
+            raise UsageError(f"cannot write plotly.js beside {dest}: {e.strerror or e} "
+                             "(nothing written; --plotly inline puts it in the page)") from None
+    write_text(dest, html)
+    return js
+
+
+def report_note(dest: Path, js: "Path | None", what: str = "the report") -> str:
+    """What a report command wrote, with full paths and sizes."""
+    from .._fmt import fmt_bytes
+
+    text = f"wrote {what} to {dest.resolve()} ({fmt_bytes(dest.stat().st_size)})"
+    if js is not None:
+        text += (f" and plotly.js beside it, {js.resolve()} ({fmt_bytes(js.stat().st_size)}; "
+                 "the page loads it by name: keep the two together)")
+    return text + "; open it in a browser"
+
+
 def save_figure(fig, path: Path) -> None:
     """Write a plotly figure as self-contained HTML, a matplotlib one as an image."""
     with output(path) as tmp:

@@ -11,9 +11,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .._fmt import fmt_bytes
 from . import _args, _inputs, _results
-from ._output import EXIT_OK, Out, clean, part, writable, write_text
+from ._output import EXIT_OK, Out, clean, part, report_note, writable, write_report
 
 EXAMPLES = ("  uvm-sched report gpt2.parquet -o report.html\n"
             "  uvm-sched report gpt2.parquet --plan plan.json -o report.html\n")
@@ -30,9 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                       "(default demand,bound,uvm-sched)")
     p.add_argument("--no-sim", action="store_true", help="draw the trace (and plan) only")
     p.add_argument("--title", help="page title")
-    p.add_argument("--plotly", choices=("inline", "cdn"), default="inline",
-                   help="plotly.js inlined (default: the page opens offline) or linked from "
-                        "cdn.plot.ly (~4.8 MB smaller, needs the network)")
+    _args.plotly_arg(p, "inline")
     p.add_argument("-o", "--output", default="report.html", metavar="FILE",
                    help="HTML file to write (default report.html)")
 
@@ -67,10 +64,11 @@ def run(args: argparse.Namespace, out: Out) -> int:
         title = args.title or f"uvm_sched: {trace.meta.get('name') or Path(args.trace).name}"
         html = report(trace, plan=plan, results=results or None, title=title,
                       plotly=args.plotly)
-    write_text(dest, html)
+    js = write_report(dest, html, args.plotly)
     if out.json:
         out.emit_json({"path": str(dest), "bytes": dest.stat().st_size, "budget_bytes": budget,
+                       "plotly_js": str(js) if js else None,
                        "results": [clean(r.to_dict()) for r in results]})
     else:
-        out.note(f"wrote {dest} ({fmt_bytes(dest.stat().st_size)}); open it in a browser")
+        out.note(report_note(dest, js))
     return EXIT_OK

@@ -12,6 +12,7 @@ clock in ticks (one kernel per tick). Large inputs are thinned to stay responsiv
 stalls: merged/binned) and each figure says so in its subtitle.
 """
 from ._figures import copy_engines, frontier, lifetimes, memory_timeline, stalls
-from ._report import report
+from ._report import plotly_js_name, report, write_plotly_js
 
-__all__ = ["memory_timeline", "lifetimes", "copy_engines", "stalls", "frontier", "report"]
+__all__ = ["memory_timeline", "lifetimes", "copy_engines", "stalls", "frontier", "report",
+           "write_plotly_js", "plotly_js_name"]

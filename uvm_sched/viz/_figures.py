@@ -6,6 +6,7 @@ import importlib
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from .._budget import resolve_budget
 from .._fmt import byte_unit, fmt_bytes, fmt_ms
@@ -70,7 +71,7 @@ def memory_timeline(trace: Trace, *, result: Any = None, budget: Any = None,
     ``budget``: anything ``resolve_budget`` reads (bytes, "40GiB", "50%" of the trace's
     peak); default: ``result.budget_bytes``. ``pattern``: a ``uvm_sched.pattern.analyze``
     result to reuse for the classes. Above ``max_points`` ticks each bin shows its peak tick
-    (said on the figure). Y axis in GiB/MiB, x axis in ticks (hover: device time in ms).
+    (said on the figure); the same for the simulated line above ``max_points`` ticks. Y axis in GiB/MiB, x axis in ticks (hover: device time in ms).
     Returns a plotly ``Figure`` or a matplotlib ``Figure``."""
     draw = _backend(backend)
     pat, why = _data.get_pattern(trace, pattern)
@@ -82,11 +83,15 @@ def memory_timeline(trace: Trace, *, result: Any = None, budget: Any = None,
         budget_bytes = resolve_budget(budget, trace.peak_bytes)
     elif result is not None and getattr(result, "budget_bytes", None):
         budget_bytes = int(result.budget_bytes)
-    resident = None
+    resident, rnote = None, None
     if result is not None:
         _check_result(result, ("timeline", "policy"))
         tl = result.timeline
-        resident = (tl["tick"].to_numpy(), tl["resident_bytes"].to_numpy(np.float64),
+        res = pd.DataFrame({"bytes": tl["resident_bytes"].to_numpy(np.float64)},
+                           index=tl["tick"].to_numpy())
+        res, rnote = _data.downsample_peaks(res, max_points)
+        rnote = rnote and f"device-resident line {rnote}"
+        resident = (res.index.to_numpy(), res["bytes"].to_numpy(),
                     f"device-resident, simulated ({_result_label(result)})")
     top = max([trace.peak_bytes, budget_bytes or 0]
               + ([float(np.nanmax(resident[1]))] if resident is not None and len(resident[1]) else []))
@@ -94,7 +99,7 @@ def memory_timeline(trace: Trace, *, result: Any = None, budget: Any = None,
     ms = _data.cumulative_ms(trace)
     spec = {
         "title": f"Memory in use: {trace_name(trace)} (peak {fmt_bytes(trace.peak_bytes)})",
-        "notes": [n for n in (cnote, dnote) if n],
+        "notes": [n for n in (cnote, dnote, rnote) if n],
         "ticks": mem_ds.index.to_numpy(),
         "ms": ms[mem_ds.index.to_numpy()] if len(ms) else ms,
         "series": {c: mem_ds[c].to_numpy() / div for c in mem_ds.columns},

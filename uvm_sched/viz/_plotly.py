@@ -206,11 +206,16 @@ def lifetimes(spec) -> go.Figure:
                 continue
             cd = np.stack([m["block"].to_numpy(np.float64), m["bytes"].to_numpy(np.float64) / div,
                            m["tick"].to_numpy(np.float64)], axis=1)
+            actions = m["action"].to_numpy()
+            # one action in the family: named once in the template, not once per mark
+            one = html.escape(str(actions[0]), quote=False) if len(set(actions)) == 1 else None
             fig.add_trace(MScatter(
                 x=m["x"].to_numpy(np.float64), y=m["y"].to_numpy(np.float64), mode="markers",
                 name=f"planned {label}", marker=dict(symbol=symbol, color=color, size=11,
-                line=dict(width=0.5, color="white")), customdata=cd, text=m["action"].to_numpy(),
-                hovertemplate=(f"%{{text}}<br>block %{{customdata[0]}}, %{{customdata[1]:.3f}} {unit}"
+                line=dict(width=0.5, color="white")), customdata=cd,
+                text=None if one else actions,
+                hovertemplate=(f"{one or '%{text}'}<br>block %{{customdata[0]}}, "
+                               f"%{{customdata[1]:.3f}} {unit}"
                                "<br>fired at tick %{customdata[2]}<extra></extra>")))
     fig.update_xaxes(title_text="tick (faint: live but idle; solid: accessed by the tick's kernel)",
                      range=[0, max(1, spec["n_ticks"])])

@@ -1,5 +1,11 @@
-"""One self-contained HTML page (plotly.js inlined once, works offline) with the figures of a
-trace, its plan and simulation results.
+"""One HTML page with the figures of a trace, its plan and simulation results.
+
+How the page gets plotly.js (``plotly=``): ``"inline"`` (default) carries the 4.8 MB bundle
+in the page -- one file that opens offline; ``"file"`` loads it by a relative path from
+``plotly-<version>.min.js`` beside the page (``write_plotly_js`` writes it; the version in
+the name keeps a page from loading another plotly's bundle left in the folder) -- opens
+offline, and the page itself stays small (the demo's default); ``"cdn"`` links it from
+cdn.plot.ly -- small, needs the network.
 
 The page reads top down as a reader acts on it: the verdict (how much slower than all
 resident, at which budget) and *why* -- the binding constraint, from the figures of the
@@ -9,7 +15,8 @@ shares one time axis, ms of the trace's device time (tick k, the k-th kernel, st
 sum of the earlier kernels' times; hovers give the tick and the op where the trace knows
 it), so the memory, lifetimes, copy-engine and stall figures line up; the simulator's copies
 and stalls are placed at the kernel they overlap. Long timelines are decimated (the largest
-blocks, peak-preserving bins, coordinates rounded to 1 us), which the figures say.
+blocks, peak-preserving bins, coordinates rounded to 1 us), which the figures say; numbers
+travel as compact typed arrays and plotly's template once per page (see ``_compact``).
 
 Each figure is embedded as JSON in ``<script type="application/json" class="uvm-fig"
 data-target="ID">`` and drawn by a few lines of script at the end of the page, so the page is
@@ -17,9 +24,11 @@ plain data a program can read back (the tests do).
 """
 from __future__ import annotations
 
+import base64
 import html
 import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -29,7 +38,7 @@ from ..trace._model import EventKind, Trace
 from . import _data
 from ._figures import _backend, copy_engines, frontier, lifetimes, memory_timeline, stalls, trace_name
 
-PLOTLY_MODES = ("inline", "cdn")  # how the report carries plotly.js
+PLOTLY_MODES = ("inline", "file", "cdn")  # how the report gets plotly.js (module docstring)
 
 _CSS = """
 body{font-family:Helvetica,Arial,sans-serif;margin:24px auto;max-width:1200px;color:#222;padding:0 16px}
@@ -43,8 +52,10 @@ td:first-child,th:first-child{text-align:left} .fig{width:100%}
 """
 
 _LOADER = """
+var uvmTemplate = JSON.parse(document.getElementById('uvm-template').textContent);
 document.querySelectorAll('script.uvm-fig').forEach(function (s) {
   var f = JSON.parse(s.textContent);
+  f.layout.template = uvmTemplate;
   Plotly.newPlot(s.dataset.target, f.data, f.layout, {responsive: true, displaylogo: false});
 });
 """
@@ -169,14 +180,81 @@ def _plan_summary(plan: Any) -> str:
     return html.escape(text)
 
 
-def _embed(fig, target: str) -> str:
+_DECIMALS = 3  # ms coordinates rounded to 1 us: what a reader can tell apart, and short JSON
+
+
+# -- what the page carries ---------------------------------------------------------------------
+# Numbers travel as plotly's typed arrays (base64): whole numbers in the smallest integer type
+# that holds them, the rest as float32 where that changes no value a reader sees, else
+# float64. Positions (x, width, base) are ms on the 1 us grid (_DECIMALS) and hovers print
+# them with 3 decimals: float32 moves such a value by less than half a us up to 16 s of
+# device time, so it prints the same; other numbers (bytes in GiB/MiB, stall ms) print
+# with at most 4 decimals.
+_F32_TOL = {"x": 0.5 * 10.0 ** -_DECIMALS, "width": 0.5 * 10.0 ** -_DECIMALS,
+            "base": 0.5 * 10.0 ** -_DECIMALS}
+_F32_TOL_OTHER = 5e-5
+_INT_TYPES = (np.uint8, np.int8, np.uint16, np.int16, np.uint32, np.int32)
+
+
+def _smallest(a: np.ndarray, tol: float) -> np.ndarray:
+    """``a`` in the smallest dtype that moves no value by more than ``tol``."""
+    if a.dtype.kind == "f":
+        finite = np.isfinite(a)
+        if not (finite.all() and np.array_equal(a, np.round(a))):
+            f32 = a.astype(np.float32)
+            err = np.abs(f32[finite].astype(np.float64) - a[finite])
+            return f32 if not err.size or float(err.max()) < tol else a
+    lo, hi = a.min(), a.max()
+    for t in _INT_TYPES:
+        info = np.iinfo(t)
+        if info.min <= lo and hi <= info.max:
+            return a.astype(t)
+    return a.astype(np.float64)  # plotly.js reads no 64-bit integers
+
+
+def _compact(values: Any, key: str = "") -> Any:
+    """A trace attribute (``key``: x, y, customdata...) as plotly.js's typed array spec
+    (``{"dtype", "bdata", "shape"}``, how plotly writes numpy arrays) in the smallest dtype;
+    anything but a numeric array (lists with ``None`` gaps, strings) is returned as is."""
+    if isinstance(values, dict) and "bdata" in values and "dtype" in values:
+        shape = tuple(int(n) for n in str(values.get("shape", "-1")).split(","))
+        values = np.frombuffer(base64.b64decode(values["bdata"]),
+                               dtype=np.dtype(values["dtype"]).newbyteorder("<")).reshape(shape)
+    if not isinstance(values, np.ndarray) or values.dtype.kind not in "fiu" or not values.size:
+        return values
+    a = _smallest(values, _F32_TOL.get(key, _F32_TOL_OTHER))
+    spec = {"dtype": a.dtype.str.lstrip("<|"),
+            "bdata": base64.b64encode(a.astype(a.dtype.newbyteorder("<")).tobytes()).decode()}
+    if a.ndim > 1:
+        spec["shape"] = ", ".join(str(n) for n in a.shape)
+    return spec
+
+
+def _figure_json(fig) -> tuple[str, Any]:
+    """(the figure as JSON without its template, the template): the template (plotly_white,
+    ~7 KB) is the same for every figure, so the page carries it once (``uvm-template``)."""
+    from plotly.io.json import to_json_plotly
+
+    d = fig.to_plotly_json()
+    template = d["layout"].pop("template", None)
+    for tr in d["data"]:
+        for key, v in tr.items():
+            tr[key] = _compact(v, key)
+    return to_json_plotly(d), template
+
+
+def _script_json(text: str) -> str:
     # "</" inside JSON would end the <script> element early; "<\/" is the same JSON string.
-    data = fig.to_json().replace("</", "<\\/")
-    return f'<script type="application/json" class="uvm-fig" data-target="{target}">{data}</script>'
+    return text.replace("</", "<\\/")
+
+
+def _embed(fig, target: str) -> tuple[str, Any]:
+    data, template = _figure_json(fig)
+    return (f'<script type="application/json" class="uvm-fig" data-target="{target}">'
+            f"{_script_json(data)}</script>", template)
 
 
 # -- one time axis ----------------------------------------------------------------------------
-_DECIMALS = 3  # ms coordinates rounded to 1 us: what a reader can tell apart, and short JSON
 
 
 class _Clock:
@@ -251,7 +329,9 @@ def _retime_ticks(fig, clock: _Clock, kind: str) -> None:
         elif "tick %{x}" in tmpl and tr.customdata is None:
             tr.customdata = ticks
             tmpl = tmpl.replace("tick %{x}", "tick %{customdata:.0f} (%{x:.3f} ms)")
-        if kind == "lifetimes" and "customdata[2]" in tmpl and tr.customdata is not None:
+        # the block's name and op on its row; plan marks (markers) keep their action text
+        if (kind == "lifetimes" and tr.mode != "markers" and "customdata[2]" in tmpl
+                and tr.customdata is not None):
             cd = np.asarray(tr.customdata, dtype=np.float64)
             if cd.ndim == 2 and cd.shape[1] > 2 and (clock.ops is not None or clock.names):
                 def label(b, t) -> str:
@@ -281,26 +361,41 @@ def _retime_ticks(fig, clock: _Clock, kind: str) -> None:
 
 
 def _retime_stalls(fig, clock: _Clock) -> None:
-    """Stall bars at their kernel's start, as wide as the kernels they cover (bins too)."""
+    """Stall bars at their kernel's start, as wide as the kernels they cover (bins too); the
+    compute line names the tick and op (the hover box lists every trace at that time)."""
     for tr in fig.data:
         ticks = np.asarray(tr.x, dtype=np.float64)
-        if tr.type == "bar" and len(ticks):
+        if not len(ticks):
+            continue
+        tr.x = clock.ms(ticks)
+        if tr.type == "bar":
             nxt = np.append(ticks[1:], ticks[-1] + 1)
-            start, end = clock.ms(ticks), clock.ms(nxt)
-            tr.x = start
-            tr.width = np.maximum(end - start, 10.0 ** -_DECIMALS)
+            tr.width = np.maximum(clock.ms(nxt) - tr.x, 10.0 ** -_DECIMALS)
             tr.offset = 0
-            tr.customdata = ticks
-            tr.hovertemplate = tr.hovertemplate.replace("tick %{x}",
-                                                        "tick %{customdata:.0f} (%{x:.3f} ms)")
-            if clock.ops is not None:
-                tr.text = [clock.op(t) for t in ticks]
-                tr.hovertemplate = tr.hovertemplate.replace("<extra>", "<br>op %{text}<extra>")
-        elif len(ticks):
-            tr.customdata = ticks
-            tr.x = clock.ms(ticks)
-            tr.hovertemplate = (tr.hovertemplate or "").replace(
-                "tick %{x}", "tick %{customdata:.0f} (%{x:.3f} ms)")
+            continue
+        tr.customdata = ticks
+        tr.hovertemplate = (tr.hovertemplate or "").replace(
+            "tick %{x}", "tick %{customdata:.0f} (%{x:.3f} ms)")
+        if clock.ops is not None:
+            tr.text = [clock.op(t) for t in ticks]
+            tr.hovertemplate = tr.hovertemplate.replace("<extra>", "<br>op %{text}<extra>")
+    _one_hover_box(fig, next((tr for tr in fig.data if tr.type != "bar"), None))
+
+
+def _one_hover_box(fig, keep) -> None:
+    """One hover box per time listing every trace there (plotly's "x unified"), the tick and
+    op said once, by the trace ``keep``: the other traces' hovers keep their first line (the
+    value) and drop their per-point tick and op arrays -- stacked traces would otherwise
+    each carry the same ones."""
+    fig.update_layout(hovermode="x unified")
+    fig.update_xaxes(hoverformat=".3f")
+    for tr in fig.data:
+        tmpl = tr.hovertemplate or ""
+        if tr is keep or "<br>" not in tmpl:
+            continue
+        tr.hovertemplate = tmpl.split("<br>", 1)[0] + "<extra></extra>"
+        tr.text = None
+        tr.customdata = None
 
 
 def _retime_copies(fig, clock: _Clock, result) -> None:
@@ -408,12 +503,38 @@ def _verdict(trace: Trace, sims: list[Any], main: Any, budget: Any) -> str:
             f"<ul>{items}</ul></div>")
 
 
+def plotly_js_name() -> str:
+    """The file name a ``plotly="file"`` report loads plotly.js from (beside the page)."""
+    _backend("plotly")
+    from plotly import offline
+
+    return f"plotly-{offline.get_plotlyjs_version()}.min.js"
+
+
+def write_plotly_js(folder: str | Path = ".") -> Path:
+    """Write the plotly.js bundle (~4.8 MB) into ``folder`` under ``plotly_js_name()``: the
+    file a page made with ``report(..., plotly="file")`` in that folder loads. A file already
+    there with the same bytes is kept; otherwise it is written whole or not at all
+    (``uvm_sched._files``). Returns its path. Raises ``OSError`` when it cannot be written."""
+    from plotly import offline
+
+    from .._files import write_atomic
+
+    path = Path(folder) / plotly_js_name()
+    data = offline.get_plotlyjs().encode("utf-8")
+    if not (path.is_file() and path.stat().st_size == len(data) and path.read_bytes() == data):
+        write_atomic(path, data)
+    return path
+
+
 def report(trace: Trace, *, plan: Any = None, results: Any = None, title: str | None = None,
            pattern: Any = None, max_blocks: int = 2_000, max_points: int = 2_000,
            plotly: str = "inline") -> str:
-    """One self-contained HTML page (returned as a string; plotly.js inlined once, no network
-    needed to view it; ``plotly="cdn"`` links plotly.js from cdn.plot.ly instead, ~4.8 MB
-    smaller, and needs the network to view). From the top: the verdict and why (slowdown, the
+    """One HTML page, returned as a string. ``plotly``: ``"inline"`` carries plotly.js in the
+    page (one file, no network needed to view it); ``"file"`` loads it from
+    ``plotly_js_name()`` beside the page -- write it there with ``write_plotly_js(folder)``;
+    the page is ~4.8 MB smaller and still opens offline; ``"cdn"`` links it from cdn.plot.ly
+    (small, needs the network). From the top: the verdict and why (slowdown, the
     lower bound when a ``bound`` result is given, link busy share, the budget's headroom at the
     peak, stall and copies by cause, and the binding constraint in words), the table of all
     results, then memory in use over time by class with the budget; block lifetimes with the
@@ -425,16 +546,20 @@ def report(trace: Trace, *, plan: Any = None, results: Any = None, title: str | 
     ``plan``: a ``Plan``; ``results``: a ``SimResult``, a list or dict of them, and/or a
     ``uvm_sched.sim.compare`` frame (in a list with the SimResults). ``max_blocks``: the
     lifetime chart draws the largest this many blocks; ``max_points``: memory and stall
-    timelines keep this many (peak-preserving) points -- both keep the page small, and the
-    figures say what they left out. The page does not simulate: without results it shows
+    timelines keep this many (peak-preserving) points, copy-engine figures this many bars
+    (close transfers merged) -- both keep the page small, and the figures say what they left
+    out. The page does not simulate: without results it shows
     the trace (and plan) only, and says so."""
     if plotly not in PLOTLY_MODES:
         raise ValueError(f"plotly must be one of {', '.join(PLOTLY_MODES)}, not {plotly!r}")
     _backend("plotly")
     from plotly import offline  # not `import plotly.offline`: it would rebind `plotly`
+    from plotly.io.json import to_json_plotly
 
     if plotly == "inline":
         plotly_js = f'<script type="text/javascript">{offline.get_plotlyjs()}</script>'
+    elif plotly == "file":
+        plotly_js = f'<script src="{plotly_js_name()}" charset="utf-8"></script>'
     else:  # the version this plotly writes figures for
         plotly_js = ('<script src="https://cdn.plot.ly/plotly-'
                      f'{offline.get_plotlyjs_version()}.min.js" charset="utf-8"></script>')
@@ -452,12 +577,15 @@ def report(trace: Trace, *, plan: Any = None, results: Any = None, title: str | 
     top: list[str] = []
     sections: list[str] = []
     embeds: list[str] = []
+    templates: list[Any] = []
 
     def add(heading: str, fig, target: str, note: str = "") -> None:
         sections.append(f"<h2>{html.escape(heading)}</h2>"
                         + (f'<p class="note">{html.escape(note)}</p>' if note else "")
                         + f'<div id="{target}" class="fig"></div>')
-        embeds.append(_embed(fig, target))
+        embed, template = _embed(fig, target)
+        embeds.append(embed)
+        templates.append(template)
 
     def timed(fig, kind: str, result=None):
         if not clock.ok:
@@ -468,6 +596,8 @@ def report(trace: Trace, *, plan: Any = None, results: Any = None, title: str | 
             _retime_stalls(fig, clock)
         else:
             _retime_ticks(fig, clock, kind)
+            if kind == "memory":
+                _one_hover_box(fig, next((tr for tr in fig.data if tr.stackgroup), None))
         _axes(fig, clock, x_range)
         return fig
 
@@ -503,7 +633,8 @@ def report(trace: Trace, *, plan: Any = None, results: Any = None, title: str | 
     shown = [main] + [r for r in sims if str(r.policy) == "demand" and r is not main] if main else []
     for i, r in enumerate(shown):
         tag = f" ({r.policy})"
-        add("Copy engines" + tag, timed(copy_engines(r), "copies", r), f"fig-copy-{i}")
+        add("Copy engines" + tag, timed(copy_engines(r, max_transfers=max_points), "copies", r),
+            f"fig-copy-{i}")
         add("Stalls" + tag, timed(stalls(r, max_points=max_points), "stalls"), f"fig-stalls-{i}")
     for j, df in enumerate(frames):
         if {"policy", "budget_pct", "slowdown"} <= set(df.columns):
@@ -525,5 +656,7 @@ def report(trace: Trace, *, plan: Any = None, results: Any = None, title: str | 
         + f'\n<p class="note">Made by uvm_sched {html.escape(__version__)}. Simulated figures come '
           "from the simulator's hardware model, not from a GPU run.</p>\n"
         + "\n".join(embeds)
+        + '\n<script type="application/json" id="uvm-template">'
+        + _script_json(to_json_plotly(templates[0] if templates else {})) + "</script>"
         + f"\n<script>{_LOADER}</script>\n</body></html>\n"
     )
