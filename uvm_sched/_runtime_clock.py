@@ -150,7 +150,8 @@ class Watchdog:
         n = self.iters
         if len(self.plan_s) < n or len(self.none_s) < n:
             return False
-        return statistics.median(self.plan_s[-n:]) > (1 + WATCHDOG_SLACK) * statistics.median(self.none_s)
+        no_plan = statistics.median(self.none_s)
+        return statistics.median(self.plan_s[-n:]) > (1 + WATCHDOG_SLACK) * no_plan
 
     def report(self) -> dict:
         """``stats()["watchdog"]``: the phase and the medians (s) it judges by."""

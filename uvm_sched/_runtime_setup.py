@@ -80,7 +80,8 @@ def check_plan_opts(plan_opts: Any) -> dict:
     if plan_opts is None:
         return {}
     if not isinstance(plan_opts, dict):
-        raise TypeError(f"plan_opts must be a dict of planner options, got {type(plan_opts).__name__}")
+        raise TypeError("plan_opts must be a dict of planner options, got "
+                        f"{type(plan_opts).__name__}")
     from .planner import PLAN_OPTIONS
 
     allowed = PLAN_OPTIONS - {"pattern"}
@@ -131,7 +132,8 @@ def silent_message(steps: int) -> str:
     """Why a Scheduler that sees steps sees no allocation, and what to do about it."""
     torch = sys.modules.get("torch")
     if torch is None:
-        cause = "no allocation was made through uvm_sched (uvm_sched.malloc, its PyTorch/CuPy/Numba allocators)"
+        cause = ("no allocation was made through uvm_sched (uvm_sched.malloc, its "
+                 "PyTorch/CuPy/Numba allocators)")
     elif not getattr(torch.version, "cuda", None) or not torch.cuda.is_available():
         cause = ("there is no CUDA here: this PyTorch's tensors live in CPU memory, which "
                  "uvm_sched's allocator never serves")

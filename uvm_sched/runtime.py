@@ -16,12 +16,13 @@ are drained and only the divergences counted) -> back to ``recording`` when dive
 persist for ``relearn_after`` iterations in a row (a new batch size, sequence length...);
 ``armed`` -> ``unplanned`` when the watchdog (below) finds the plan slower than none (it
 stays disarmed). Each transition's work is one row of ``Scheduler._TRANSITIONS``, run by
-``Scheduler._enter``. A plan is only a hint: a wrong one costs time, never correctness, so every failure to learn or plan leaves the allocator running
-unplanned. Such a problem is never silent: the first of each kind (a failure to learn or
-plan, events dropped by a ring too small for an iteration, event recording switched off)
-emits one ``SchedulerWarning``, ``stats()["problems"]`` keeps their history and
-``stats()["last_error"]`` the latest; ``Scheduler(strict=True)`` raises
-``SchedulerError`` instead. Options are checked when the Scheduler is made (a bad one is a
+``Scheduler._enter``. A plan is only a hint: a wrong one costs time, never correctness,
+so every failure to learn or plan leaves the allocator running unplanned. Such a problem
+is never silent: the first of each kind (a failure to learn or plan, events dropped by a
+ring too small for an iteration, event recording switched off) emits one
+``SchedulerWarning``, ``stats()["problems"]`` keeps their history and
+``stats()["last_error"]`` the latest; ``Scheduler(strict=True)`` raises ``SchedulerError``
+instead. Options are checked when the Scheduler is made (a bad one is a
 ``ValueError``/``TypeError`` there, not an error inside the optimizer hook later).
 
 Learning and planning (seconds on an LLM-sized iteration) never run on the training
@@ -39,7 +40,8 @@ same number with the plan disarmed ("no plan", the candidate every plan is measu
 against), then the plan is armed again and every later iteration is timed. When the median
 of the last ``watchdog_iters`` armed iterations exceeds the unplanned median by more than
 ``WATCHDOG_SLACK``, the plan is disarmed for good (state ``unplanned``), ``stats()
-["watchdog"]`` says so with both figures, and it is a problem like the others (one ``SchedulerWarning``; strict: raised).
+["watchdog"]`` says so with both figures, and it is a problem like the others (one
+``SchedulerWarning``; strict: raised). The tuner and the watchdog: ``_runtime_clock``.
 """
 from __future__ import annotations
 
@@ -55,7 +57,7 @@ import numpy as np
 from ._codes import NativeEvent
 from ._errors import Error, Warning as _Warning
 from ._runtime_clock import WATCHDOG_SLACK, Tuner, Watchdog  # noqa: F401 (SLACK: re-exported)
-from ._runtime_live import last_allocator_events, live_ordinal, track_live
+from ._runtime_recording import Recording, live_ordinal, track_live
 from ._runtime_setup import check_options, current_device, rank, silent_message
 from ._runtime_states import State, StateError
 
@@ -169,18 +171,13 @@ class Scheduler:
         self.tuning: dict[str, float] = {}  # candidate -> median measured iteration seconds
         self.tuning_skipped: str | None = None  # why a requested tuning did not run
         self._dog = Watchdog(int(watchdog_iters)) if watchdog_iters else None
-        # recording: drained chunks (EVENT_DTYPE arrays) after the prefix, the ALLOC events
-        # of the blocks alive when it (re)started; _live: every block alive (_runtime_live)
+        # every block alive: its ALLOC event, in allocation order; what is being recorded
+        # (_runtime_recording)
         from .native import EVENT_DTYPE
 
         self._live = np.empty(0, EVENT_DTYPE)
-        self._prefix = self._live
-        self._chunks: list[np.ndarray] = []
+        self._rec = Recording(self._live, self.min_period_events)
         self._at_marker = False  # the last event drained was a MARK (an iteration starts)
-        self._marks = 0
-        self._alloc_events = 0
-        self._next_try = self.min_period_events
-        self._dropped_at: int | None = None  # the ring's drop count when recording started
         self._silence_checked = False  # the "no allocation passed through" warning, once
         # watching
         self._div_iters = 0  # iterations in a row with a divergence
@@ -221,11 +218,11 @@ class Scheduler:
 
         native.step()
         self.poll()
-        if not self._silence_checked and self._marks >= 2:
+        rec = self._rec
+        if not self._silence_checked and rec.marks >= 2:
             self._silence_checked = True
-            if self._alloc_events == 0 and len(self._live) == 0 \
-                    and self.state is State.RECORDING:
-                self._problem("nothing_allocated", silent_message(self._marks))
+            if rec.alloc_events == 0 and len(self._live) == 0 and self.state is State.RECORDING:
+                self._problem("nothing_allocated", silent_message(rec.marks))
 
     # -- the loop -----------------------------------------------------------------------
     def poll(self) -> None:
@@ -275,47 +272,39 @@ class Scheduler:
     def _record(self, ev: np.ndarray) -> None:
         if self._check_recording():
             return
+        rec = self._rec
         if len(ev):
-            self._chunks.append(ev)
-            k = ev["kind"]
-            self._marks += int(np.count_nonzero(k == NativeEvent.MARK))
-            self._alloc_events += int(np.count_nonzero((k == NativeEvent.ALLOC) |
-                                                       (k == NativeEvent.FREE)))
+            rec.add(ev)
         if self._job is not None:
             if self._job.done.is_set():
                 self._finish_learning()
             return  # (the loop runs on unplanned while the plan is made)
         # with markers: learn after warmup_iters complete iterations (+ the one starting)
-        if self._marks >= self.warmup_iters + 1:
+        if rec.marks >= self.warmup_iters + 1:
             self._submit()
-        elif self._marks == 0 and self._alloc_events >= self._next_try:
-            self._next_try = 2 * self._alloc_events
+        elif rec.marks == 0 and rec.alloc_events >= rec.next_try:
+            rec.next_try = 2 * rec.alloc_events
             self._submit()
-
-    def _recorded_parts(self) -> list[np.ndarray]:
-        """What this recording holds, in order: the prefix (blocks alive when it started),
-        then the drained chunks (arrays, never copied)."""
-        return ([self._prefix] if len(self._prefix) else []) + list(self._chunks)
 
     def _submit(self) -> None:
         """Hand what is recorded to the background worker (no copy of the events here:
         the chunks are never written again)."""
         from ._learn import shared_worker
 
-        if self._alloc_events == 0 and len(self._prefix) == 0:
+        if self._rec.alloc_events == 0 and len(self._rec.prefix) == 0:
             return  # nothing allocated through uvm_sched: nothing to learn (step() says why)
         touches = None
         if self._touches is not None:
             touches = (self._touches.clocks, self._touches.addresses,
                        self._touches.device_type)
-        req = {"events": self._recorded_parts(),
+        req = {"events": self._rec.parts(),
                "budget": self.budget, "hw": self.hw, "mode": self.mode,
                "warmup_iters": self.warmup_iters, "plan_opts": self.plan_opts,
                "touches": touches, "tune": self.tune}
         if not req["events"]:
             return
         logger.debug("uvm_sched: learning from %d recorded iterations in the background",
-                     self._marks)
+                     self._rec.marks)
         self._job = shared_worker(self.worker).submit(req)
         self._job.request_events = req["events"]  # what trace() shows once it is armed
 
@@ -334,7 +323,7 @@ class Scheduler:
             return
         self._counters["learn_failures"] += 1
         self.last_error = res["error"]
-        retry = self._marks >= self.warmup_iters + 1
+        retry = self._rec.marks >= self.warmup_iters + 1
         # after a full warm-up it is a failure to see; before one (no markers, the
         # period tried at each doubling of the events) it is a step of recording
         logger.log(logging.WARNING if retry else logging.INFO,
@@ -359,11 +348,10 @@ class Scheduler:
                               "unset UVM_SCHED_TRACE or call native.set_tracing(True)")
             return True
         dropped = int(st.get("events_dropped", 0))
-        if self._dropped_at is None:
-            self._dropped_at = dropped
-        elif dropped > self._dropped_at:
-            lost = dropped - self._dropped_at
-            self._dropped_at = dropped
+        if self._rec.dropped_at is None:
+            self._rec.dropped_at = dropped
+        elif dropped > self._rec.dropped_at:
+            lost = dropped - self._rec.dropped_at
             self._enter(State.RECORDING)  # a recording with a hole in it is not an iteration
             self._problem("events_dropped",
                           f"the event ring dropped {lost:,} events while recording (it holds "
@@ -522,13 +510,8 @@ class Scheduler:
         self._start_touches()
         # the blocks alive now (weights, optimizer state) start the new recording, in
         # their allocation order, so persistent ordinals and addresses stay right
-        self._prefix = self._live  # (in allocation order)
-        self._chunks = []
-        self._marks = 0
-        self._alloc_events = 0
-        self._next_try = self.min_period_events
+        self._rec = Recording(self._live, self.min_period_events)
         self._div_iters = self._iter_div = 0
-        self._dropped_at = None  # the ring's drop count when recording (re)started
 
     def _arm_learned(self) -> None:
         """Arm the plan the worker made (``_job``, taken here), on the training thread:
@@ -541,23 +524,14 @@ class Scheduler:
         res = job.result
         self._counters["plan_time_s"] += job.wall_s
         p, pat, addrs = res["plan"], res["pattern"], res["addrs"]
-        phase, phase_allocs = 0, None
-        if p.meta.get("sync") == "period":
-            # arm now, mid-iteration if need be: the phase is how far the current iteration
-            # (counted in whole periods from the representative one's start) has got --
-            # counted over everything recorded, including what ran while it was planned
-            n_ev = len(self._prefix) + self._alloc_events
-            phase = (n_ev - res["start_ev"]) % int(p.meta["period_events"])
-            # its allocations so far, in order; 0 for one already freed (its rows are skipped)
-            tail = last_allocator_events([self._prefix] + self._chunks, phase)
-            tail = tail[tail["kind"] == NativeEvent.ALLOC]
-            same = self._live_ordinal(tail["arg"])  # allocated then and still alive
-            phase_allocs = np.where(same, tail["addr"], 0).astype(np.int64).tolist()
-            # more than the plan knows: diverged already (the next allocation says so)
-            phase_allocs = phase_allocs[:len(p.meta["alloc_sizes"])]
+        phase_allocs: list[int] | None = None
+        if p.meta.get("sync") == "period":  # arm now, mid-iteration if need be
+            phase, phase_allocs = self._rec.period_phase(
+                res["start_ev"], int(p.meta["period_events"]), self._live,
+                len(p.meta["alloc_sizes"]))
             start_now = True
         else:
-            start_now = self._at_marker
+            phase, start_now = 0, self._at_marker
         p.meta.update(device=self.device, rank=self.rank)
         assert self.device is not None  # start() set it, before any plan is armed
         t0 = time.perf_counter()
@@ -591,8 +565,7 @@ class Scheduler:
                         ", ".join(str(label) for label, _ in self._tuner.cands))
 
     def _drop_recording(self) -> None:
-        self._chunks = []
-        self._prefix = self._live[:0]
+        self._rec.chunks, self._rec.prefix = [], self._live[:0]  # (the plan keeps its own)
         self._div_iters = self._iter_div = 0
 
     def _disarm(self) -> None:
@@ -658,10 +631,10 @@ class Scheduler:
         with self._lock:
             self.poll()
             if self.state is State.RECORDING or not self._learnt_events:
-                parts = self._recorded_parts()
+                parts = self._rec.parts()
             else:
                 parts = self._learnt_events
-            events = np.concatenate(parts) if parts else self._prefix[:0]
+            events = np.concatenate(parts) if parts else self._live[:0]
             trace = trace_from_events(events)
             trace.meta.update(source="uvm_sched.Scheduler", device=self.device, rank=self.rank)
             return trace
