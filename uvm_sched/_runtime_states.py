@@ -17,19 +17,19 @@ from ._errors import Error
 class State(str, enum.Enum):
     """State of a ``Scheduler`` (a ``str``: ``scheduler.state == "armed"`` holds)::
 
-                      start()
-          IDLE ─────────────────► RECORDING ◄──┐ a fresh recording: learning failed
-           │                       │   ▲   └───┘ after the warm-up, or the ring
-           │        a plan is made │   │         dropped events
-           │   and armed at a poll │   │ relearn_after iterations in a row
-           │                       ▼   │ diverged from the learned one
-           │                       ARMED ───────────────► UNPLANNED
-           │                        │    the watchdog:        │
-           │                        │    the plan is slower   │
-           │                        │    than no plan         │
-           │      close()           ▼       close()           │  close()
-           └──────────────────►  CLOSED ◄─────────────────────┘
-                                (final)     (and from RECORDING)
+                   start()
+          IDLE ──────────────► RECORDING ◄──┐ a fresh recording: learning failed after
+           │                    │    │  ▲   └─┘ the warm-up, or the ring dropped events
+           │                    │    │  │
+           │                    │    │  │ relearn_after iterations in a row
+           │                    │    ▼  │ diverged from the learned one
+           │                    │   ARMED ─────────────────► UNPLANNED
+           │                    │    │    the watchdog: the       │
+           │                    │    │    plan is slower than     │
+           │ close()    close() │    │ close()     no plan        │ close()
+           ▼                    ▼    ▼                            ▼
+          CLOSED ◄──────────────┴────┴────────────────────────────┘
+          (final)
 
     Transitions (``Scheduler._TRANSITIONS`` holds each one's actions):
 

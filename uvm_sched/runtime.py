@@ -261,7 +261,7 @@ class Scheduler:
         return self.state is State.ARMED
 
     def _track_live(self, ev: np.ndarray) -> None:
-        """Update the table of live blocks with a drained batch (``_runtime_live``)."""
+        """Update the table of live blocks with a drained batch (``_runtime_recording``)."""
         self._live = track_live(self._live, ev)
 
     def _live_ordinal(self, ordinals: np.ndarray) -> np.ndarray:
@@ -450,11 +450,11 @@ class Scheduler:
         native.arm_plan(p, self._addrs, device=self.device, start_now=True)  # at a marker
         self.plan = p
 
-    # -- transitions: _enter() runs one row of _TRANSITIONS (the table at the class's end) --
+    # -- transitions: _enter() runs one row of _TRANSITIONS (the table after the actions) --
     def _enter(self, new: State) -> None:
         """Go from ``state`` to ``new``: run the actions ``_TRANSITIONS`` lists for this
-        pair, in order, then change ``state`` (an action that raises leaves it as it was).
-        ``StateError`` for a pair the table does not hold."""
+        pair, in order, then change ``state`` (when an action raises, the state stays: the
+        one that may, arming, comes first). ``StateError`` for a pair the table lacks."""
         actions = self._TRANSITIONS.get((self.state, new))
         if actions is None:
             nexts = [str(b) for a, b in self._TRANSITIONS if a is self.state]
