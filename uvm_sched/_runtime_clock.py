@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 
-from ._codes import NativeEvent
+from ._runtime_recording import DIVERGENCE, MARK
 
 if TYPE_CHECKING:  # for annotations only
     from .planner import Plan
@@ -43,8 +43,8 @@ class MarkerClock:
         that one does not count. The consumer may ``restart()`` between two yields; the
         markers after that start afresh."""
         k = ev["kind"]
-        for i in np.flatnonzero((k == NativeEvent.MARK) | (k == NativeEvent.DIVERGENCE)).tolist():
-            if k[i] == NativeEvent.DIVERGENCE:
+        for i in np.flatnonzero((k == MARK) | (k == DIVERGENCE)).tolist():
+            if k[i] == DIVERGENCE:
                 self.bad = True
                 continue
             now = int(ev["t_ns"][i])

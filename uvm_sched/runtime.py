@@ -54,10 +54,9 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 import numpy as np
 
-from ._codes import NativeEvent
 from ._errors import Error, Warning as _Warning
 from ._runtime_clock import WATCHDOG_SLACK, Tuner, Watchdog  # noqa: F401 (SLACK: re-exported)
-from ._runtime_recording import Recording, live_ordinal, track_live
+from ._runtime_recording import DIVERGENCE, ITER, MARK, Recording, live_ordinal, track_live
 from ._runtime_setup import check_options, current_device, rank, silent_message
 from ._runtime_states import State, StateError
 
@@ -237,8 +236,8 @@ class Scheduler:
             if len(ev):
                 self._track_live(ev)
                 k = ev["kind"]
-                self._at_marker = int(k[-1]) == NativeEvent.MARK
-                marks = int(np.count_nonzero(k == NativeEvent.MARK))
+                self._at_marker = int(k[-1]) == MARK
+                marks = int(np.count_nonzero(k == MARK))
                 self._counters["steps"] += marks
                 if self._job is not None:
                     self._counters["steps_while_planning"] += marks
@@ -388,8 +387,8 @@ class Scheduler:
             if self.state is not State.ARMED:
                 return
         k = ev["kind"]
-        for kind in k[(k == NativeEvent.ITER) | (k == NativeEvent.DIVERGENCE)].tolist():
-            if kind == NativeEvent.DIVERGENCE:
+        for kind in k[(k == ITER) | (k == DIVERGENCE)].tolist():
+            if kind == DIVERGENCE:
                 self._iter_div += 1
                 self._counters["divergences"] += 1
                 continue
