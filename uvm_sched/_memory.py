@@ -243,9 +243,9 @@ def memory_snapshot() -> dict:
 def _block_frames(trace, addrs, ev: np.ndarray, log) -> dict[int, list[dict]]:
     """Block id -> frames of the first op that touched the block's address while it lived
     (ring tick k of the ALLOC < op clock <= ring tick of its FREE)."""
-    from .trace._model import EventKind
+    from ._codes import NativeEvent
 
-    keep = np.isin(ev["kind"], [int(EventKind.ALLOC), int(EventKind.FREE), int(EventKind.MARK)])
+    keep = np.isin(ev["kind"], [NativeEvent.ALLOC, NativeEvent.FREE, NativeEvent.MARK])
     k0 = int(ev["tick"][keep][0]) if keep.any() else 0
     by_addr: dict[int, list[tuple[int, list[dict]]]] = {}
     for clock, addr, stack in log:
