@@ -173,6 +173,8 @@ class _Scan:
         self.launches: dict[Any, float] = {}  # correlation -> CPU launch ts (us)
 
     def read(self, events: list) -> None:
+        """Sort each event to its kind: ``[memory]``, ``ProfilerStep#N`` span, kernel or
+        launch (other events are not used)."""
         where = self.where
         for i, e in enumerate(events):
             if not isinstance(e, dict):
