@@ -53,6 +53,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -393,7 +394,8 @@ def library_step(kit: Kit, env: dict, fake_arg: Path | None) -> None:
     kit.record("library", status, secs, reason, data, log)
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None) -> tuple[argparse.Namespace, set[str] | None]:
+    """The command line: (the options, the steps ``--only`` names or None for all)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out", type=Path, help="directory for results.json, summary.md, calibration.json")
@@ -416,72 +418,88 @@ def main(argv=None) -> int:
         unknown = only - set(STEPS)
         if unknown:
             ap.error(f"unknown step(s) {', '.join(sorted(unknown))}; steps: {', '.join(STEPS)}")
+    return args, only
 
-    kit = Kit(args.out, args.dry_run, gpu_reason(args.dry_run), args.deadline, only)
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               PYTHONUNBUFFERED="1")
-    cal_path = args.out / "calibration.json"
-    steps = 8 if args.quick else 30
-    e2e_done: dict[str, list | None] = {}  # model -> the default run's losses
 
-    def build() -> None:
+class Steps:
+    """The kit's steps other than the library probe, one method each, sharing the options,
+    the environment of the child processes and the default runs' losses (which the other
+    runs of a model are compared with)."""
+
+    def __init__(self, kit: Kit, args: argparse.Namespace) -> None:
+        self.kit, self.args = kit, args
+        self.env = dict(os.environ,
+                        PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                        PYTHONUNBUFFERED="1")
+        self.cal_path = args.out / "calibration.json"
+        self.steps = 8 if args.quick else 30
+        self.e2e_done: dict[str, list | None] = {}  # model -> the default run's losses
+
+    def build(self) -> None:
         # the library, built in place (that machine reaches no package registry)
-        if args.dry_run:
+        kit = self.kit
+        if self.args.dry_run:
             kit.record("build", "skipped", reason="dry run: the library is already built")
         elif not kit.skip_without_packages("build"):
             kit.command_step("build", [sys.executable, "-m", "pip", "install", "-q",
                                        "--no-build-isolation", "--no-deps", "-e", "."],
-                             LIMITS["build"], env)
+                             LIMITS["build"], self.env)
 
-    def e2e(model: str, mode: str, budget: bool = False) -> None:
+    def e2e(self, model: str, mode: str, budget: bool = False) -> None:
+        kit, args = self.kit, self.args
         name = f"e2e:{model}:{mode}" + (":budget50" if budget else "")
         if kit.skip_without_gpu(name, "e2e") or kit.skip_without_packages(name, "e2e"):
             return
         res = args.out / f"e2e_{model}_{mode}{'_budget50' if budget else ''}.json"
         cmd = [sys.executable, "scripts/gpu_e2e.py", "--model", model, "--mode", mode,
-               "--steps", str(steps), "--out", str(res)] + (["--budget", "50%"] if budget else [])
-        step = kit.command_step(name, cmd, LIMITS["e2e-budget" if budget else "e2e"], env,
+               "--steps", str(self.steps), "--out", str(res)]
+        cmd += ["--budget", "50%"] if budget else []
+        step = kit.command_step(name, cmd, LIMITS["e2e-budget" if budget else "e2e"], self.env,
                                 json_out=res)
         data = step["data"] or {}
+        done = self.e2e_done
         if mode == "default":
-            e2e_done[model] = data.get("losses")
-        elif e2e_done.get(model) is not None and "losses" in data and not budget:
-            data["loss_matches_default"] = data["losses"] == e2e_done[model]
+            done[model] = data.get("losses")
+        elif done.get(model) is not None and "losses" in data and not budget:
+            data["loss_matches_default"] = data["losses"] == done[model]
             data["loss_max_abs_diff"] = max(
-                (abs(a - b) for a, b in zip(data["losses"], e2e_done[model])), default=0.0)
+                (abs(a - b) for a, b in zip(data["losses"], done[model])), default=0.0)
             kit.write()
 
-    def budgeted(model: str, mode: str) -> None:
-        if args.oversubscribe and kit.gpu_reason is None:
-            e2e(model, mode, budget=True)
+    def budgeted(self, model: str, mode: str) -> None:
+        kit = self.kit
+        if self.args.oversubscribe and kit.gpu_reason is None:
+            self.e2e(model, mode, budget=True)
         elif kit.gpu_reason is None:
             kit.record(f"e2e:{model}:{mode}:budget50", "skipped",
                        reason="oversubscription not allowed (pass --oversubscribe)")
 
-    def predict(name: str) -> None:
+    def predict(self, name: str) -> None:
         # the simulator's prediction for the runs so far (runs on CPU too)
-        if kit.skip_without_packages(name, "predict"):
+        if self.kit.skip_without_packages(name, "predict"):
             return
-        pred = args.out / "prediction.json"
+        pred = self.args.out / "prediction.json"
         cmd = [sys.executable, "scripts/gpu_e2e.py", "--predict", "--out", str(pred),
-               "--results", str(args.out)]
-        if cal_path.exists():
-            cmd += ["--calibration", str(cal_path)]
-        kit.command_step(name, cmd, LIMITS["predict"], env, json_out=pred)
+               "--results", str(self.args.out)]
+        if self.cal_path.exists():
+            cmd += ["--calibration", str(self.cal_path)]
+        self.kit.command_step(name, cmd, LIMITS["predict"], self.env, json_out=pred)
 
-    def gpu_tests() -> None:
+    def gpu_tests(self) -> None:
+        kit = self.kit
         if kit.skip_without_gpu("gpu-tests") or kit.skip_without_packages("gpu-tests"):
             return
         files = [f for f in GPU_TEST_FILES if (REPO / f).exists()]
         kit.command_step("gpu-tests", [sys.executable, "-m", "pytest", "-q", "-m", "gpu",
                                        "-p", "no:cacheprovider",
                                        "--continue-on-collection-errors", *files],
-                         LIMITS["gpu-tests"], env)
+                         LIMITS["gpu-tests"], self.env)
 
-    def calibrate() -> None:
+    def calibrate(self) -> None:
+        kit = self.kit
         if kit.skip_without_gpu("calibrate") or kit.skip_without_packages("calibrate"):
             return
-        rc, log, secs = _run([sys.executable, "-c", NVVM_PROBE], 60, env)
+        rc, log, secs = _run([sys.executable, "-c", NVVM_PROBE], 60, self.env)
         if rc != 0:
             last = log.strip().splitlines()[-1] if log.strip() else f"exit {rc}"
             kit.record("calibrate", "skipped", secs,
@@ -490,32 +508,45 @@ def main(argv=None) -> int:
                        "torch's cu130 wheels bring no libNVVM)",
                        log=log)
             return
-        kit.command_step("calibrate", [sys.executable, "-m", "kernels.measure", str(cal_path)]
-                         + (["--oversubscribe"] if args.oversubscribe else []),
-                         LIMITS["calibrate"], env, json_out=cal_path)
+        kit.command_step("calibrate", [sys.executable, "-m", "kernels.measure", str(self.cal_path)]
+                         + (["--oversubscribe"] if self.args.oversubscribe else []),
+                         LIMITS["calibrate"], self.env, json_out=self.cal_path)
 
-    first = E2E_MODELS[0]
-    plan = []  # (name, wanted step, function, args): proving steps first
-    plan += [("build", "build", build, ()), ("library", "library", library_step,
-                                             (kit, env, args.fake_libcuda))]
-    plan += [(f"e2e:{first}:default", "e2e", e2e, (first, "default")),
-             (f"e2e:{first}:uvm-oblivious:budget50", "e2e", budgeted, (first, "uvm-oblivious")),
-             ("predict", "predict", predict, ("predict",))]
-    plan += [("gpu-tests", "gpu-tests", gpu_tests, ()), ("calibrate", "calibrate", calibrate, ())]
-    for model in E2E_MODELS:
-        for mode in E2E_MODES:
-            if (model, mode) != (first, "default"):
-                plan.append((f"e2e:{model}:{mode}", "e2e", e2e, (model, mode)))
-        for mode in ("uvm", "uvm-oblivious"):
-            if (model, mode) != (first, "uvm-oblivious"):
-                plan.append((f"e2e:{model}:{mode}:budget50", "e2e", budgeted, (model, mode)))
-    for name, step, fn, fargs in plan:
+    def plan(self) -> list[tuple[str, str, Any, tuple]]:
+        """(name, the step it belongs to, function, arguments) in the order they run: the
+        proving steps first, then the GPU tests, calibration and the rest of the e2e matrix."""
+        first = E2E_MODELS[0]
+        plan: list[tuple[str, str, Any, tuple]] = []
+        plan += [("build", "build", self.build, ()),
+                 ("library", "library", library_step, (self.kit, self.env, self.args.fake_libcuda))]
+        plan += [(f"e2e:{first}:default", "e2e", self.e2e, (first, "default")),
+                 (f"e2e:{first}:uvm-oblivious:budget50", "e2e", self.budgeted,
+                  (first, "uvm-oblivious")),
+                 ("predict", "predict", self.predict, ("predict",))]
+        plan += [("gpu-tests", "gpu-tests", self.gpu_tests, ()),
+                 ("calibrate", "calibrate", self.calibrate, ())]
+        for model in E2E_MODELS:
+            for mode in E2E_MODES:
+                if (model, mode) != (first, "default"):
+                    plan.append((f"e2e:{model}:{mode}", "e2e", self.e2e, (model, mode)))
+            for mode in ("uvm", "uvm-oblivious"):
+                if (model, mode) != (first, "uvm-oblivious"):
+                    plan.append((f"e2e:{model}:{mode}:budget50", "e2e", self.budgeted,
+                                 (model, mode)))
+        return plan
+
+
+def main(argv=None) -> int:
+    args, only = parse_args(argv)
+    kit = Kit(args.out, args.dry_run, gpu_reason(args.dry_run), args.deadline, only)
+    steps = Steps(kit, args)
+    for name, step, fn, fargs in steps.plan():
         if kit.wanted(step):
             kit.guarded(name, fn, *fargs)
     # the prediction again, beside every run the kit made after the first one
     ran = {s["name"] for s in kit.steps if s["name"].startswith("e2e:") and s["status"] == "ok"}
     if kit.wanted("predict") and len(ran) > 2:
-        kit.guarded("predict:all", predict, "predict:all")
+        kit.guarded("predict:all", steps.predict, "predict:all")
     kit.write()
     print(f"wrote {args.out / 'results.json'} and {args.out / 'summary.md'}")
     return 0

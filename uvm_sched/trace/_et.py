@@ -109,7 +109,37 @@ def trace_from_execution_trace(doc: dict, *, device: str = "cuda", where: str = 
     from ._kineto import _parse_device
 
     _, dev_id, dev_name = _parse_device(device)
-    nodes = doc["nodes"]
+    by_id, parents, steps = _nodes(doc["nodes"], where)
+    ops, cuda_devs = _leaf_ops(by_id, parents, dev_id, dev_name, where)
+    op_ids = [nid for nid, _, _ in ops]
+    # Blocks that outlive the recording are not freed: those that existed before it and
+    # those made before the last step and still used in it (weights, optimizer state).
+    last_step = bisect.bisect_right(op_ids, steps[-1]) if steps else len(ops)
+    life = _Lifetimes(ops, last_step)
+    tb = TraceBuilder(source="execution_trace", name=name or "execution_trace",
+                      device=dev_name if dev_name != "cuda" else (cuda_devs[0] if cuda_devs else "cuda"),
+                      units={"size": "bytes (tensor extent)", "tick": "leaf operator"},
+                      clock="none", schema=str(doc.get("schema")),
+                      ops=len(ops), storages=len({s for _, i, o in ops for s, _ in i + o}))
+    step_at: dict[int, int] = {}
+    for sid in steps:
+        k = bisect.bisect_right(op_ids, sid)
+        if k < len(ops):
+            step_at.setdefault(k, sid)
+    life.emit(tb, step_at)
+    tr = tb.build()  # no clock: t_ns is the tick (the TraceBuilder's default)
+    if not steps:
+        ends = _optimizer_step_ends(by_id, op_ids)
+        if ends:
+            shift = 1 if life.pre else 0
+            tr.meta["step_ends"] = {"signal": "Optimizer.step# ranges",
+                                    "ends": [k + shift for k in ends]}
+    return tr
+
+
+def _nodes(nodes: Any, where: str) -> tuple[dict[int, dict], set[int], list[int]]:
+    """(node id -> node, the ids other nodes name as their parent (``ctrl_deps``), the ids
+    of the ``ProfilerStep#N`` nodes in order)."""
     by_id: dict[int, dict] = {}
     parents: set[int] = set()
     for i, nd in enumerate(nodes):
@@ -121,13 +151,20 @@ def trace_from_execution_trace(doc: dict, *, device: str = "cuda", where: str = 
             parents.add(p)
     steps = sorted(nd["id"] for nd in nodes if isinstance(nd.get("name"), str)
                    and _STEP.match(nd["name"]))
+    return by_id, parents, steps
 
+
+def _leaf_ops(by_id: dict[int, dict], parents: set[int], dev_id: int | None, dev_name: str,
+              where: str) -> tuple[list[tuple[int, list, list]], list[str]]:
+    """The ticks: leaf ops (nodes not in ``parents``) that touch a tensor on the chosen
+    device, in id order, as (id, [(storage, bytes) read], [(storage, bytes) written]); and
+    the CUDA devices any leaf op's tensors are on."""
     def on_device(dev: str) -> bool:
         if dev_name == "cpu":
             return dev == "cpu"
         return dev.startswith("cuda") and (dev_id is None or dev in (f"cuda:{dev_id}",))
 
-    ops = []  # (id, [(sid, bytes, mode)])
+    ops = []
     devices: dict[str, int] = {}
     for nid in sorted(by_id):
         nd = by_id[nid]
@@ -151,89 +188,75 @@ def trace_from_execution_trace(doc: dict, *, device: str = "cuda", where: str = 
     if dev_name == "cuda" and len(cuda_devs) > 1:
         raise TraceError(f"{where}: tensors on several CUDA devices {cuda_devs}; pass "
                          "device=\"cuda:N\" (CLI: --device cuda:N)")
+    return ops, cuda_devs
 
-    # lifetimes: (storage -> current block), fresh outputs start new ones
-    first_use: dict[int, int] = {}  # op index of each lifetime's last use, by block
-    last_use: dict[int, int] = {}
-    block_size: dict[int, int] = {}
-    pre: list[int] = []  # blocks allocated before the first op
-    created_at: dict[int, int] = {}
-    cur: dict[int, int] = {}
-    op_blocks: list[list[tuple[int, int]]] = []  # per op: (block, mode)
-    nb = 0
-    for k, (_, ins, outs) in enumerate(ops):
-        in_s = {s for s, _ in ins}
-        touched: dict[int, int] = {}
-        for s, b in ins:
-            if s not in cur:
-                cur[s] = nb
-                pre.append(nb)
-                nb += 1
-            blk = cur[s]
-            block_size[blk] = max(block_size.get(blk, 0), b)
-            touched[blk] = touched.get(blk, 0) | _R
-        fresh: set[int] = set()
-        for s, b in outs:
-            if s not in in_s and s not in fresh:  # a fresh output: a new lifetime
-                fresh.add(s)
-                cur[s] = nb
-                created_at[nb] = k
-                nb += 1
-            blk = cur[s]
-            block_size[blk] = max(block_size.get(blk, 0), b)
-            touched[blk] = touched.get(blk, 0) | _W
-        for blk in touched:
-            first_use.setdefault(blk, k)
-            last_use[blk] = k
-        op_blocks.append(list(touched.items()))
-    # Blocks that outlive the recording are not freed: those that existed before it and
-    # those made before the last step and still used in it (weights, optimizer state).
-    op_ids = [nid for nid, _, _ in ops]
-    last_step = bisect.bisect_right(op_ids, steps[-1]) if steps else len(ops)
-    pre_set = set(pre)
-    frees_at: dict[int, list[int]] = {}
-    for blk, k in last_use.items():
-        if blk in pre_set or (k >= last_step and created_at.get(blk, -1) < last_step):
-            continue
-        frees_at.setdefault(k, []).append(blk)
-    created: dict[int, list[int]] = {}
-    for blk, k in created_at.items():
-        created.setdefault(k, []).append(blk)
 
-    tb = TraceBuilder(source="execution_trace", name=name or "execution_trace",
-                      device=dev_name if dev_name != "cuda" else (cuda_devs[0] if cuda_devs else "cuda"),
-                      units={"size": "bytes (tensor extent)", "tick": "leaf operator"},
-                      clock="none", schema=str(doc.get("schema")),
-                      ops=len(ops), storages=len({s for _, i, o in ops for s, _ in i + o}))
-    ids: dict[int, int] = {}
-    for blk in pre:
-        ids[blk] = tb.alloc(max(block_size[blk], 1))
-    if pre:
-        tb.next_tick()
-    step_at: dict[int, int] = {}
+class _Lifetimes:
+    """Storage lifetimes over the leaf ops (the module docstring's blocks): a storage first
+    seen as an input existed before the recording (``pre``), a fresh output starts a new
+    lifetime, a lifetime ends after its last op unless it outlives the recording (made
+    before op ``last_step`` and still used from it on)."""
 
-    for sid in steps:
-        k = bisect.bisect_right(op_ids, sid)
-        if k < len(ops):
-            step_at.setdefault(k, sid)
-    for k in range(len(ops)):
-        if k in step_at:
-            tb.mark()
-        for blk in created.get(k, []):
-            ids[blk] = tb.alloc(max(block_size[blk], 1))
-        for blk, mode in op_blocks[k]:
-            tb.access(ids[blk], mode)
-        for blk in frees_at.get(k, []):
-            tb.free(ids[blk])
-        tb.next_tick()
-    tr = tb.build()  # no clock: t_ns is the tick (the TraceBuilder's default)
-    if not steps:
-        ends = _optimizer_step_ends(by_id, op_ids)
-        if ends:
-            shift = 1 if pre else 0
-            tr.meta["step_ends"] = {"signal": "Optimizer.step# ranges",
-                                    "ends": [k + shift for k in ends]}
-    return tr
+    def __init__(self, ops: list[tuple[int, list, list]], last_step: int) -> None:
+        last_use: dict[int, int] = {}
+        self.block_size: dict[int, int] = {}
+        self.pre: list[int] = []  # blocks allocated before the first op
+        created_at: dict[int, int] = {}
+        cur: dict[int, int] = {}  # storage -> its current block
+        self.op_blocks: list[list[tuple[int, int]]] = []  # per op: (block, mode)
+        nb = 0
+        for k, (_, ins, outs) in enumerate(ops):
+            in_s = {s for s, _ in ins}
+            touched: dict[int, int] = {}
+            for s, b in ins:
+                if s not in cur:
+                    cur[s] = nb
+                    self.pre.append(nb)
+                    nb += 1
+                blk = cur[s]
+                self.block_size[blk] = max(self.block_size.get(blk, 0), b)
+                touched[blk] = touched.get(blk, 0) | _R
+            fresh: set[int] = set()
+            for s, b in outs:
+                if s not in in_s and s not in fresh:  # a fresh output: a new lifetime
+                    fresh.add(s)
+                    cur[s] = nb
+                    created_at[nb] = k
+                    nb += 1
+                blk = cur[s]
+                self.block_size[blk] = max(self.block_size.get(blk, 0), b)
+                touched[blk] = touched.get(blk, 0) | _W
+            for blk in touched:
+                last_use[blk] = k
+            self.op_blocks.append(list(touched.items()))
+        pre_set = set(self.pre)
+        self.frees_at: dict[int, list[int]] = {}  # op index -> blocks freed after it
+        for blk, k in last_use.items():
+            if blk in pre_set or (k >= last_step and created_at.get(blk, -1) < last_step):
+                continue
+            self.frees_at.setdefault(k, []).append(blk)
+        self.created: dict[int, list[int]] = {}  # op index -> blocks it allocates
+        for blk, k in created_at.items():
+            self.created.setdefault(k, []).append(blk)
+
+    def emit(self, tb: TraceBuilder, step_at: dict[int, int]) -> None:
+        """The rows: the pre-existing blocks at tick 0 (a tick of their own), then per op
+        a MARK where a step starts (``step_at``), its allocations, accesses and frees."""
+        ids: dict[int, int] = {}
+        for blk in self.pre:
+            ids[blk] = tb.alloc(max(self.block_size[blk], 1))
+        if self.pre:
+            tb.next_tick()
+        for k in range(len(self.op_blocks)):
+            if k in step_at:
+                tb.mark()
+            for blk in self.created.get(k, []):
+                ids[blk] = tb.alloc(max(self.block_size[blk], 1))
+            for blk, mode in self.op_blocks[k]:
+                tb.access(ids[blk], mode)
+            for blk in self.frees_at.get(k, []):
+                tb.free(ids[blk])
+            tb.next_tick()
 
 
 def _optimizer_step_ends(by_id: dict[int, dict], op_ids: list[int]) -> list[int]:

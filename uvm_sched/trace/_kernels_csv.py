@@ -96,7 +96,27 @@ def load_kernels_csv(folder, *, iterations: int = 2) -> Trace:
             raise TraceError(
                 f"{folder}: a workload folder needs kernels.csv and tensors.csv; {p.name} is missing"
             )
-    # -- tensors
+    sizes, is_global = _read_tensors(tp)
+    durations, touches = _read_kernels(kp, sizes)
+    born, dies, glob = _lifetimes(folder, sizes, is_global, touches)
+    cols = _rows(sizes, touches, born, dies, glob, durations, iterations)
+    tick_ns = np.tile(np.asarray(durations) * 1000.0, iterations)
+    meta = {
+        "source": "g10",
+        "name": folder.name,
+        **_meta_from_name(folder.name),
+        "hw": _HW,
+        "units": {"t_ns": "ns (device timeline)", "size": "bytes", "tick": "kernel"},
+        "iterations": iterations,
+        "kernels_per_iteration": len(durations),
+        "tensors": len(sizes),
+        "global_tensors": len(glob),
+    }
+    return Trace(cols, tick_ns=tick_ns, meta=meta)
+
+
+def _read_tensors(tp: Path) -> tuple[dict[int, int], dict[int, bool]]:
+    """tensors.csv: (tensor id -> bytes, tensor id -> is global)."""
     sizes: dict[int, int] = {}
     is_global: dict[int, bool] = {}
     for f in _lines(tp, _TENSORS_HEADER):
@@ -111,9 +131,15 @@ def load_kernels_csv(folder, *, iterations: int = 2) -> Trace:
         is_global[tid] = g == "1"
     if not sizes:
         raise TraceError(f"{tp}: no tensors")
-    # -- kernels
+    return sizes, is_global
+
+
+def _read_kernels(kp: Path, sizes: dict[int, int]
+                  ) -> tuple[list[float], list[list[tuple[int, int]]]]:
+    """kernels.csv: (duration of each kernel in us, per kernel the (tensor, AccessMode) it
+    touches in file order); every tensor named must be in ``sizes``."""
     durations: list[float] = []
-    touches: list[list[tuple[int, int]]] = []  # per kernel: (tensor, AccessMode) in file order
+    touches: list[list[tuple[int, int]]] = []
     for f in _lines(kp, _KERNELS_HEADER):
         where = f"{kp}:{f[4]}"
         kid = _int(f[0], "kernel_id", where)
@@ -137,9 +163,18 @@ def load_kernels_csv(folder, *, iterations: int = 2) -> Trace:
                 raise TraceError(f"{where}: tensor {t} is not in tensors.csv")
         durations.append(dur)
         touches.append(list(mode.items()))
-    n = len(durations)
-    if n == 0:
+    if not durations:
         raise TraceError(f"{kp}: no kernels")
+    return durations, touches
+
+
+def _lifetimes(folder: Path, sizes: dict[int, int], is_global: dict[int, bool],
+               touches: list[list[tuple[int, int]]]
+               ) -> tuple[list[list[int]], list[list[int]], list[int]]:
+    """(per kernel the non-global tensors it touches first, those it touches last, the
+    global tensors), each in tensor id order; a tensor no kernel uses means a truncated
+    kernels.csv."""
+    n = len(touches)
     first: dict[int, int] = {}
     last: dict[int, int] = {}
     for k, tl in enumerate(touches):
@@ -160,7 +195,15 @@ def load_kernels_csv(folder, *, iterations: int = 2) -> Trace:
             born[first[t]].append(t)
             dies[last[t]].append(t)
     glob = sorted(t for t in sizes if is_global[t])
+    return born, dies, glob
 
+
+def _rows(sizes: dict[int, int], touches: list[list[tuple[int, int]]],
+          born: list[list[int]], dies: list[list[int]], glob: list[int],
+          durations: list[float], iterations: int) -> dict[str, np.ndarray]:
+    """The event columns, one tick per kernel in each of ``iterations`` copies (the row
+    order of the module docstring)."""
+    n = len(durations)
     dur_ns = [int(round(d * 1000.0)) for d in durations]
     per_it = sum(2 * len(b) for b in born) + sum(len(tl) for tl in touches) + 1
     rows = len(glob) + iterations * per_it
@@ -203,16 +246,4 @@ def load_kernels_csv(folder, *, iterations: int = 2) -> Trace:
                 put(tick, end, EventKind.FREE, block_of[t], sizes[t])
             now = end
     assert r == rows  # the row count above is exact
-    tick_ns = np.tile(np.asarray(durations) * 1000.0, iterations)
-    meta = {
-        "source": "g10",
-        "name": folder.name,
-        **_meta_from_name(folder.name),
-        "hw": _HW,
-        "units": {"t_ns": "ns (device timeline)", "size": "bytes", "tick": "kernel"},
-        "iterations": iterations,
-        "kernels_per_iteration": n,
-        "tensors": len(sizes),
-        "global_tensors": len(glob),
-    }
-    return Trace(cols, tick_ns=tick_ns, meta=meta)
+    return cols

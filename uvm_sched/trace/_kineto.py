@@ -106,148 +106,44 @@ def trace_from_chrome(doc: Any, *, device: str = "cuda", where: str = "trace",
             f"{where}: JSON, but not a Chrome/Kineto trace (expected a 'traceEvents' list or a "
             "list of events)"
         )
-    mem: list[tuple[float, int, Any, int, int]] = []  # (ts, seq, addr or None, bytes, device id)
-    totals: list[Any] = []  # Total Allocated after each kept event (None: absent)
-    other_types: dict[int, int] = {}  # device type -> events
-    other_ids: set[int] = set()  # CUDA device ids other than the one asked for
-    steps: dict[int, float] = {}  # ProfilerStep number -> start (us)
-    kernels: list[tuple[float, float, Any]] = []  # (ts, dur, correlation)
-    launches: dict[Any, float] = {}
-    # JSON values: each is checked (isinstance, _num) before use, checks mypy cannot follow
-    ty: Any
-    did: Any
-    addr: Any
-    nb: Any
-    ts: Any
-    dur: Any
-    args: Any
-    for i, e in enumerate(events):
-        if not isinstance(e, dict):
-            raise TraceError(f"{where}: traceEvents[{i}] is a {type(e).__name__}, expected an object")
-        nm = e.get("name")
-        if nm == "[memory]":
-            a = e.get("args")
-            if not isinstance(a, dict):
-                raise TraceError(f"{where}: traceEvents[{i}] ([memory]) has no args")
-            ty, did, addr, nb, ts = (a.get("Device Type"), a.get("Device Id"), a.get("Addr"),
-                                     a.get("Bytes"), e.get("ts"))
-            if not all(isinstance(x, int) and not isinstance(x, bool) for x in (ty, did, nb)) \
-                    or not (addr is None or (isinstance(addr, int) and not isinstance(addr, bool))) \
-                    or not _num(ts):
-                raise TraceError(
-                    f"{where}: traceEvents[{i}] ([memory]) lacks an integer Device Type/Device "
-                    f"Id/Bytes (and Addr, when present) or a numeric ts: {json.dumps(e)[:200]}"
-                )
-            if not (abs(nb) < 2**62 and (addr is None or 0 <= addr < 2**64)):
-                raise TraceError(f"{where}: traceEvents[{i}] ([memory]) Bytes/Addr out of range")
-            if ty != dtype:
-                other_types[ty] = other_types.get(ty, 0) + 1
-            elif dev_id is not None and did != dev_id:
-                other_ids.add(did)
-            elif nb != 0:
-                mem.append((float(ts), i, addr, nb, did))
-                tot = a.get("Total Allocated")
-                totals.append(tot if _num(tot) else None)
-            continue
-        ph = e.get("ph")
-        if ph != "X":
-            continue
-        ts, dur = e.get("ts"), e.get("dur")
-        cat = e.get("cat")
-        m = _STEP.match(nm) if isinstance(nm, str) else None
-        if m:
-            if not _num(ts):
-                raise TraceError(f"{where}: traceEvents[{i}] ({nm}) has no numeric ts")
-            # the GPU timeline repeats each step as a gpu_user_annotation, later than the
-            # CPU span: one mark per step number, at the CPU span's start
-            if cat != "gpu_user_annotation":
-                n_step = int(m.group(1))
-                steps[n_step] = min(float(ts), steps.get(n_step, float("inf")))
-            continue
-        args = e.get("args") if isinstance(e.get("args"), dict) else {}
-        corr = args.get("correlation")
-        if not isinstance(corr, (int, str)):  # ids are ints; anything else cannot be matched
-            corr = None
-        if isinstance(cat, str) and cat.lower() == "kernel":
-            if not (_num(ts) and _num(dur) and dur >= 0):
-                raise TraceError(f"{where}: traceEvents[{i}] (kernel {nm!r}) has no numeric ts/dur")
-            kernels.append((float(ts), float(dur), corr))
-        elif isinstance(cat, str) and cat.lower() in ("cuda_runtime", "cuda_driver", "runtime") \
-                and corr is not None and _num(ts):
-            launches.setdefault(corr, float(ts))
-
-    if not mem:
-        wanted = "CUDA" if dtype == _CUDA else "CPU"
-        if dtype == _CUDA and other_types.get(_CPU):
-            raise TraceError(
-                f"{where}: no CUDA memory events, but {other_types[_CPU]:,} CPU ones; pass "
-                'device="cpu" (CLI: --device cpu) to import the CPU allocator\'s events'
-            )
-        if dtype == _CPU and other_types.get(_CUDA):
-            raise TraceError(
-                f"{where}: no CPU memory events, but {other_types[_CUDA]:,} CUDA ones; pass "
-                'device="cuda" (CLI: --device cuda)'
-            )
-        if other_ids:
-            raise TraceError(
-                f"{where}: no memory events on {device!r}; the trace has CUDA devices "
-                f"{sorted(other_ids)}"
-            )
-        if other_types:
-            raise TraceError(
-                f"{where}: no {wanted} memory events for device {device!r} (other memory events "
-                f"by device type: {other_types})"
-            )
-        raise TraceError(
-            f"{where}: no [memory] events; record with torch.profiler.profile(profile_memory=True)"
-        )
-    ids = sorted({m[4] for m in mem})
+    sc = _Scan(dtype, dev_id, where)
+    sc.read(events)
+    if not sc.mem:
+        raise sc.why_no_memory_events(device)
+    ids = sorted({m[4] for m in sc.mem})
     if dtype == _CUDA and dev_id is None and len(ids) > 1:
         raise TraceError(
             f"{where}: memory events of several CUDA devices {ids}; pass device=\"cuda:N\" "
             "(CLI: --device cuda:N)"
         )
-    order = sorted(range(len(mem)), key=lambda j: (mem[j][0], mem[j][1]))
-    mem = [mem[j] for j in order]
-    totals = [totals[j] for j in order]
+    # allocator events in time order (stable): one tick each
+    order = sorted(range(len(sc.mem)), key=lambda j: (sc.mem[j][0], sc.mem[j][1]))
+    mem = [sc.mem[j] for j in order]
+    totals = [sc.totals[j] for j in order]
     ts_arr = np.array([m[0] for m in mem])
     t0 = ts_arr[0]
     t_ns = np.rint((ts_arr - t0) * 1000).astype(np.int64)
     ops = [1 if m[3] > 0 else -1 for m in mem]
     sizes = [abs(m[3]) for m in mem]
-    has_addr = [m[2] is not None for m in mem]
-    pairing = None
-    if all(has_addr):
-        addrs = [m[2] for m in mem]
-    elif not any(has_addr):
-        addrs = _pair_by_size(ops, sizes)
-        pairing = "by size, last in first out (the [memory] events carry no Addr)"
-    else:
-        j = has_addr.index(False)
-        raise TraceError(f"{where}: traceEvents[{mem[j][1]}] ([memory]) has no Addr while "
-                         f"{sum(has_addr):,} others have one: a mixed or corrupt trace")
+    addrs, pairing = _addresses(mem, ops, sizes, where)
     n = len(mem)
     # MARK at the first allocator event at or after each step's start.
     marks: np.ndarray | list[int] = (
-        np.searchsorted(ts_arr, np.array(sorted(steps.values())), side="left") if steps else [])
-    tick_ns = None
-    if kernels:
-        tick_ns = np.zeros(n)
-        key = np.array([launches.get(c, ts) if c is not None else ts for ts, _, c in kernels])
-        idx = np.clip(np.searchsorted(ts_arr, key, side="right") - 1, 0, n - 1)
-        np.add.at(tick_ns, idx, np.array([d for _, d, _ in kernels]) * 1000.0)
+        np.searchsorted(ts_arr, np.array(sorted(sc.steps.values())), side="left")
+        if sc.steps else [])
+    tick_ns = _kernel_time_per_tick(sc.kernels, sc.launches, ts_arr) if sc.kernels else None
     meta = {
         "source": "kineto",
         "name": name or "kineto",
         "device": "cpu" if dtype == _CPU else f"cuda:{ids[0]}",
         "units": {"t_ns": "ns", "size": "bytes", "tick": "allocator event"},
         "t0_us": float(t0),
-        "profiler_steps": len(steps),
-        "kernels": len(kernels),
+        "profiler_steps": len(sc.steps),
+        "kernels": len(sc.kernels),
         # what the device time per tick is, in words (Trace.time_source): a CPU profile's
         # clock is the CPU's, which says nothing of what a GPU would take
         "time_source": (CPU_WALL_CLOCK if dtype == _CPU
-                        else "GPU trace (kernel durations)" if kernels
+                        else "GPU trace (kernel durations)" if sc.kernels
                         else "host clock of the allocator events (no kernels in the trace)"),
     }
     if pairing:
@@ -260,6 +156,161 @@ def trace_from_chrome(doc: Any, *, device: str = "cuda", where: str = "trace",
         describe=lambda j: f"traceEvents[{mem[j][1]}] ([memory] at ts {mem[j][0]})",
         marks_before_event=list(np.asarray(marks).tolist()), tick_ns=tick_ns, meta=meta,
     )
+
+
+class _Scan:
+    """One pass over the trace events: what the module docstring maps, in file order."""
+
+    def __init__(self, dtype: int, dev_id: int | None, where: str) -> None:
+        self.dtype, self.dev_id, self.where = dtype, dev_id, where
+        # (ts, seq, addr or None, bytes, device id) of the chosen device's allocator events
+        self.mem: list[tuple[float, int, Any, int, int]] = []
+        self.totals: list[Any] = []  # Total Allocated after each kept event (None: absent)
+        self.other_types: dict[int, int] = {}  # device type -> events
+        self.other_ids: set[int] = set()  # CUDA device ids other than the one asked for
+        self.steps: dict[int, float] = {}  # ProfilerStep number -> start (us)
+        self.kernels: list[tuple[float, float, Any]] = []  # (ts, dur, correlation)
+        self.launches: dict[Any, float] = {}  # correlation -> CPU launch ts (us)
+
+    def read(self, events: list) -> None:
+        """Sort each event to its kind: ``[memory]``, ``ProfilerStep#N`` span, kernel or
+        launch (other events are not used)."""
+        where = self.where
+        for i, e in enumerate(events):
+            if not isinstance(e, dict):
+                raise TraceError(
+                    f"{where}: traceEvents[{i}] is a {type(e).__name__}, expected an object")
+            nm = e.get("name")
+            if nm == "[memory]":
+                self.memory_event(i, e)
+                continue
+            if e.get("ph") != "X":
+                continue
+            m = _STEP.match(nm) if isinstance(nm, str) else None
+            if m:
+                self.profiler_step(i, e, nm, int(m.group(1)))
+            else:
+                self.kernel_or_launch(i, e, nm)
+
+    def memory_event(self, i: int, e: dict) -> None:
+        """A ``[memory]`` instant event: kept when on the chosen device and not 0 bytes,
+        else counted by the device it is on."""
+        where = self.where
+        a = e.get("args")
+        if not isinstance(a, dict):
+            raise TraceError(f"{where}: traceEvents[{i}] ([memory]) has no args")
+        # JSON values: each is checked (isinstance, _num) before use, checks mypy cannot follow
+        ty: Any
+        did: Any
+        addr: Any
+        nb: Any
+        ts: Any
+        ty, did, addr, nb, ts = (a.get("Device Type"), a.get("Device Id"), a.get("Addr"),
+                                 a.get("Bytes"), e.get("ts"))
+        if not all(isinstance(x, int) and not isinstance(x, bool) for x in (ty, did, nb)) \
+                or not (addr is None or (isinstance(addr, int) and not isinstance(addr, bool))) \
+                or not _num(ts):
+            raise TraceError(
+                f"{where}: traceEvents[{i}] ([memory]) lacks an integer Device Type/Device "
+                f"Id/Bytes (and Addr, when present) or a numeric ts: {json.dumps(e)[:200]}"
+            )
+        if not (abs(nb) < 2**62 and (addr is None or 0 <= addr < 2**64)):
+            raise TraceError(f"{where}: traceEvents[{i}] ([memory]) Bytes/Addr out of range")
+        if ty != self.dtype:
+            self.other_types[ty] = self.other_types.get(ty, 0) + 1
+        elif self.dev_id is not None and did != self.dev_id:
+            self.other_ids.add(did)
+        elif nb != 0:
+            self.mem.append((float(ts), i, addr, nb, did))
+            tot = a.get("Total Allocated")
+            self.totals.append(tot if _num(tot) else None)
+
+    def profiler_step(self, i: int, e: dict, nm: Any, n_step: int) -> None:
+        """A ``ProfilerStep#N`` span: its start, once per step number."""
+        ts: Any = e.get("ts")
+        if not _num(ts):
+            raise TraceError(f"{self.where}: traceEvents[{i}] ({nm}) has no numeric ts")
+        # the GPU timeline repeats each step as a gpu_user_annotation, later than the
+        # CPU span: one mark per step number, at the CPU span's start
+        if e.get("cat") != "gpu_user_annotation":
+            self.steps[n_step] = min(float(ts), self.steps.get(n_step, float("inf")))
+
+    def kernel_or_launch(self, i: int, e: dict, nm: Any) -> None:
+        """A GPU kernel (its duration) or a CPU-side runtime call (a launch's ts, by its
+        correlation id)."""
+        ts: Any
+        dur: Any
+        args: Any
+        ts, dur = e.get("ts"), e.get("dur")
+        cat = e.get("cat")
+        args = e.get("args") if isinstance(e.get("args"), dict) else {}
+        corr = args.get("correlation")
+        if not isinstance(corr, (int, str)):  # ids are ints; anything else cannot be matched
+            corr = None
+        if isinstance(cat, str) and cat.lower() == "kernel":
+            if not (_num(ts) and _num(dur) and dur >= 0):
+                raise TraceError(
+                    f"{self.where}: traceEvents[{i}] (kernel {nm!r}) has no numeric ts/dur")
+            self.kernels.append((float(ts), float(dur), corr))
+        elif isinstance(cat, str) and cat.lower() in ("cuda_runtime", "cuda_driver", "runtime") \
+                and corr is not None and _num(ts):
+            self.launches.setdefault(corr, float(ts))
+
+    def why_no_memory_events(self, device: str) -> TraceError:
+        """The error for a trace with no allocator event of the chosen device: what it has
+        instead, and the option that imports it."""
+        where, dtype, other_types = self.where, self.dtype, self.other_types
+        wanted = "CUDA" if dtype == _CUDA else "CPU"
+        if dtype == _CUDA and other_types.get(_CPU):
+            return TraceError(
+                f"{where}: no CUDA memory events, but {other_types[_CPU]:,} CPU ones; pass "
+                'device="cpu" (CLI: --device cpu) to import the CPU allocator\'s events'
+            )
+        if dtype == _CPU and other_types.get(_CUDA):
+            return TraceError(
+                f"{where}: no CPU memory events, but {other_types[_CUDA]:,} CUDA ones; pass "
+                'device="cuda" (CLI: --device cuda)'
+            )
+        if self.other_ids:
+            return TraceError(
+                f"{where}: no memory events on {device!r}; the trace has CUDA devices "
+                f"{sorted(self.other_ids)}"
+            )
+        if other_types:
+            return TraceError(
+                f"{where}: no {wanted} memory events for device {device!r} (other memory events "
+                f"by device type: {other_types})"
+            )
+        return TraceError(
+            f"{where}: no [memory] events; record with torch.profiler.profile(profile_memory=True)"
+        )
+
+
+def _addresses(mem: list, ops: list[int], sizes: list[int], where: str
+               ) -> tuple[list[int], str | None]:
+    """Each event's address, and how frees were paired when the events carry none (None:
+    by the recorded ``Addr``)."""
+    has_addr = [m[2] is not None for m in mem]
+    if all(has_addr):
+        return [m[2] for m in mem], None
+    if not any(has_addr):
+        return (_pair_by_size(ops, sizes),
+                "by size, last in first out (the [memory] events carry no Addr)")
+    j = has_addr.index(False)
+    raise TraceError(f"{where}: traceEvents[{mem[j][1]}] ([memory]) has no Addr while "
+                     f"{sum(has_addr):,} others have one: a mixed or corrupt trace")
+
+
+def _kernel_time_per_tick(kernels: list[tuple[float, float, Any]], launches: dict[Any, float],
+                          ts_arr: np.ndarray) -> np.ndarray:
+    """Device ns per tick: each kernel's duration added to the tick it was launched in
+    (by its launch's ts, else its own), the first tick for kernels launched before it."""
+    n = len(ts_arr)
+    tick_ns = np.zeros(n)
+    key = np.array([launches.get(c, ts) if c is not None else ts for ts, _, c in kernels])
+    idx = np.clip(np.searchsorted(ts_arr, key, side="right") - 1, 0, n - 1)
+    np.add.at(tick_ns, idx, np.array([d for _, d, _ in kernels]) * 1000.0)
+    return tick_ns
 
 
 def _pair_by_size(ops: list[int], sizes: list[int]) -> list[int]:

@@ -103,7 +103,8 @@ class Recording:
             self._hooks.append(register_optimizer_step_post_hook(self._ring_step))
         else:
             from ..hw import load_profile
-            from ._recorder import _Mode, _Recorder
+            from ._recorder import _Mode
+            from ._recorder_core import _Recorder
 
             self.route = "dispatcher"
             dev = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -167,7 +168,7 @@ class Recording:
         return m
 
     def _build_dispatch(self) -> Trace:
-        from ._recorder import LAUNCH_OVERHEAD_NS
+        from ._recorder_core import LAUNCH_OVERHEAD_NS
 
         rec = self._rec
         n_ticks = rec.tick + 1

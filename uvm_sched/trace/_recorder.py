@@ -24,7 +24,7 @@ below autograd -- forward, backward and optimizer alike -- and records, per op:
 
 Ticks. An op that allocates or touches device memory gets one tick -- except the foreach
 ops of the optimizers, which get one tick per kernel that CUDA's ``multi_tensor_apply``
-would launch (see ``_Recorder._foreach_launches``); ops that launch no
+would launch (see ``_recorder_core._Recorder._foreach_launches``); ops that launch no
 kernel and touch nothing (views, ``detach``, metadata, ops on host tensors such as the
 optimizer's step counters) get no tick. Frees that happen between two ops belong to the
 tick of the op before (after its accesses, as the trace contract orders a tick).
@@ -63,422 +63,27 @@ attention functions run on bf16 copies of their float32 arguments (parameter cop
 cached per forward, as autocast's weight cache does), and the functions CUDA autocast runs in
 float32 (softmax, log_softmax, layer/group norm, losses, exp/log/pow...) get float32 copies.
 Parameters, gradients and optimizer state stay float32, as with real AMP.
+
+Where the parts live: this module holds ``record`` (as its steps: build the model, train
+under the dispatch mode, the metadata) and the shape memo of the dispatch mode;
+``_recorder_core`` the event log that turns each op into rows (``_Recorder``);
+``_recorder_amp`` the autocast emulation.
 """
 from __future__ import annotations
 
-import functools
 import inspect
-import math
 import time
-import weakref
-from typing import Any, Callable, cast
+from typing import Any, Callable
 
-import numpy as np
 import torch
-from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .._errors import Error
-from ._model import COLUMNS, AccessMode, EventKind, Trace
+from ._model import Trace
+from ._recorder_amp import _Autocast
+from ._recorder_core import LAUNCH_OVERHEAD_NS, _block_names, _Recorder, _tensors
 
 __all__ = ["record", "LAUNCH_OVERHEAD_NS"]
-
-#: Fixed device time added to every tick that launches a kernel, in ns. Back-to-back CUDA
-#: kernels on Hopper/Ampere are spaced by ~1-3 us (launch latency and tail of the previous
-#: grid; the floor of an empty kernel measured by nsys is ~2 us); 2 us is that floor. It
-#: keeps tiny elementwise ops from costing ~0 ns, which the roofline alone would give them.
-LAUNCH_OVERHEAD_NS = 2_000.0
-
-_ALLOC, _FREE, _ACCESS, _MARK = (int(EventKind.ALLOC), int(EventKind.FREE),
-                                 int(EventKind.ACCESS), int(EventKind.MARK))
-_R, _W, _RW = int(AccessMode.READ), int(AccessMode.WRITE), int(AccessMode.READ_WRITE)
-
-# Factories that allocate but launch no kernel (the memory is not touched).
-_NO_KERNEL_ALLOC = {
-    "empty", "empty_strided", "new_empty", "new_empty_strided", "empty_like",
-}
-_LOW = (torch.bfloat16, torch.float16)
-# CUDA's multi_tensor_apply (ATen/native/cuda/MultiTensorApply.cuh): elements per chunk,
-# chunks per launch, and tensors per launch by list depth 1..5.
-_MTA_CHUNK = 65_536
-_MTA_MAX_BLOCKS = 320
-_MTA_MAX_TENSORS = (110, 64, 48, 36, 30)
-
-
-class _OpInfo:
-    """What the recorder needs to know about one aten overload, computed once."""
-
-    __slots__ = ("mut_pos", "mut_kw", "no_kernel_alloc", "flop_fn", "name", "bn_train",
-                 "foreach")
-
-    def __init__(self, func) -> None:
-        from torch.utils.flop_counter import flop_registry
-
-        mut_pos: list[int] = []
-        mut_kw: list[str] = []
-        for i, a in enumerate(func._schema.arguments):
-            if a.alias_info is not None and a.alias_info.is_write:
-                if a.kwarg_only:
-                    mut_kw.append(a.name)
-                else:
-                    mut_pos.append(i)
-        self.mut_pos = tuple(mut_pos)
-        self.mut_kw = tuple(mut_kw)
-        self.name = func.overloadpacket.__name__
-        self.no_kernel_alloc = self.name in _NO_KERNEL_ALLOC
-        self.flop_fn = flop_registry.get(func.overloadpacket)
-        # Batch norm in training updates running_mean/var (args 3, 4) in place, but these
-        # overloads' schemas carry no write annotation for them.
-        self.foreach = self.name.startswith("_foreach_")
-        self.bn_train = self.name in ("native_batch_norm", "cudnn_batch_norm",
-                                      "miopen_batch_norm")
-
-
-def _tensors(x, out: list) -> None:
-    """Append the tensors in ``x`` (a tensor, or a list/tuple of tensors and others)."""
-    if isinstance(x, torch.Tensor):
-        out.append(x)
-    elif isinstance(x, (list, tuple)):
-        for y in x:
-            if isinstance(y, torch.Tensor):
-                out.append(y)
-            elif isinstance(y, (list, tuple)):
-                _tensors(y, out)
-
-
-class _Recorder:
-    """Event rows and live storages; the dispatch mode calls ``op`` after every aten op."""
-
-    def __init__(self, device: str, hw) -> None:
-        self.device = torch.device(device)
-        self.rows: list[tuple] = []  # (tick, kind, block, size, mode, offset, length)
-        self.tick_ns: list[float] = []
-        self.tick = -1  # the tick last opened
-        self.live: dict[int, list] = {}  # storage cdata -> [block, size, weakref]
-        self.next_block = 0
-        self.pending_mark = False
-        self.closed = False
-        self.late_blocks = 0
-        self.flop_failures: dict[str, int] = {}
-        self.n_ops = 0
-        self.op_name = "parameters"  # the op whose kernel(s) the next opened tick is
-        self.tick_op: list[str] = []  # per tick: the op's name (hovers name the op)
-        self.total_flops = 0.0
-        self.infos: dict[Any, _OpInfo] = {}
-        self.peak32 = float(hw.peak_flops_fp32)
-        self.peak16 = float(hw.peak_flops_bf16)
-        self.bw = float(hw.hbm_bandwidth_Bps)
-
-    # -- storages ------------------------------------------------------------------------
-    def _dead(self, key: int, wr) -> None:
-        if self.closed:
-            return  # after the recording: the model's teardown is not part of the workload
-        entry = self.live.get(key)
-        if entry is not None and entry[2] is wr:
-            del self.live[key]
-            self.rows.append((max(self.tick, 0), _FREE, entry[0], entry[1], 0, -1, -1))
-
-    def _new(self, st, key: int) -> list:
-        # A weakref callback (not polling) so a free costs nothing until it happens.
-        wr = weakref.ref(st, functools.partial(self._dead, key))
-        entry = [self.next_block, st.nbytes(), wr]
-        self.next_block += 1
-        self.live[key] = entry
-        return entry
-
-    def open_tick(self) -> None:
-        self.tick += 1
-        self.tick_ns.append(0.0)
-        self.tick_op.append(self.op_name)
-        if self.pending_mark:
-            self.rows.append((self.tick, _MARK, -1, 0, 0, -1, -1))
-            self.pending_mark = False
-
-    def alloc_existing(self, tensors) -> None:
-        """ALLOC rows (in the current tick) for the storages of ``tensors`` not yet live."""
-        for t in tensors:
-            if t.device != self.device:
-                continue
-            st = t.untyped_storage()
-            key = st._cdata
-            if key not in self.live and st.nbytes() > 0:
-                e = self._new(st, key)
-                self.rows.append((self.tick, _ALLOC, e[0], e[1], 0, -1, -1))
-
-    # -- the hot path ----------------------------------------------------------------------
-    def op(self, func, args, kwargs, out) -> None:
-        info = self.infos.get(func)
-        if info is None:
-            info = self.infos[func] = _OpInfo(func)
-        self.op_name = info.name
-        dev = self.device
-        live = self.live
-        ins: list = []
-        for a in args:
-            _tensors(a, ins)
-        if kwargs:
-            for a in kwargs.values():
-                _tensors(a, ins)
-        outs: list = []
-        _tensors(out, outs)
-
-        mutated: set[int] = set()
-        if info.mut_pos or info.mut_kw:
-            m: list = []
-            for i in info.mut_pos:
-                if i < len(args):
-                    _tensors(args[i], m)
-            for k in info.mut_kw:
-                if k in kwargs:
-                    _tensors(kwargs[k], m)
-            for t in m:
-                if t.device == dev:
-                    mutated.add(t.untyped_storage()._cdata)
-        if info.bn_train and len(args) > 5 and args[5]:
-            for t in (args[3], args[4]):
-                if isinstance(t, torch.Tensor) and t.device == dev:
-                    mutated.add(t.untyped_storage()._cdata)
-
-        # storage key -> [entry, mode, offset_lo, offset_hi] ; in order of first sight
-        touched: dict[int, list] = {}
-        new: list = []
-        nbytes = 0.0
-        low = False
-        for t in ins:
-            if t.device != dev:
-                continue
-            st = t.untyped_storage()
-            key = st._cdata
-            e = live.get(key)
-            if e is None:
-                if st.nbytes() == 0:
-                    continue
-                e = self._new(st, key)
-                new.append(e)
-                self.late_blocks += 1
-            elif key in mutated and st.nbytes() != e[1]:
-                # resize_ on an out= argument: the allocator frees and allocates again.
-                self.rows.append((max(self.tick, 0), _FREE, e[0], e[1], 0, -1, -1))
-                del live[key]
-                e = self._new(st, key)
-                new.append(e)
-            n, lo, hi = _extent(t)
-            nbytes += n
-            if t.dtype in _LOW:
-                low = True
-            mode = _RW if key in mutated else _R
-            rec = touched.get(key)
-            if rec is None:
-                touched[key] = [e, mode, lo, hi]
-            else:
-                rec[1] |= mode
-                rec[2] = min(rec[2], lo)
-                rec[3] = max(rec[3], hi)
-        for t in outs:
-            if t.device != dev:
-                continue
-            st = t.untyped_storage()
-            key = st._cdata
-            e = live.get(key)
-            if e is None:
-                if st.nbytes() == 0:
-                    continue
-                e = self._new(st, key)
-                new.append(e)
-                mode = _W
-            elif key in touched:
-                continue  # an input returned (in-place result or alias): already counted
-            elif key in mutated:
-                mode = _RW
-            else:
-                continue  # an alias of a storage that is live already: no write
-            n, lo, hi = _extent(t)
-            nbytes += n
-            if t.dtype in _LOW:
-                low = True
-            touched[key] = [e, mode, lo, hi]
-        if not new and not mutated:
-            return  # views, metadata, host-only ops: no kernel, no tick
-        self.n_ops += 1
-        self.open_tick()
-        tick = self.tick
-        rows = self.rows
-        for e in new:
-            rows.append((tick, _ALLOC, e[0], e[1], 0, -1, -1))
-        if info.no_kernel_alloc:
-            return  # allocates only: 0 ns, nothing touched
-        if info.foreach and self._foreach_launches(args, out, touched):
-            return
-        for rec in touched.values():
-            e = rec[0]
-            lo, hi = rec[2], rec[3]
-            if lo <= 0 and hi >= e[1]:
-                rows.append((tick, _ACCESS, e[0], e[1], rec[1], -1, -1))
-            else:
-                rows.append((tick, _ACCESS, e[0], e[1], rec[1], lo, hi - lo))
-        flops = 0.0
-        if info.flop_fn is not None:
-            try:
-                flops = float(info.flop_fn(*args, **(kwargs or {}), out_val=out))
-            except Exception:  # a formula that does not cover this overload's arguments
-                self.flop_failures[info.name] = self.flop_failures.get(info.name, 0) + 1
-        self.total_flops += flops
-        peak = self.peak16 if low else self.peak32
-        self.tick_ns[tick] = max(flops / peak, nbytes / self.bw) * 1e9 + LAUNCH_OVERHEAD_NS
-
-    def _foreach_launches(self, args, out, touched) -> bool:
-        """Split a foreach op into the kernels CUDA's multi_tensor_apply launches.
-
-        A foreach op is not one kernel on a GPU: ``multi_tensor_apply`` walks the tensor
-        lists in 65,536-element chunks and launches a kernel whenever it holds 320 chunks or
-        its per-depth tensor limit (110, 64, 48, 36, 30 tensors for 1..5 lists), splitting
-        big tensors across launches. One tick per launch, each touching only its tensors'
-        chunk ranges (``offset``/``length``), keeps the working set of an optimizer step as
-        small as the GPU's instead of "every parameter at once". Returns False (one tick for
-        the op) when the lists do not line up.
-        """
-        lists = [a for a in args if isinstance(a, (list, tuple)) and a
-                 and all(isinstance(t, torch.Tensor) for t in a)]
-        if isinstance(out, (list, tuple)) and out and isinstance(out[0], torch.Tensor):
-            lists.append(out)
-        if not lists or any(len(x) != len(lists[0]) for x in lists):
-            return False
-        extras = [a for a in args if isinstance(a, torch.Tensor) and a.device == self.device]
-        max_tensors = _MTA_MAX_TENSORS[min(len(lists), 5) - 1]
-        launches: list[list[tuple[int, int, int]]] = []
-        cur: list[tuple[int, int, int]] = []
-        n_t = n_b = 0
-        for i, t in enumerate(lists[0]):
-            numel = t.numel()
-            if numel == 0:
-                continue
-            n_t += 1
-            chunks = -(-numel // _MTA_CHUNK)
-            start = 0
-            for c in range(chunks):
-                n_b += 1
-                last = c == chunks - 1
-                if (n_t == max_tensors and last) or n_b == _MTA_MAX_BLOCKS:
-                    cur.append((i, start * _MTA_CHUNK, min(numel, (c + 1) * _MTA_CHUNK)))
-                    launches.append(cur)
-                    cur, n_b, start = [], 0, c + 1
-                    n_t = 0 if last else 1
-            if start < chunks:
-                cur.append((i, start * _MTA_CHUNK, numel))
-        if cur:
-            launches.append(cur)
-        if not launches:
-            return False
-        dev, rows, live = self.device, self.rows, self.live
-        for k, launch in enumerate(launches):
-            if k:
-                self.open_tick()
-            tick = self.tick
-            acc: dict[int, list] = {}
-            nbytes = 0
-            for i, lo, hi in launch:
-                for lst in lists:
-                    t = lst[i]
-                    if t.device != dev:
-                        continue
-                    key = t.untyped_storage()._cdata
-                    rec = touched.get(key)
-                    if rec is None:
-                        continue  # a zero-byte storage
-                    item = t.element_size()
-                    nbytes += (hi - lo) * item
-                    if t.is_contiguous():
-                        b0 = (t.storage_offset() + lo) * item
-                        b1 = (t.storage_offset() + hi) * item
-                    else:
-                        _, b0, b1 = _extent(t)
-                    a = acc.get(key)
-                    if a is None:
-                        acc[key] = [rec[0], rec[1], b0, b1]
-                    else:
-                        a[2], a[3] = min(a[2], b0), max(a[3], b1)
-            for t in extras:
-                key = t.untyped_storage()._cdata
-                rec = touched.get(key)
-                if rec is not None and key not in acc:
-                    acc[key] = rec
-                    nbytes += _extent(t)[0]
-            for e, mode, b0, b1 in acc.values():
-                if b0 <= 0 and b1 >= e[1]:
-                    rows.append((tick, _ACCESS, e[0], e[1], mode, -1, -1))
-                else:
-                    rows.append((tick, _ACCESS, e[0], e[1], mode, b0, b1 - b0))
-            self.tick_ns[tick] = nbytes / self.bw * 1e9 + LAUNCH_OVERHEAD_NS
-        self.n_ops += len(launches) - 1
-        return True
-
-    # -- result ------------------------------------------------------------------------------
-    def build(self, meta: dict) -> Trace:
-        n_ticks = self.tick + 1
-        tick_ns = np.asarray(self.tick_ns, dtype=np.float64)
-        start_ns = np.zeros(n_ticks + 1, dtype=np.float64)
-        np.cumsum(tick_ns, out=start_ns[1:])
-        if self.rows:
-            arr = np.asarray(self.rows, dtype=np.int64)
-        else:
-            arr = np.zeros((0, 7), dtype=np.int64)
-        tick = arr[:, 0]
-        cols: dict[str, np.ndarray | None] = {
-            "tick": tick,
-            "t_ns": np.rint(start_ns[tick]).astype(np.int64),
-            "kind": arr[:, 1],
-            "block": arr[:, 2],
-            "size": arr[:, 3],
-            "mode": arr[:, 4],
-            "offset": arr[:, 5],
-            "length": arr[:, 6],
-        }
-        cols = {k: cols.get(k) for k in COLUMNS}
-        # the op of each tick, interned (a few distinct names over thousands of ticks)
-        names = list(dict.fromkeys(self.tick_op))
-        code = {n: i for i, n in enumerate(names)}
-        meta = {**meta, "tick_ops": {"names": names, "index": [code[n] for n in self.tick_op]}}
-        return Trace(cols, tick_ns=tick_ns, meta=meta)
-
-
-def _block_names(rec: _Recorder, model, opt) -> dict[str, str]:
-    """Block id -> tensor name for the blocks still live that have one: parameters and
-    buffers by their module path, optimizer state as ``<param>.<state key>``."""
-    out: dict[str, str] = {}
-
-    def put(t, name: str) -> None:
-        if isinstance(t, torch.Tensor) and t.device == rec.device:
-            e = rec.live.get(t.untyped_storage()._cdata)
-            if e is not None:
-                out.setdefault(str(e[0]), name)
-
-    pname = {}
-    for name, p in model.named_parameters():
-        put(p, name)
-        pname[id(p)] = name
-    for name, b in model.named_buffers():
-        put(b, name)
-    for p, st in getattr(opt, "state", {}).items():
-        for k, v in st.items():
-            put(v, f"{pname.get(id(p), 'param')}.{k}")
-    return out
-
-
-def _extent(t: torch.Tensor) -> tuple[int, int, int]:
-    """(bytes the view spans once, lowest byte offset, one past the highest) in its storage."""
-    itemsize = t.element_size()
-    numel = t.numel()
-    # int | SymInt in torch's stubs: SymInt only under symbolic shapes, which a recording
-    # (eager or meta tensors of concrete shape) never has
-    lo = cast(int, t.storage_offset()) * itemsize
-    if numel == 0:
-        return 0, lo, lo
-    span = 1
-    for s, st in zip(t.shape, t.stride()):
-        span += (s - 1) * abs(st)
-    hi = lo + span * itemsize
-    # An expanded (stride 0) view reads each element once, not once per broadcast copy.
-    return min(numel, span) * itemsize, lo, hi
 
 
 # Shape memo. On meta tensors most of the recording time is spent in torch's own meta
@@ -607,59 +212,6 @@ def _rebuild(tmpl):
     return outs[0] if cls is None else cls(outs)
 
 
-# -- autocast emulation (see the module docstring) ---------------------------------------------
-_AMP_LOW = {
-    "linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
-    "conv_transpose3d", "matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "addmm", "baddbmm",
-    "addbmm", "addmv", "mv", "einsum", "prelu", "scaled_dot_product_attention",
-    "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention",
-}
-_AMP_FP32 = {
-    "softmax", "log_softmax", "layer_norm", "group_norm", "rms_norm", "cross_entropy",
-    "cross_entropy_loss", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "kl_div",
-    "binary_cross_entropy_with_logits", "exp", "log", "log1p", "pow", "rsqrt", "reciprocal",
-    "logsumexp", "cosine_similarity", "cumsum", "cumprod", "norm", "dist", "cdist",
-}
-
-
-class _Autocast(TorchFunctionMode):
-    """CUDA-autocast semantics for meta tensors (torch.autocast has no meta device type)."""
-
-    def __init__(self, dtype=torch.bfloat16) -> None:
-        super().__init__()
-        self.dtype = dtype
-        self.cache: dict[int, torch.Tensor] = {}
-
-    def _cast(self, x, to):
-        if isinstance(x, torch.Tensor):
-            if x.is_floating_point() and x.dtype != to and x.dtype in (torch.float32, *_LOW):
-                # autocast caches the low-precision copy of leaf tensors that need grad
-                # (parameters) for the whole forward region.
-                if to is self.dtype and x.is_leaf and x.requires_grad:
-                    c = self.cache.get(id(x))
-                    if c is None:
-                        c = self.cache[id(x)] = x.to(to)
-                    return c
-                return x.to(to)
-            return x
-        if isinstance(x, (list, tuple)):
-            return type(x)(self._cast(y, to) for y in x)
-        return x
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        name = getattr(func, "__name__", "")
-        if name in _AMP_LOW:
-            to = self.dtype
-        elif name in _AMP_FP32:
-            to = torch.float32
-        else:
-            return func(*args, **kwargs)
-        with torch._C.DisableTorchFunction():
-            args = self._cast(args, to)
-            kwargs = {k: self._cast(v, to) for k, v in kwargs.items()}
-        return func(*args, **kwargs)
-
 
 # -- the public entry -----------------------------------------------------------------------------
 def _as_tuple(batch) -> tuple:
@@ -749,7 +301,31 @@ def record(
     prof = load_profile(hw)
     rec = _Recorder(_device, prof)
     compute_loss = _loss_caller(loss_fn)
-    with torch.device(_device):
+    model, state = _build_model(model_fn, rec, _device)
+    params = [p for p in model.parameters() if p.requires_grad]
+    n_params = sum(p.numel() for p in model.parameters())  # before a lazy module materializes
+    opt = _make_optimizer(optimizer, params)
+    # Parameters and buffers: tick 0, before the first iteration; no kernel, 0 ns.
+    rec.open_tick()
+    rec.alloc_existing(state)
+    mode = _Mode(rec, memo=_memo and _device == "meta")
+    first_batch = _train(rec, mode, model, opt, batch_fn, compute_loss, iters=iters, amp=amp,
+                         device=_device)
+    rec.closed = True
+    m = _trace_meta(rec, mode, model, opt, prof, optimizer=optimizer, n_params=n_params,
+                    first_batch=first_batch, iters=iters, amp=amp, name=name, device=_device)
+    if meta:
+        m.update(meta)
+    # Drop the mode's references before building so nothing outlives the recording.
+    del model, opt, params, state
+    return rec.build(m)
+
+
+def _build_model(model_fn: Callable[[], torch.nn.Module], rec: _Recorder, device: str
+                 ) -> tuple[torch.nn.Module, list]:
+    """``model_fn()`` under ``torch.device(device)``, in training mode, and its parameters
+    and buffers; errors for what the recorder cannot record faithfully."""
+    with torch.device(device):
         model = model_fn()
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model_fn() must return an nn.Module, got {type(model).__name__}")
@@ -764,25 +340,26 @@ def record(
             "allocations), or pass the module before torch.compile to record its eager run")
     model.train()
     state = list(model.parameters()) + list(model.buffers())
-    on_dev = [t for t in state if t.device == rec.device]
-    if not on_dev:
+    if not any(t.device == rec.device for t in state):
         raise ValueError(
-            f"model_fn() built no parameters or buffers on {_device!r}; build them with the "
+            f"model_fn() built no parameters or buffers on {device!r}; build them with the "
             "default device (the recorder sets it) rather than an explicit device="
         )
-    params = [p for p in model.parameters() if p.requires_grad]
-    n_params = sum(p.numel() for p in model.parameters())
-    opt = _make_optimizer(optimizer, params)
-    # Parameters and buffers: tick 0, before the first iteration; no kernel, 0 ns.
-    rec.open_tick()
-    rec.alloc_existing(state)
+    return model, state
+
+
+def _train(rec: _Recorder, mode: _Mode, model: torch.nn.Module, opt, batch_fn, compute_loss, *,
+           iters: int, amp: bool, device: str) -> tuple[int | None, int | None] | None:
+    """Run ``iters`` training steps under the dispatch ``mode`` (forward and loss -- under
+    the autocast emulation when ``amp`` --, backward, ``opt.step()``,
+    ``zero_grad(set_to_none=True)``), a MARK at each; returns (batch, seq) of the first
+    batch (``_dims``)."""
     first_batch = None
-    mode = _Mode(rec, memo=_memo and _device == "meta")
     autocast = _Autocast() if amp else None
     with mode:
         for _ in range(iters):
             rec.pending_mark = True
-            with torch.device(_device):
+            with torch.device(device):
                 batch = batch_fn()
             if first_batch is None:
                 first_batch = _dims(batch)
@@ -802,11 +379,17 @@ def record(
             opt.step()
             opt.zero_grad(set_to_none=True)
             del batch
-    rec.closed = True
+    return first_batch
+
+
+def _trace_meta(rec: _Recorder, mode: _Mode, model: torch.nn.Module, opt, prof, *, optimizer,
+                n_params: int, first_batch, iters: int, amp: bool, name: str | None,
+                device: str) -> dict:
+    """The recorded trace's metadata (units, the roofline, the model, the block names)."""
     names = _block_names(rec, model, opt)
     dtypes = sorted({str(p.dtype).replace("torch.", "") for p in model.parameters()})
     b, s = first_batch or (None, None)
-    m = {
+    return {
         "source": "recorder",
         "name": name or type(model).__name__,
         "model": type(model).__name__,
@@ -831,14 +414,9 @@ def record(
         ),
         "time_source": f"roofline from recorded shapes ({prof.name})",
         "launch_overhead_ns": LAUNCH_OVERHEAD_NS,
-        "recorded_device": _device,
+        "recorded_device": device,
         "memo_hits": mode.hits,
         # tensor names of the blocks that have one (parameters, buffers, optimizer state):
         # hovers and reports name them; block id (as a string: JSON keys) -> name
         "block_names": names,
     }
-    if meta:
-        m.update(meta)
-    # Drop the mode's references before building so nothing outlives the recording.
-    del model, opt, params, state, on_dev
-    return rec.build(m)

@@ -189,13 +189,49 @@ def replay_addresses(
     """
     n = len(ops)
     describe = describe or (lambda i: f"event {i:,}")
+    ev_size = np.asarray(sizes, np.int64) if n else np.zeros(0, np.int64)
+    ev_block, live, pre = _mint_blocks(ops, addrs, ev_size, streams, where, describe)
+    still = [(size, stream) for a, size, stream in live_at_end if a not in live]
+    n_pre = len(pre) + len(still)
+    # Renumber: tick-0 blocks 0..n_pre-1 (freed ones in order of their free, then the
+    # never-freed ones), then the recorded allocations.
+    ev_block = np.where(ev_block >= 0, ev_block + n_pre, -ev_block - 1)
+    shift = 1 if n_pre else 0
+    marks = sorted(set(int(m) for m in marks_before_event if 0 <= m < n))
+    if t_ns is None or n == 0:
+        # no clock: t_ns repeats the tick (the convention for "no time", see
+        # pattern._analyze), and meta says so
+        tn = np.arange(n, dtype=np.int64) + (1 if n_pre else 0)
+    else:
+        tn = np.maximum.accumulate(np.asarray(t_ns, np.int64))
+    t0 = int(tn[0]) if n else 0
+    out = _rows([(s, st) for _, s, st in pre] + still, t0 if t_ns is not None else 0,
+                ops, ev_block, ev_size, streams, tn, marks, shift, device)
+    n_ticks = n + shift
+    tns = np.full(n_ticks, np.nan)
+    if tick_ns is not None and n:
+        tns[shift:] = np.asarray(tick_ns, np.float64)
+    if shift and tick_ns is not None:
+        tns[0] = 0.0  # the tick-0 allocations are bookkeeping, no kernel runs there
+    m = dict(meta or {})
+    m.setdefault("preexisting_blocks", n_pre)
+    if t_ns is None:
+        m["clock"] = "none"
+    return Trace(out, tick_ns=tns, meta=m)
+
+
+def _mint_blocks(ops: Sequence[int], addrs: Sequence[int], ev_size: np.ndarray,
+                 streams: Sequence[int], where: str, describe
+                 ) -> tuple[np.ndarray, dict[int, tuple[int, int]], list[tuple[int, int, int]]]:
+    """Pass 1 of ``replay_addresses``: block ids in event order. Returns (each event's
+    block: >= 0 for a recorded allocation, -1, -2... for the k-th free of a block allocated
+    before recording; the addresses live at the end -> (block, size); the pre-existing
+    blocks as (event, size, stream))."""
+    n = len(ops)
     live: dict[int, tuple[int, int]] = {}  # addr -> (block, size)
     pre: list[tuple[int, int, int]] = []  # (block placeholder index, size, stream)
     ev_block = np.empty(n, np.int64)
-    ev_size = np.asarray(sizes, np.int64) if n else np.zeros(0, np.int64)
     next_block = 0
-    # Pass 1: mint block ids in event order; pre-existing blocks get ids after the fact
-    # (renumbered below so ids follow allocation order, tick-0 blocks first).
     pre_marker = -1
     seen: set[int] = set()  # addresses any earlier event named
     for i in range(n):
@@ -229,35 +265,27 @@ def replay_addresses(
                         f"which was allocated with {got[1]:,} bytes"
                     )
                 ev_block[i] = got[0]
-    still = []
-    for a, size, stream in live_at_end:
-        if a not in live:
-            still.append((size, stream))
-    n_pre = len(pre) + len(still)
-    # Renumber: tick-0 blocks 0..n_pre-1 (freed ones in order of their free, then the
-    # never-freed ones), then the recorded allocations.
-    ev_block = np.where(ev_block >= 0, ev_block + n_pre, -ev_block - 1)
-    shift = 1 if n_pre else 0
-    marks = sorted(set(int(m) for m in marks_before_event if 0 <= m < n))
+    return ev_block, live, pre
 
+
+def _rows(pre: list[tuple[int, int]], pre_t_ns: int, ops: Sequence[int], ev_block: np.ndarray,
+          ev_size: np.ndarray, streams: Sequence[int], tn: np.ndarray, marks: list[int],
+          shift: int, device: int) -> dict[str, np.ndarray]:
+    """The columns: the pre-existing blocks' ALLOC rows (``pre``: (size, stream)) at tick
+    0, then one row per event at tick ``i + shift``, with a MARK row before each event of
+    ``marks``."""
+    n, n_pre = len(ops), len(pre)
     rows = n_pre + n + len(marks)
     out = {k: np.zeros(rows, COLUMNS[k]) for k in COLUMNS}
     out["offset"][:] = -1
     out["length"][:] = -1
     out["device"][:] = device
-    if t_ns is None or n == 0:
-        # no clock: t_ns repeats the tick (the convention for "no time", see
-        # pattern._analyze), and meta says so
-        tn = np.arange(n, dtype=np.int64) + (1 if n_pre else 0)
-    else:
-        tn = np.maximum.accumulate(np.asarray(t_ns, np.int64))
-    t0 = int(tn[0]) if n else 0
     # tick-0 rows
     out["kind"][:n_pre] = EventKind.ALLOC
     out["block"][:n_pre] = np.arange(n_pre)
-    out["size"][:n_pre] = [s for _, s, _ in pre] + [s for s, _ in still]
-    out["stream"][:n_pre] = [st for _, _, st in pre] + [st for _, st in still]
-    out["t_ns"][:n_pre] = t0 if t_ns is not None else 0
+    out["size"][:n_pre] = [s for s, _ in pre]
+    out["stream"][:n_pre] = [st for _, st in pre]
+    out["t_ns"][:n_pre] = pre_t_ns
     # event rows, with MARK rows inserted before their event
     pos = n_pre + np.arange(n) + np.searchsorted(np.asarray(marks, np.int64), np.arange(n), side="right")
     out["tick"][pos] = np.arange(n) + shift
@@ -275,17 +303,7 @@ def replay_addresses(
         out["size"][mpos] = 0
         out["stream"][mpos] = 0
         out["device"][mpos] = device
-    n_ticks = n + shift
-    tns = np.full(n_ticks, np.nan)
-    if tick_ns is not None and n:
-        tns[shift:] = np.asarray(tick_ns, np.float64)
-    if shift and tick_ns is not None:
-        tns[0] = 0.0  # the tick-0 allocations are bookkeeping, no kernel runs there
-    m = dict(meta or {})
-    m.setdefault("preexisting_blocks", n_pre)
-    if t_ns is None:
-        m["clock"] = "none"
-    return Trace(out, tick_ns=tns, meta=m)
+    return out
 
 
 _ALLOC, _FREE_REQ, _FREE_DONE = "alloc", "free_requested", "free_completed"
@@ -406,6 +424,57 @@ def trace_from_snapshot(
     traces = snap["device_traces"]
     if not isinstance(traces, list):
         raise TraceError(f"{where}: 'device_traces' is a {type(traces).__name__}, expected a list")
+    dev = _choose_device(traces, device, where)
+    entries = traces[dev]
+    extra_top = {str(k): 1 for k in snap if k not in _TOP_FIELDS}
+    if extra_top:
+        _warn_unknown(where, "top-level fields", extra_top)
+    ev = _Entries(entries, dev, where)
+    if ev.unknown_actions:
+        _warn_unknown(where, "entries with actions", ev.unknown_actions)
+    if ev.unknown_fields:
+        _warn_unknown(where, "entry fields (counted once per action)", ev.unknown_fields)
+    if not ev.ops:
+        raise TraceError(f"{where}: device {dev} has no alloc/free entries")
+    have_time = ev.have_time
+    t0 = ev.times[0] if have_time else 0
+    t_ns = np.rint((np.asarray(ev.times, np.float64) - t0) * 1000).astype(np.int64) if have_time else None
+    pre_live = _segment_blocks(snap.get("segments", []), dev, where)
+    meta: dict[str, Any] = {
+        "source": "torch_snapshot",
+        "name": name or "snapshot",
+        "device": f"cuda:{dev}",
+        "units": {"t_ns": "ns", "size": "bytes", "tick": "allocator event"},
+        "free_action": ev.free_action,
+    }
+    if have_time:
+        meta["t0_us"] = t0
+    if ev.seg_actions:
+        meta["segment_entries"] = ev.seg_actions
+        if "segment_map" in ev.seg_actions or "segment_unmap" in ev.seg_actions:
+            meta["expandable_segments"] = True
+    index = ev.index
+    tr = replay_addresses(
+        ev.ops, ev.addrs, ev.sizes, t_ns, ev.streams,
+        device=dev, where=where,
+        describe=lambda j: f"device_traces[{dev}][{index[j]}] ({entries[index[j]].get('action')})",
+        live_at_end=pre_live, meta=meta,
+    )
+    # positions -> ticks: recorded events start at tick 1 when blocks predate the recording
+    shift = 1 if tr.meta.get("preexisting_blocks") else 0
+    if ev.n_oom:
+        for o in ev.ooms:
+            o["tick"] = o.pop("before_event") + shift
+        tr.meta["oom"] = {"count": ev.n_oom, "entries": ev.ooms}
+    ends, signal = _step_ends(ev.fcls)
+    if ends:
+        tr.meta["step_ends"] = {"signal": signal, "ends": [e + shift for e in ends]}
+    return tr
+
+
+def _choose_device(traces: list, device: "int | str | None", where: str) -> int:
+    """The CUDA device index whose entries to import: ``device`` (an index, ``"cuda:N"``),
+    or for None/``"cuda"`` the one device with events; errors list the devices with events."""
     if isinstance(device, str) and device.startswith("cuda:") and device[5:].isdigit():
         device = int(device[5:])
     elif device == "cuda":  # any CUDA device: the one with events
@@ -424,121 +493,96 @@ def trace_from_snapshot(
             f"{where}: no allocator events for device {device} (devices with events: "
             f"{_device_listing(traces)}); pass device=<one of those>"
         )
-    entries = traces[device]
-    extra_top = {str(k): 1 for k in snap if k not in _TOP_FIELDS}
-    if extra_top:
-        _warn_unknown(where, "top-level fields", extra_top)
-    unknown_actions: dict[str, int] = {}
-    seen_actions: set[str] = set()  # actions whose first entry had its fields checked
-    unknown_fields: dict[str, int] = {}
-    has_completed = any(isinstance(e, dict) and e.get("action") == _FREE_DONE for e in entries)
-    free_action = _FREE_DONE if has_completed else _FREE_REQ
-    ops: list[int] = []
-    addrs: list[int] = []
-    sizes: list[int] = []
-    times: list[int | float] = []  # time_us: int or float microseconds
-    streams: list[int] = []
-    index: list[int] = []
-    fcls: list[int] = []  # _frame_class of each kept event
-    ooms: list[dict] = []
-    n_oom = 0
-    seg_actions: dict[str, int] = {}
-    have_time = True
-    def bad(i: int, why: str) -> TraceError:
-        return TraceError(f"{where}: device_traces[{device}][{i}] {why}")
+    return device
 
-    # One pass, no per-entry helpers or f-strings: snapshots hold up to millions of entries.
-    for i, e in enumerate(entries):
-        if type(e) is not dict:
-            raise bad(i, f"is a {type(e).__name__}, expected a dict")
-        action = e.get("action")
-        if type(action) is not str:
-            raise bad(i, f"has action {action!r}, expected a string")
-        if action not in seen_actions:  # fields: the first entry of each action (cheap)
-            seen_actions.add(action)
-            for k in e.keys() - _ENTRY_FIELDS:
-                unknown_fields[str(k)] = unknown_fields.get(str(k), 0) + 1
-        if action == _ALLOC:
-            op = 1
-        elif action == free_action:
-            op = -1
-        elif action == "oom":
-            # the allocator failed here: kept beside the trace, before the next event
-            n_oom += 1
-            if len(ooms) < _OOM_KEPT:
-                ooms.append({"before_event": len(ops), "entry": i,
-                             **{k: e[k] for k in ("size", "device_free", "time_us", "stream")
-                                if type(e.get(k)) in (int, float)}})
-            continue
-        elif action in _SEGMENT:
-            seg_actions[action] = seg_actions.get(action, 0) + 1
-            continue
-        elif action in _SKIPPED or action == _FREE_REQ or action == _FREE_DONE:
-            continue
-        else:
-            unknown_actions[action] = unknown_actions.get(action, 0) + 1
-            continue
-        addr = e.get("addr")
-        size = e.get("size")
-        stream = e.get("stream", 0)
-        if stream is None:
-            stream = 0
-        # type(...) is int: a bool or float here is corruption, not data
-        if type(addr) is not int or type(size) is not int or type(stream) is not int:
-            raise bad(i, f"({action}) needs integer addr/size/stream, got {addr!r}/{size!r}/{stream!r}")
-        if not (0 <= size < 2**63 and -(2**63) <= stream < 2**63):
-            raise bad(i, f"({action}) has size {size:,} / stream {stream} out of range")
-        t = e.get("time_us")
-        if t is None:
-            have_time = False
-            t = 0
-        elif (type(t) is not int and type(t) is not float) or not abs(t) < 9e15:
-            raise bad(i, f"({action}) has time_us {t!r}, expected a number of microseconds")
-        ops.append(op)
-        addrs.append(addr)
-        sizes.append(size)
-        times.append(t)
-        streams.append(stream)
-        index.append(i)
-        fcls.append(_frame_class(e.get("frames")))
-    if unknown_actions:
-        _warn_unknown(where, "entries with actions", unknown_actions)
-    if unknown_fields:
-        _warn_unknown(where, "entry fields (counted once per action)", unknown_fields)
-    if not ops:
-        raise TraceError(f"{where}: device {device} has no alloc/free entries")
-    t0 = times[0] if have_time else 0
-    t_ns = np.rint((np.asarray(times, np.float64) - t0) * 1000).astype(np.int64) if have_time else None
-    pre_live = _segment_blocks(snap.get("segments", []), device, where)
-    meta: dict[str, Any] = {
-        "source": "torch_snapshot",
-        "name": name or "snapshot",
-        "device": f"cuda:{device}",
-        "units": {"t_ns": "ns", "size": "bytes", "tick": "allocator event"},
-        "free_action": free_action,
-    }
-    if have_time:
-        meta["t0_us"] = t0
-    if seg_actions:
-        meta["segment_entries"] = seg_actions
-        if "segment_map" in seg_actions or "segment_unmap" in seg_actions:
-            meta["expandable_segments"] = True
-    tr = replay_addresses(
-        ops, addrs, sizes, t_ns, streams,
-        device=device, where=where,
-        describe=lambda j: f"device_traces[{device}][{index[j]}] ({entries[index[j]].get('action')})",
-        live_at_end=pre_live, meta=meta,
-    )
-    # positions -> ticks: recorded events start at tick 1 when blocks predate the recording
-    shift = 1 if tr.meta.get("preexisting_blocks") else 0
-    if n_oom:
-        for o in ooms:
-            o["tick"] = o.pop("before_event") + shift
-        tr.meta["oom"] = {"count": n_oom, "entries": ooms}
-    ends, signal = _step_ends(fcls)
-    if ends:
-        tr.meta["step_ends"] = {"signal": signal, "ends": [e + shift for e in ends]}
-    return tr
+
+class _Entries:
+    """One pass over a device's entries (the module docstring's mapping): the alloc/free
+    events as columns (``ops`` +1/-1, ``addrs``, ``sizes``, ``times`` in us, ``streams``,
+    ``index`` of the entry, ``fcls`` its ``_frame_class``), the OOM entries, the segment
+    entries by action, and what the importer does not know (``unknown_actions``,
+    ``unknown_fields``)."""
+
+    def __init__(self, entries: list, device: int, where: str) -> None:
+        unknown_actions: dict[str, int] = {}
+        seen_actions: set[str] = set()  # actions whose first entry had its fields checked
+        unknown_fields: dict[str, int] = {}
+        has_completed = any(isinstance(e, dict) and e.get("action") == _FREE_DONE for e in entries)
+        free_action = _FREE_DONE if has_completed else _FREE_REQ
+        ops: list[int] = []
+        addrs: list[int] = []
+        sizes: list[int] = []
+        times: list[int | float] = []  # time_us: int or float microseconds
+        streams: list[int] = []
+        index: list[int] = []
+        fcls: list[int] = []  # _frame_class of each kept event
+        ooms: list[dict] = []
+        n_oom = 0
+        seg_actions: dict[str, int] = {}
+        have_time = True
+
+        def bad(i: int, why: str) -> TraceError:
+            return TraceError(f"{where}: device_traces[{device}][{i}] {why}")
+
+        # One pass, no per-entry helpers or f-strings: snapshots hold up to millions of entries.
+        for i, e in enumerate(entries):
+            if type(e) is not dict:
+                raise bad(i, f"is a {type(e).__name__}, expected a dict")
+            action = e.get("action")
+            if type(action) is not str:
+                raise bad(i, f"has action {action!r}, expected a string")
+            if action not in seen_actions:  # fields: the first entry of each action (cheap)
+                seen_actions.add(action)
+                for k in e.keys() - _ENTRY_FIELDS:
+                    unknown_fields[str(k)] = unknown_fields.get(str(k), 0) + 1
+            if action == _ALLOC:
+                op = 1
+            elif action == free_action:
+                op = -1
+            elif action == "oom":
+                # the allocator failed here: kept beside the trace, before the next event
+                n_oom += 1
+                if len(ooms) < _OOM_KEPT:
+                    ooms.append({"before_event": len(ops), "entry": i,
+                                 **{k: e[k] for k in ("size", "device_free", "time_us", "stream")
+                                    if type(e.get(k)) in (int, float)}})
+                continue
+            elif action in _SEGMENT:
+                seg_actions[action] = seg_actions.get(action, 0) + 1
+                continue
+            elif action in _SKIPPED or action == _FREE_REQ or action == _FREE_DONE:
+                continue
+            else:
+                unknown_actions[action] = unknown_actions.get(action, 0) + 1
+                continue
+            addr = e.get("addr")
+            size = e.get("size")
+            stream = e.get("stream", 0)
+            if stream is None:
+                stream = 0
+            # type(...) is int: a bool or float here is corruption, not data
+            if type(addr) is not int or type(size) is not int or type(stream) is not int:
+                raise bad(i, f"({action}) needs integer addr/size/stream, got {addr!r}/{size!r}/{stream!r}")
+            if not (0 <= size < 2**63 and -(2**63) <= stream < 2**63):
+                raise bad(i, f"({action}) has size {size:,} / stream {stream} out of range")
+            t = e.get("time_us")
+            if t is None:
+                have_time = False
+                t = 0
+            elif (type(t) is not int and type(t) is not float) or not abs(t) < 9e15:
+                raise bad(i, f"({action}) has time_us {t!r}, expected a number of microseconds")
+            ops.append(op)
+            addrs.append(addr)
+            sizes.append(size)
+            times.append(t)
+            streams.append(stream)
+            index.append(i)
+            fcls.append(_frame_class(e.get("frames")))
+        self.ops, self.addrs, self.sizes, self.times = ops, addrs, sizes, times
+        self.streams, self.index, self.fcls = streams, index, fcls
+        self.ooms, self.n_oom, self.seg_actions = ooms, n_oom, seg_actions
+        self.have_time, self.free_action = have_time, free_action
+        self.unknown_actions, self.unknown_fields = unknown_actions, unknown_fields
 
 
 def load_snapshot(path, data: bytes | None = None, *, device: "int | str | None" = None) -> Trace:
