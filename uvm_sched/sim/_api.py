@@ -10,6 +10,7 @@ from .. import _errors
 from .._budget import resolve_budget
 from ..hw import load_profile
 from ..planner import Plan
+from . import _fast
 from ._bound import lower_bound
 from ._engine import DISCARD, Engine
 from ._policies import PlanSchedule, PrefetchOnAlloc, Schedule, SwapActivations
@@ -34,25 +35,30 @@ _ACTION_COLS = ("tick", "stage", "action", "block", "event")
 
 
 def _frames(rows, transfers):
+    """The timeline and transfers frames, from lists of row tuples or (the compiled loop)
+    dicts of columns; ``None`` is no rows."""
     import pandas as pd
 
-    tl = pd.DataFrame(rows, columns=list(_TIMELINE_COLS))
-    tr = pd.DataFrame(transfers, columns=["start_s", "end_s", "direction", "bytes", "block", "cause"])
+    tl = pd.DataFrame(rows if rows is not None else [], columns=list(_TIMELINE_COLS))
+    tr = pd.DataFrame(transfers if transfers is not None else [],
+                      columns=["start_s", "end_s", "direction", "bytes", "block", "cause"])
     return tl, tr
 
 
 def _actions_frame(log, prep=None):
-    """SimResult.actions from (tick, stage, engine code, dense block, event) tuples."""
+    """SimResult.actions from (tick, stage, engine code, dense block, event) tuples, or
+    from those five columns as arrays."""
     import pandas as pd
 
     from ..planner import ACTIONS
 
-    if not log:
+    if not len(log) or (isinstance(log, tuple) and not len(log[0])):
         return pd.DataFrame({"tick": pd.Series(dtype=np.int64), "stage": pd.Series(dtype=object),
                              "action": pd.Series(dtype=object),
                              "block": pd.Series(dtype=np.int64),
                              "event": pd.Series(dtype=np.int64)})
-    t, st, code, b, k = (np.asarray(c) for c in zip(*log))
+    cols = log if isinstance(log, tuple) else zip(*log)
+    t, st, code, b, k = (np.asarray(c) for c in cols)
     return pd.DataFrame({"tick": t.astype(np.int64), "stage": st.astype(object),
                          "action": np.asarray(ACTIONS, dtype=object)[code.astype(np.int64)],
                          "block": prep.block_id[b.astype(np.int64)].astype(np.int64),
@@ -276,6 +282,20 @@ def _executes(code: int, b: int, alive: int, sched, prep) -> bool:
 
 def _run(prep, hw, B, sched: Schedule, name: str, pool: bool, zero_fill: bool,
          to_end: bool = False) -> SimResult:
+    """The event loop: compiled (``_fast``) when numba is there, else the reference."""
+    if _fast.available():
+        books = _fast.run(prep, hw, B, sched, pool, zero_fill, to_end, DISCARD_MIN_BYTES)
+    else:
+        books = _run_reference(prep, hw, B, sched, pool, zero_fill, to_end)
+    result = _window_result(prep, hw, B, name, pool, books)
+    result.actions = _actions_frame(books["actions"], prep)
+    return result
+
+
+def _run_reference(prep, hw, B, sched: Schedule, pool: bool, zero_fill: bool,
+                   to_end: bool = False) -> dict:
+    """The plain-Python loop over ``Engine`` (the definition the compiled one follows):
+    the window's books (``_window_result``) and the actions carried out."""
     eng = Engine(prep, hw, B, pool=pool, zero_fill_faults=zero_fill)
     ws, we = prep.window
     rows: list = []
@@ -286,7 +306,7 @@ def _run(prep, hw, B, sched: Schedule, name: str, pool: bool, zero_fill: bool,
     sf = se = sl = 0.0
     # the plan actions carried out (what reached eng.act), over the whole run
     log: list | None = [] if sched.plan_events else None
-    result = None
+    books = None
 
     def issue(t: int, stage: str) -> None:
         """Act on the schedule's actions due at this stage of tick ``t`` (and log them)."""
@@ -297,12 +317,21 @@ def _run(prep, hw, B, sched: Schedule, name: str, pool: bool, zero_fill: bool,
                 if log is not None:
                     log.append((t, stage, code, b, a[4]))
 
+    def window_books() -> dict:
+        return {"T": eng.now - t_start, "sf": sf, "se": se, "sl": sl,
+                "claimed_end": eng.claimed, "pending_end": sum(b for _, b in eng.pending),
+                "resident_end": int(eng.rb.sum()), "bytes_h2d": eng.bytes_h2d,
+                "bytes_d2h": eng.bytes_d2h, "faults": eng.faults, "peak": eng.peak,
+                "led": dict(eng.led), "divergences": sched.divergences - div0,
+                "timeline": rows or None,
+                "transfers": [(s0 - t_start, e0 - t_start, d, b, blk, c)
+                              for s0, e0, d, b, blk, c in eng.transfers] or None}
+
     for t in range(prep.n_ticks if to_end else we):
         if t == we:
             # the window is over: its figures are final; the ticks after it (an incomplete
             # last iteration) run only so that ``actions`` covers the whole trace
-            result = _window_result(eng, prep, hw, B, sched, name, pool, rows, t_start, div0,
-                                    sf, se, sl)
+            books = window_books()
             eng.recording = False
         if t == ws:
             eng.recording = True
@@ -329,30 +358,26 @@ def _run(prep, hw, B, sched: Schedule, name: str, pool: bool, zero_fill: bool,
             sl += l
             rows.append((t, tick_start - t_start, float(dur[t]), f + v + l, f, v, l,
                          eng.claimed, eng.tick_h2d, eng.tick_d2h))
-    if result is None:
-        result = _window_result(eng, prep, hw, B, sched, name, pool, rows, t_start, div0,
-                                sf, se, sl)
-    result.actions = _actions_frame(log or [], prep)
-    return result
+    if books is None:
+        books = window_books()
+    books["actions"] = log or []
+    return books
 
 
-def _window_result(eng, prep, hw, B, sched, name, pool, rows, t_start, div0, sf, se,
-                   sl) -> SimResult:
-    """The SimResult of the measured window, from the engine's state at its end."""
+def _window_result(prep, hw, B, name, pool, books: dict) -> SimResult:
+    """The SimResult of the measured window, from the books kept at its end."""
     ws, we = prep.window
-    dur = prep.dur_s
-    T = eng.now - t_start
-    compute = float(dur[ws:we].sum())
-    transfers = [(s0 - t_start, e0 - t_start, d, b, blk, c) for s0, e0, d, b, blk, c in eng.transfers]
-    tl, tr = _frames(rows, transfers)
-    counters = {"window_start": ws, "window_stop": we, "claimed_end": eng.claimed,
-                "pending_end": sum(b for _, b in eng.pending),
-                "resident_end": int(eng.rb.sum()),
-                "pool": pool, **{f"ledger_{k}": v for k, v in eng.led.items()}}
+    compute = float(prep.dur_s[ws:we].sum())
+    T = books["T"]
+    tl, tr = _frames(books["timeline"], books["transfers"])
+    counters = {"window_start": ws, "window_stop": we, "claimed_end": books["claimed_end"],
+                "pending_end": books["pending_end"], "resident_end": books["resident_end"],
+                "pool": pool, **{f"ledger_{k}": v for k, v in books["led"].items()}}
     return SimResult(name, hw.name, B, float(T), compute, float(T - compute),
-                     {"fault": float(sf), "eviction": float(se), "link": float(sl)},
-                     int(eng.bytes_h2d), int(eng.bytes_d2h),
-                     eng.faults, eng.peak, sched.divergences - div0, tl, tr, counters)
+                     {"fault": float(books["sf"]), "eviction": float(books["se"]),
+                      "link": float(books["sl"])},
+                     int(books["bytes_h2d"]), int(books["bytes_d2h"]),
+                     books["faults"], books["peak"], books["divergences"], tl, tr, counters)
 
 
 def compare(trace, hw: Any = "h200-pcie5", budgets: Iterable[Any] = ("100%", "75%", "50%", "30%"),
