@@ -1,6 +1,7 @@
 """simulate() and compare(): the simulator's public face."""
 from __future__ import annotations
 
+import logging
 import warnings
 from typing import TYPE_CHECKING, Any, Iterable
 
@@ -21,6 +22,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = ["simulate", "compare", "POLICIES", "LP_BOUND"]
+
+logger = logging.getLogger(__name__)
 
 POLICIES = ("ideal", "demand", "prefetch-on-alloc", "swap-activations", "bound", "uvm-sched")
 # also known to simulate(), left out of POLICIES (what compare() runs by default): it needs
@@ -97,7 +100,10 @@ def simulate(trace, policy: "str | Plan", hw: Any = "h200-pcie5", budget: Any = 
     bound on any schedule, see ``_bound``: fast), ``"lp-bound"`` (a tighter lower bound on
     a steady-state iteration from a linear program, see ``_lp``: needs ``highspy``, seconds
     to minutes; options ``lp_max_columns`` (int: larger programs are coarsened in time),
-    ``lp_coarsen`` (int: ticks per slot, 1 = exact), ``lp_time_limit_s``; the better bound
+    ``lp_coarsen`` (int: ticks per slot, 1 = exact), ``lp_time_limit_s`` (HiGHS's time
+    budget, default 600 s: past it the LP proves nothing and the result holds the fast
+    ``bound``'s figures, with ``counters["lp_fallback"] == "bound"`` and the reason in
+    ``counters["lp_status"]``); the better bound
     is the larger of the two), ``"uvm-sched"`` (plans with
     ``uvm_sched.planner.plan(trace, budget, hw, mode=opts.get("mode", "oblivious"))``), or
     a ``Plan``. Options: ``pool`` (bool, default True: frees keep memory resident for
@@ -141,11 +147,20 @@ def simulate(trace, policy: "str | Plan", hw: Any = "h200-pcie5", budget: Any = 
         T, tick, excess, out = lower_bound(prep, hw, B)
         return _bound_result(prep, hw, B, compute, T, tick, excess, out)
     if name == LP_BOUND:
-        from ._lp import MAX_COLUMNS, lp_bound
+        from ._lp import MAX_COLUMNS, LpOverBudget, lp_bound
 
-        lp = lp_bound(prep, hw, B, max_columns=int(opts.pop("lp_max_columns", MAX_COLUMNS)),
-                      coarsen=opts.pop("lp_coarsen", None),
-                      time_limit_s=float(opts.pop("lp_time_limit_s", 600.0)))
+        try:
+            lp = lp_bound(prep, hw, B,
+                          max_columns=int(opts.pop("lp_max_columns", MAX_COLUMNS)),
+                          coarsen=opts.pop("lp_coarsen", None),
+                          time_limit_s=float(opts.pop("lp_time_limit_s", 600.0)))
+        except LpOverBudget as e:
+            # past the time budget the LP proves nothing: the fast bound is what stands
+            logger.info("lp-bound: %s; the fast bound is reported", e)
+            r = _bound_result(prep, hw, B, compute, *lower_bound(prep, hw, B))
+            r.policy = LP_BOUND
+            r.counters.update(lp_status=str(e), lp_fallback="bound")
+            return r
         return _lp_result(prep, hw, B, compute, lp)
     if name == "uvm-sched":
         from .. import planner
@@ -257,7 +272,8 @@ def _lp_result(prep, hw, B, compute, lp) -> SimResult:
     T = max(lp.time_s, compute)
     counters = {"window_start": ws, "window_stop": we, "lp_columns": lp.columns,
                 "lp_rows": lp.rows, "lp_nonzeros": lp.nonzeros, "lp_ticks_per_slot": k,
-                "lp_build_s": lp.build_s, "lp_solve_s": lp.solve_s}
+                "lp_build_s": lp.build_s, "lp_solve_s": lp.solve_s, "lp_classes": lp.classes,
+                "lp_blocks": len(prep.bsize)}
     return SimResult(LP_BOUND, hw.name, B, T, compute, T - compute,
                      {"fault": 0.0, "eviction": 0.0, "link": T - compute},
                      int(h2d.sum()), int(d2h.sum()), 0,
