@@ -581,6 +581,25 @@ def _kernel(I, F, led, st, trf, tri, q, qs, sel, pinned, flags, t, acc_ptr, acc_
         if r > now:
             st_link += r - now
             now = r
+    now, st_link, st_fault, st_evict = _fault(I, F, led, st, trf, tri, q, qs, sel, pinned,
+                                              cc, nd, now, st_link, st_fault, st_evict, B,
+                                              lat_s, bw_fault, bw_evict, fbb, zero_fill)
+    for i in range(len(cc)):
+        if wr[i]:
+            c = cc[i]
+            dirty[c] = True
+            if I[ANY_RMOSTLY] and rmostly[cblock[c]]:
+                oh[c] = min(oh[c], csize[c] - rb[c])
+    F[NOW] = now
+    return st_fault, st_evict, st_link
+
+
+@jit
+def _fault(I, F, led, st, trf, tri, q, qs, sel, pinned, cc, nd, now, st_link, st_fault,
+           st_evict, B, lat_s, bw_fault, bw_evict, fbb, zero_fill):
+    """Engine.kernel's demand faults: the chunks short of what the kernel needs come in
+    (after room is made); returns (now, link, fault, evict stalls)."""
+    (rb, oh, ready, hold, alive, dirty, stamp, rmostly, cblock, csize, ht, hb) = st
     nm = 0
     for i in range(len(cc)):
         if rb[cc[i]] < nd[i]:
@@ -660,14 +679,7 @@ def _kernel(I, F, led, st, trf, tri, q, qs, sel, pinned, flags, t, acc_ptr, acc_
                 oh[c] = oh[c] - xb[i]
             ready[c] = now
         _push(I, stamp, q, qs, fc, nm)
-    for i in range(len(cc)):
-        if wr[i]:
-            c = cc[i]
-            dirty[c] = True
-            if I[ANY_RMOSTLY] and rmostly[cblock[c]]:
-                oh[c] = min(oh[c], csize[c] - rb[c])
-    F[NOW] = now
-    return st_fault, st_evict, st_link
+    return now, st_link, st_fault, st_evict
 
 
 @jit
@@ -737,23 +749,7 @@ def run(n_ticks, ws, we, to_end, dur, ev_ptr, ev_kind, ev_block, acc_ptr, acc_ch
             t_start = F[NOW]
             _retire(I, ht, hb, F[NOW])
             I[PEAK] = I[CLAIMED]
-        # room for what one tick can add: per action at most 2 releases and 3 copies; the
-        # kernel 2 and 5
-        na = a_ptr[2 * t + 2] - a_ptr[2 * t]
-        if I[PN] + 2 * na + 8 > len(ht):
-            sz = 2 * (I[PN] + 2 * na + 8)
-            ht2 = np.zeros(sz)
-            hb2 = np.zeros(sz, np.int64)
-            ht2[:I[PN]] = ht[:I[PN]]
-            hb2[:I[PN]] = hb[:I[PN]]
-            ht, hb = ht2, hb2
-        if I[NTR] + 3 * na + 8 > len(trf):
-            sz = 2 * (I[NTR] + 3 * na + 8)
-            trf2 = np.zeros((sz, 2))
-            tri2 = np.zeros((sz, 4), np.int64)
-            trf2[:I[NTR]] = trf[:I[NTR]]
-            tri2[:I[NTR]] = tri[:I[NTR]]
-            trf, tri = trf2, tri2
+        ht, hb, trf, tri = _room(I, ht, hb, trf, tri, a_ptr[2 * t + 2] - a_ptr[2 * t])
         st = (rb, oh, ready, hold, alive, dirty, stamp, rmostly, cblock, csize, ht, hb)
         tick_start = F[NOW]
         I[TH2D] = 0
@@ -801,6 +797,27 @@ def run(n_ticks, ws, we, to_end, dur, ev_ptr, ev_kind, ev_block, acc_ptr, acc_ch
     if not done:
         _snapshot(I, F, led, rb, outf, outi, t_start, sf, se, sl)
     return I, outf, outi, rows_f, rows_i, trf, tri, ran
+
+
+@jit
+def _room(I, ht, hb, trf, tri, na):
+    """The release heap and the copy log, grown to hold what one tick can add: per action
+    at most 2 releases and 3 copies, the kernel 2 and 5."""
+    if I[PN] + 2 * na + 8 > len(ht):
+        sz = 2 * (I[PN] + 2 * na + 8)
+        ht2 = np.zeros(sz)
+        hb2 = np.zeros(sz, np.int64)
+        ht2[:I[PN]] = ht[:I[PN]]
+        hb2[:I[PN]] = hb[:I[PN]]
+        ht, hb = ht2, hb2
+    if I[NTR] + 3 * na + 8 > len(trf):
+        sz = 2 * (I[NTR] + 3 * na + 8)
+        trf2 = np.zeros((sz, 2))
+        tri2 = np.zeros((sz, 4), np.int64)
+        trf2[:I[NTR]] = trf[:I[NTR]]
+        tri2[:I[NTR]] = tri[:I[NTR]]
+        trf, tri = trf2, tri2
+    return ht, hb, trf, tri
 
 
 @jit
