@@ -405,6 +405,63 @@ def _classes(prep: Prepared, acc, k: int, merge: bool = True):
     return [tuple(v) for v in out.values()]
 
 
+def _fit(prep: Prepared, hw, budget: int, max_columns: int, coarsen: int | None,
+         merge: bool):
+    """The program at ``coarsen`` ticks per slot, or (None) at about the fewest that keep
+    it within ``max_columns``: (builder, D, S, C, k). Slot sizes are tried on an estimate
+    of the columns (cheap: the classes only) and the program is built only for one that
+    fits by it; a build over the limit scales the estimate and coarsens further."""
+    ws, we = prep.window
+    W = we - ws
+    acc = _accesses(prep)
+    ratio = 1.0
+    lo = 0  # the largest slot size known to be over the limit
+    k = 1 if coarsen is None else int(coarsen)
+    memo: dict = {}
+
+    def estimate(k_):
+        if k_ not in memo:
+            cl = _classes(prep, acc, k_, merge)
+            memo.clear()  # keep one: the classes of a large trace are not small
+            memo[k_] = (cl, _columns_estimate(acc[1], cl, k_, W))
+        return memo[k_]
+
+    while True:
+        classes, raw = estimate(k)
+        if coarsen is None and raw * ratio > max_columns and k < W:
+            lo = k
+            k = min(W, max(k + 1, int(k * raw * ratio / max_columns * 1.1) + 1))
+            continue
+        if coarsen is None and k - lo > max(1, k // 8):
+            mid = (lo + k) // 2  # a finer slot may fit too: the bound is tighter there
+            if estimate(mid)[1] * ratio <= max_columns:
+                k = mid
+            else:
+                lo = mid
+            continue
+        L, D, S, C = _build(prep, hw, budget, k, acc, classes)
+        ratio = max(ratio, L.ncol / max(raw, 1))
+        if L.ncol <= max_columns or coarsen is not None:
+            return L, D, S, C, k
+        if k >= W:
+            raise LpTooLarge(
+                f"the LP bound needs {L.ncol:,} columns even with every tick of the "
+                f"{W:,}-tick window merged, over the limit of {max_columns:,}; raise "
+                f"max_columns")
+        lo = k
+        k = min(W, max(k + 1, int(k * L.ncol / max_columns * 1.1) + 1))
+
+
+def _columns_estimate(t_acc, classes, k: int, W: int) -> int:
+    """About the columns of the program of ``classes`` at ``k`` ticks per slot."""
+    S = max(1, -(-W // k))
+    n = S
+    for _, i0, i1, _born, wraps, _size in classes:
+        span = S if wraps else int(t_acc[i1 - 1] // k - t_acc[i0] // k) + 1
+        n += (i1 - i0) + 2 * span
+    return n
+
+
 def _add_run(L: "_Builder", sh: _Shared, size: float, tk, fr, r_, w_, pop, run, cyclic: bool,
              birth0: bool, free0: bool) -> None:
     """One live stretch of a block class: its columns (clean, dirty, moved in and out,
@@ -551,26 +608,7 @@ def lp_bound(prep: Prepared, hw, budget: int, *, max_columns: int = MAX_COLUMNS,
     ws, we = prep.window
     W = we - ws
     t0 = time.perf_counter()
-    k = 1 if coarsen is None else int(coarsen)
-    acc = _accesses(prep)
-    while True:
-        classes = _classes(prep, acc, k, merge)
-        # a class has at least one column per access and two per boundary: when even that
-        # is over the limit, coarsen without building the program (the build is the slow
-        # part on a large trace)
-        est = (-(-W // k) if W else 1) + sum(i1 - i0 + 2 for _, i0, i1, *_ in classes)
-        if coarsen is None and est > max_columns and k < W:
-            k = min(W, max(k + 1, int(k * est / max_columns * 1.1) + 1))
-            continue
-        L, D, S, C = _build(prep, hw, budget, k, acc, classes)
-        if L.ncol <= max_columns or coarsen is not None:
-            break
-        if k >= W:
-            raise LpTooLarge(
-                f"the LP bound needs {L.ncol:,} columns even with every tick of the "
-                f"{W:,}-tick window merged, over the limit of {max_columns:,}; raise "
-                f"max_columns")
-        k = min(W, max(k + 1, int(k * L.ncol / max_columns * 1.1) + 1))
+    L, D, S, C, k = _fit(prep, hw, budget, max_columns, coarsen, merge)
     if L.ncol > max_columns:
         raise LpTooLarge(f"the LP bound needs {L.ncol:,} columns with {k} tick(s) per slot, "
                          f"over the limit of {max_columns:,}; coarsen more or raise max_columns")
