@@ -124,13 +124,23 @@ def _random_plans(draw, trace):
         size = int(meta["alloc_sizes"][j]) if nalloc else 0
         off = draw(st.sampled_from([0, size // 3]))
         nbytes = draw(st.sampled_from([0, size, max(1, size // 2)]))
-        rows.append({"tick": draw(st.integers(0, meta["period_events"] - 1)),
-                     "action": draw(st.sampled_from(ACTIONS)), "block": j,
-                     "persistent": draw(st.booleans()), "offset": off, "bytes": nbytes})
+        tick = draw(st.integers(0, meta["period_events"] - 1))
+        action = draw(st.sampled_from(ACTIONS))
+        row = {"tick": tick, "action": action, "block": j,
+               "persistent": draw(st.booleans()), "offset": off, "bytes": nbytes}
+        rows.append(row)
+        # the advice that only acts in pairs: zero-copy needs both; a read-mostly copy is
+        # dropped (not written back) when it leaves the device clean
+        if action == "advise_preferred_host":
+            rows.append(dict(row, action="advise_accessed_by"))
+        elif action == "advise_read_mostly":
+            later = draw(st.integers(tick, meta["period_events"] - 1))
+            rows += [dict(row, action="prefetch_to_device"),
+                     dict(row, tick=later, action="prefetch_to_host")]
     return Plan(pd.DataFrame(rows), meta)
 
 
-@_SETTINGS
+@settings(_SETTINGS, max_examples=40)
 @given(data=st.data(), layers=st.integers(1, 4), pct=st.integers(30, 100), opts=_OPTS,
        batch=st.sampled_from([4, 512]))
 def test_compiled_loop_carries_out_random_plans_of_every_action_as_the_reference(
@@ -140,6 +150,18 @@ def test_compiled_loop_carries_out_random_plans_of_every_action_as_the_reference
     out = _both(trace, p, f"{pct}%", monkeypatch, **opts)
     if out:
         _assert_identical(*out)
+        _reached.update(k for k in ("ledger_remote_in", "ledger_discarded", "ledger_dropped_dup")
+                        if out[1].counters[k] > 0)
+
+
+_reached: set = set()
+
+
+def test_random_plans_reached_zero_copy_discard_and_read_mostly_paths():
+    # (runs after the property above, in file order): its draws used the engine's rarer paths
+    if not _reached:
+        pytest.skip("run with the random-plan property above")
+    assert _reached == {"ledger_remote_in", "ledger_discarded", "ledger_dropped_dup"}
 
 
 @pytest.mark.parametrize("seed", [5, 11])
@@ -161,7 +183,7 @@ def test_scale_smoke_100k_events_takes_the_compiled_loop_and_gives_the_reference
         monkeypatch):
     trace = llm_trace_for_events(100_000)
     assert len(trace.kind) >= 90_000
-    p = plan(trace, "50%", HW)
+    p = plan(trace, "50%", HW, price=False)  # (pricing would run six more simulations)
     for pol in ("demand", p):
         ref, fast = _both(trace, pol, "50%", monkeypatch)
         _assert_identical(ref, fast)

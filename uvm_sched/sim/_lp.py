@@ -273,7 +273,7 @@ def _stretches(ticks, frac, rd, wr, born: bool, wraps: bool, m0: float):
 
 
 class _Builder:
-    def __init__(self):
+    def __init__(self) -> None:
         self.ncol = 0
         self.lo: list = []
         self.hi: list = []
@@ -605,8 +605,6 @@ def lp_bound(prep: Prepared, hw, budget: int, *, max_columns: int = MAX_COLUMNS,
     block class (Note [Block classes]; False: one per block, the same optimum). Raises ``LpTooLarge`` when
     even merging the whole window into a few slots would not, ``RuntimeError`` when HiGHS
     does not reach the optimum (its status and the program's size in the message)."""
-    ws, we = prep.window
-    W = we - ws
     t0 = time.perf_counter()
     L, D, S, C, k = _fit(prep, hw, budget, max_columns, coarsen, merge)
     if L.ncol > max_columns:
