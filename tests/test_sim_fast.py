@@ -33,7 +33,8 @@ def _assert_identical(ref, fast):
         a, b = getattr(ref, f.name), getattr(fast, f.name)
         if isinstance(a, pd.DataFrame):
             assert list(a.dtypes) == list(b.dtypes), f.name
-            assert a.equals(b), f"{f.name} differ:\n{a.compare(b) if a.shape == b.shape else (a.shape, b.shape)}"
+            diff = a.compare(b) if a.shape == b.shape else (a.shape, b.shape)
+            assert a.equals(b), f"{f.name} differ:\n{diff}"
         else:
             assert a == b, f"{f.name}: reference {a!r}, compiled {b!r}"
 

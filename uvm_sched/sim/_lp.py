@@ -602,9 +602,10 @@ def lp_bound(prep: Prepared, hw, budget: int, *, max_columns: int = MAX_COLUMNS,
     ``budget`` bytes on ``hw``. ``coarsen``: ticks merged per slot (default: 1, or about
     the smallest that brings the program under ``max_columns``); ``time_limit_s``: HiGHS's
     limit (s); ``options``: other HiGHS options by name; ``merge``: one sub-program per
-    block class (Note [Block classes]; False: one per block, the same optimum). Raises ``LpTooLarge`` when
-    even merging the whole window into a few slots would not, ``RuntimeError`` when HiGHS
-    does not reach the optimum (its status and the program's size in the message)."""
+    block class (Note [Block classes]; False: one per block, the same optimum). Raises
+    ``LpTooLarge`` when even merging the whole window into a few slots would not,
+    ``LpOverBudget`` when HiGHS reaches ``time_limit_s`` first, ``RuntimeError`` when it
+    stops otherwise before the optimum (its status and the program's size in the message)."""
     t0 = time.perf_counter()
     L, D, S, C, k = _fit(prep, hw, budget, max_columns, coarsen, merge)
     if L.ncol > max_columns:
