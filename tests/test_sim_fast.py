@@ -33,8 +33,9 @@ def _assert_identical(ref, fast):
         a, b = getattr(ref, f.name), getattr(fast, f.name)
         if isinstance(a, pd.DataFrame):
             assert list(a.dtypes) == list(b.dtypes), f.name
-            diff = a.compare(b) if a.shape == b.shape else (a.shape, b.shape)
-            assert a.equals(b), f"{f.name} differ:\n{diff}"
+            if not a.equals(b):
+                diff = a.compare(b) if a.shape == b.shape else (a.shape, b.shape)
+                raise AssertionError(f"{f.name} differ:\n{diff}")
         else:
             assert a == b, f"{f.name}: reference {a!r}, compiled {b!r}"
 
