@@ -1,15 +1,19 @@
 """Scale: LLM-shaped traces from 10k to 1M allocator events, timed end to end.
 
     python benchmarks/bench_scale.py [--sizes 10000,30000,100000,300000,1000000]
-                                     [--reference-max 1000000] [--no-sim] [--hw h200-pcie5]
-                                     [--budget 50%]
+                                     [--reference-max 1000000] [--sim-reference-max 1000000]
+                                     [--no-sim] [--no-lp] [--hw h200-pcie5] [--budget 50%]
 
 Traces come from ``uvm_sched.trace._llm.llm_trace_for_events`` (decoder-only, mixed-
 precision AdamW, gradient accumulation over up to 16 micro-batches, 3 iterations, shapes
 of a 1k-hidden model). Per size, in a fresh process (so peak RSS is that size's own):
 building the trace, Parquet save and load, ``pattern.analyze``, ``planner.plan`` with the
 compiled selection sweep and with the plain-Python reference sweep (the baseline; plans
-checked identical), ``sim.simulate`` of ``demand`` and of the plan, and the peak RSS.
+checked identical), ``sim.simulate`` of each baseline policy and of the plan with the
+compiled event loop, and of ``demand`` and the plan with the plain-Python reference loop too
+(results checked identical in every field), the ``lp-bound`` (HiGHS, block classes and
+coarser slots, a time budget of ``LP_BUDGET_S``) beside the fast ``bound`` and the gap the
+plan is proven to have, and the peak RSS.
 Growth exponents are least-squares slopes of log(time) over log(events), from 100k up.
 
 Targets (issue 24, 2-core machine): plan <= 0.5 s per 100k events and simulate <= 1 s per
@@ -41,7 +45,24 @@ def _provenance() -> dict:
     return provenance(simulated=False)  # wall and CPU times measured on this machine
 
 
-def one(n: int, hw: str, budget: str, sim: bool, reference: bool) -> dict:
+SIM_POLICIES = (("demand", "demand"), ("prefetch-on-alloc", "prefetch-on-alloc"),
+                ("swap-activations", "swap-activations"))
+LP_BUDGET_S = 300.0  # HiGHS's time budget for the LP bound (s); past it the fast bound stands
+
+
+def _same(a, b) -> bool:
+    """Whether two SimResults agree in every field (frames included)."""
+    import dataclasses
+
+    for f in dataclasses.fields(a):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if not (x.equals(y) if hasattr(x, "equals") else x == y):
+            return False
+    return True
+
+
+def one(n: int, hw: str, budget: str, sim: bool, reference: bool, sim_reference: bool,
+        lp: bool) -> dict:
     sys.path.insert(0, str(ROOT))
     from uvm_sched.pattern import analyze
     from uvm_sched.planner import _fast, plan
@@ -68,7 +89,7 @@ def one(n: int, hw: str, budget: str, sim: bool, reference: bool) -> dict:
         t, c = time.perf_counter(), time.process_time()
         out = fn(*args, **kw)
         r[key] = time.perf_counter() - t
-        r[key.replace("_s", "_cpu_s")] = time.process_time() - c
+        r[_cpu(key)] = time.process_time() - c
         return out
 
     tr = timed("build_s", llm_trace_for_events, n)
@@ -91,9 +112,31 @@ def one(n: int, hw: str, budget: str, sim: bool, reference: bool) -> dict:
         del os.environ["UVM_SCHED_PLANNER_KERNEL"]
         r["identical_plan"] = bool(ref.actions.equals(p.actions))
     if sim:
-        for name, pol in (("demand", "demand"), ("plan", p)):
+        from uvm_sched.sim import _fast
+
+        for name, pol in SIM_POLICIES + (("plan", p),):
+            calls = _fast.calls()
             res = timed(f"sim_{name}_s", simulate, tr, pol, hw, budget)
+            r[f"sim_{name}_compiled"] = _fast.calls() > calls
             r[f"sim_{name}_iteration_s"] = float(res.iteration_time_s)
+            if sim_reference and name in ("demand", "plan"):
+                os.environ["UVM_SCHED_SIM_KERNEL"] = "python"
+                ref = timed(f"sim_{name}_reference_s", simulate, tr, pol, hw, budget)
+                del os.environ["UVM_SCHED_SIM_KERNEL"]
+                r[f"sim_{name}_identical"] = _same(ref, res)
+                del ref
+    if lp:
+        from uvm_sched.sim import LP_BOUND
+
+        b = simulate(tr, "bound", hw, budget)
+        res = timed("lp_s", simulate, tr, LP_BOUND, hw, budget, lp_time_limit_s=LP_BUDGET_S)
+        c = res.counters
+        r.update(lp_bound_s=float(res.iteration_time_s), fast_bound_s=float(b.iteration_time_s),
+                 lp_fallback=c.get("lp_fallback", ""), lp_ticks_per_slot=c.get("lp_ticks_per_slot"),
+                 lp_classes=c.get("lp_classes"), lp_columns=c.get("lp_columns"),
+                 lp_blocks=c.get("lp_blocks"))
+        if sim:  # the gap the greedy plan can be proven to have: its time over the bound
+            r["plan_gap"] = r["sim_plan_iteration_s"] / max(r["lp_bound_s"], r["fast_bound_s"])
     r["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return r
 
@@ -128,6 +171,11 @@ def profile_sim(n: int, hw: str, budget: str, top: int = 10) -> dict:
     return out
 
 
+def _cpu(key: str) -> str:
+    """The CPU-time key of a wall-time key (``plan_s`` -> ``plan_cpu_s``)."""
+    return key[:-2] + "_cpu_s"
+
+
 def _rss_now() -> int:
     """Resident bytes of this process now (Linux /proc; the peak where that is absent)."""
     try:
@@ -151,7 +199,10 @@ def main() -> None:
     ap.add_argument("--sizes", default="10000,30000,100000,300000,1000000")
     ap.add_argument("--reference-max", type=int, default=1_000_000,
                     help="plan with the plain-Python sweep too up to this many events")
+    ap.add_argument("--sim-reference-max", type=int, default=1_000_000,
+                    help="simulate with the plain-Python loop too up to this many events")
     ap.add_argument("--no-sim", action="store_true")
+    ap.add_argument("--no-lp", action="store_true", help="leave out the LP bound")
     ap.add_argument("--hw", default="h200-pcie5")
     ap.add_argument("--budget", default="50%")
     ap.add_argument("--profile-sim", type=int, default=100_000,
@@ -159,9 +210,11 @@ def main() -> None:
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--profile-one", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--ref", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--sim-ref", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.one:
-        print(json.dumps(one(a.one, a.hw, a.budget, not a.no_sim, a.ref)))
+        print(json.dumps(one(a.one, a.hw, a.budget, not a.no_sim, a.ref, a.sim_ref,
+                             not a.no_lp)))
         return
     if a.profile_one:
         print(json.dumps(profile_sim(a.profile_one, a.hw, a.budget)))
@@ -169,7 +222,9 @@ def main() -> None:
     rows = []
     for n in [int(x) for x in a.sizes.split(",")]:
         cmd = [sys.executable, __file__, "--one", str(n), "--hw", a.hw, "--budget", a.budget] \
-            + (["--no-sim"] if a.no_sim else []) + (["--ref"] if n <= a.reference_max else [])
+            + (["--no-sim"] if a.no_sim else []) + (["--ref"] if n <= a.reference_max else []) \
+            + (["--sim-ref"] if n <= a.sim_reference_max else []) \
+            + (["--no-lp"] if a.no_lp else [])
         out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
         if out.returncode:
             print(out.stderr, file=sys.stderr)
@@ -180,11 +235,18 @@ def main() -> None:
     cols = [("build_s", "build"), ("save_s", "parquet save"), ("load_s", "parquet load"),
             ("analyze_s", "analyze"), ("plan_s", "plan"), ("plan_reference_s",
                                                            "plan (reference sweep)"),
-            ("sim_demand_s", "simulate demand"), ("sim_plan_s", "simulate plan")]
+            ("sim_demand_s", "simulate demand"),
+            ("sim_demand_reference_s", "simulate demand (reference loop)"),
+            ("sim_prefetch-on-alloc_s", "simulate prefetch-on-alloc"),
+            ("sim_swap-activations_s", "simulate swap-activations"),
+            ("sim_plan_s", "simulate plan"),
+            ("sim_plan_reference_s", "simulate plan (reference loop)"), ("lp_s", "LP bound")]
     cols = [c for c in cols if any(c[0] in r for r in rows)]
     lines = [f"# Scale: LLM-shaped traces ({a.hw}, budget {a.budget})", "",
              "Command: `python benchmarks/bench_scale.py --sizes " + a.sizes
-             + (" --no-sim" if a.no_sim else "") + f" --reference-max {a.reference_max}`", "",
+             + (" --no-sim" if a.no_sim else "") + f" --reference-max {a.reference_max}"
+             + f" --sim-reference-max {a.sim_reference_max}" + (" --no-lp" if a.no_lp else "")
+             + "`", "",
              "Seconds per stage, wall / CPU (this process's CPU time: on a shared machine the "
              "wall clock also counts waiting for a core; the targets are checked on CPU "
              "time, wall beside it). `plan` uses the compiled selection sweep, `plan (reference "
@@ -198,16 +260,39 @@ def main() -> None:
              + " | same plan | peak RSS MiB | over the start, bytes/event |",
              "|---" * (len(cols) + 5) + "|"]
     for r in rows:
-        cells = [f"{r[k]:.2f} / {r[k.replace('_s', '_cpu_s')]:.2f}" if r.get(k) is not None
+        cells = [f"{r[k]:.2f} / {r[_cpu(k)]:.2f}" if r.get(k) is not None
                  else "" for k, _ in cols]
         lines.append(f"| {r['events']:,} | {r['name']} | " + " | ".join(cells)
                      + f" | {r.get('identical_plan', '')} | {r['peak_rss_bytes'] / 2**20:.0f}"
                      f" | {(r['peak_rss_bytes'] - r['base_rss_bytes']) / r['events']:.0f} |")
+    if any("sim_demand_iteration_s" in r for r in rows):
+        lines += ["", "Simulated iteration (s) per policy, whether the compiled loop ran and gave "
+                  "the plain-Python loop's result in every field (`same`), and the LP bound: "
+                  "its value, the fast bound's, ticks per slot, block classes of blocks, and the "
+                  "gap the plan is proven to have (its time over the larger bound).", "",
+                  "| events | demand | prefetch-on-alloc | swap-activations | plan | compiled | "
+                  "same (demand, plan) | LP bound | fast bound | ticks/slot | classes / blocks "
+                  "| plan gap |", "|---" * 12 + "|"]
+        for r in rows:
+            its = [f"{r[f'sim_{n}_iteration_s']:.4f}" if f"sim_{n}_iteration_s" in r else ""
+                   for n in ("demand", "prefetch-on-alloc", "swap-activations", "plan")]
+            comp = all(r.get(f"sim_{n}_compiled", False)
+                       for n in ("demand", "prefetch-on-alloc", "swap-activations", "plan"))
+            same = ", ".join(str(r[f"sim_{n}_identical"]) for n in ("demand", "plan")
+                             if f"sim_{n}_identical" in r) or "not run"
+            lpv = (f"{r['lp_bound_s']:.4f}" + (" (fast bound: LP over budget)"
+                                               if r.get("lp_fallback") else "")
+                   if "lp_bound_s" in r else "")
+            lines.append(
+                f"| {r['events']:,} | " + " | ".join(its) + f" | {comp} | {same} | {lpv} | "
+                + (f"{r['fast_bound_s']:.4f} | {r.get('lp_ticks_per_slot')} | "
+                   f"{r.get('lp_classes')} / {r.get('lp_blocks')} | {r['plan_gap']:.2f} |"
+                   if "plan_gap" in r else " | | | |"))
     big = [r for r in rows if r["events"] >= 90_000]
     if len(big) >= 2:
         lines += ["", "Growth exponent (log-log slope from ~100k events up):", ""]
         for k, h in cols:
-            pts = [(r["events"], r[k], r[k.replace("_s", "_cpu_s")]) for r in big
+            pts = [(r["events"], r[k], r[_cpu(k)]) for r in big
                    if r.get(k) is not None]
             if len(pts) >= 2:
                 x, w, c = zip(*pts)
@@ -216,10 +301,13 @@ def main() -> None:
     per = 1e5 / top["events"]
     lines += ["", f"At {top['events']:,} events (targets from issue 24):", ""]
     checks = [("plan per 100k events (CPU)", top["plan_cpu_s"] * per, 0.5, "s")]
-    for k in ("sim_demand_cpu_s", "sim_plan_cpu_s"):
-        if top.get(k) is not None:
-            checks.append((f"{k[4:-6]} simulation per 100k events (CPU)", top[k] * per, 1.0,
-                           "s"))
+    for name in [n for n, _ in SIM_POLICIES] + ["plan"]:
+        if top.get(f"sim_{name}_cpu_s") is not None:
+            checks.append((f"{name} simulation per 100k events (CPU)",
+                           top[f"sim_{name}_cpu_s"] * per, 1.0, "s"))
+    if top.get("lp_cpu_s") is not None:
+        checks.append(("LP bound (CPU; HiGHS's own budget is "
+                       f"{LP_BUDGET_S:g} s)", top["lp_cpu_s"], LP_BUDGET_S, "s"))
     checks += [("peak RSS over the process's start (imports, first calls) per event",
                 (top["peak_rss_bytes"] - top["base_rss_bytes"]) / top["events"], 1024, "bytes"),
                ("Parquet save (CPU)", top["save_cpu_s"], 1.0, "s"),
@@ -233,7 +321,8 @@ def main() -> None:
         out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, check=True)
         prof = json.loads(out.stdout.strip().splitlines()[-1])
         lines += ["", f"Where the simulator's time goes (cProfile, {a.profile_sim:,}-event trace; "
-                  "the engine is `uvm_sched/sim/_engine.py`):", ""]
+                  "the compiled loop is `_fast_kernels.run`, called from `sim/_fast.py`; the "
+                  "plain-Python reference is `sim/_engine.py`):", ""]
         for name, d in prof.items():
             lines += [f"`simulate({name!r})`: {d['total_s']:.2f} s under the profiler", "",
                       "| function | calls | own s | cumulative s |", "|---|---|---|---|"]

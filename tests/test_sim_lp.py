@@ -125,3 +125,89 @@ def test_without_highspy_the_lp_bound_says_what_to_install(monkeypatch):
     # compare() keeps going and says why in the row
     df = compare(_zero_copy_trace(), _hw(), [2 * MiB], policies=["demand", LP_BOUND])
     assert "pip install highspy" in df.loc[df.policy == LP_BOUND, "error"].item()
+
+
+@needs_highspy
+def test_blocks_alike_form_one_class_and_the_optimum_is_worked_by_hand():
+    # the case above with Q split into four 1 MiB blocks read at the same tick: they give
+    # the same sub-program, so the program has two classes (P, the four Qs) and the same
+    # optimum, 2 ms (no stall), as with one sub-program per block
+    b = TraceBuilder(name="write-only-split")
+    p = b.alloc(4 * MiB)
+    qs = [b.alloc(MiB) for _ in range(4)]
+    b.access(p, AccessMode.WRITE)
+    b.next_tick(1e6)
+    for q in qs:
+        b.access(q, AccessMode.WRITE)
+    b.next_tick(1e6)
+    for _ in range(3):
+        b.mark()
+        b.access(p, AccessMode.WRITE)
+        b.next_tick(1e6)
+        for q in qs:
+            b.access(q, AccessMode.READ)
+        b.next_tick(1e6)
+    t = b.build()
+    r = simulate(t, LP_BOUND, _hw(4.0), 4 * MiB)
+    assert r.counters["lp_classes"] == 2 and r.counters["lp_blocks"] == 5
+    assert r.iteration_time_s == pytest.approx(2 * MS)
+    from uvm_sched.sim._lp import lp_bound
+    from uvm_sched.sim._prep import prepare
+
+    hw = _hw(4.0)
+    prep = prepare(t, hw.va_block_bytes, hw.page_bytes)
+    apart = lp_bound(prep, hw, 4 * MiB, merge=False)
+    assert apart.classes == 5 and apart.time_s == pytest.approx(2 * MS)
+
+
+def _class_cases():
+    from uvm_sched.pattern._synth import training_trace
+
+    return [("mlp-l3", training_trace(layers=3, iters=3, batch=64, markers=True)),
+            ("mlp-l5", training_trace(layers=5, iters=3, batch=512, markers=True)),
+            ("random-0", _random_trace(0)), ("random-1", _random_trace(1))]
+
+
+@needs_highspy
+@pytest.mark.parametrize("case", range(4))
+@pytest.mark.parametrize("pct", ["60%", "85%"])
+def test_block_classes_keep_the_optimum_of_one_program_per_block(case, pct):
+    from uvm_sched.hw import load_profile
+    from uvm_sched.sim._lp import lp_bound
+    from uvm_sched.sim._prep import prepare
+    from uvm_sched._budget import resolve_budget
+
+    name, t = _class_cases()[case]
+    hw = load_profile("h200-pcie5")
+    prep = prepare(t, hw.va_block_bytes, hw.page_bytes)
+    B = resolve_budget(pct, t.peak_bytes, default_bytes=hw.device_capacity_bytes)
+    for k in (1, 3):
+        merged = lp_bound(prep, hw, B, coarsen=k)
+        apart = lp_bound(prep, hw, B, coarsen=k, merge=False)
+        assert merged.classes <= apart.classes
+        assert merged.time_s == pytest.approx(apart.time_s, rel=1e-7), (name, k)
+
+
+@needs_highspy
+@pytest.mark.parametrize("case", range(4))
+def test_a_coarse_program_of_classes_is_between_ideal_and_the_exact_lp(case):
+    name, t = _class_cases()[case]
+    exact = simulate(t, LP_BOUND, "h200-pcie5", "60%", lp_coarsen=1)
+    ideal = simulate(t, "ideal", "h200-pcie5", "60%").iteration_time_s
+    for k in (2, 5, 1000):
+        coarse = simulate(t, LP_BOUND, "h200-pcie5", "60%", lp_coarsen=k)
+        assert coarse.counters["lp_classes"] <= exact.counters["lp_classes"]
+        assert ideal * (1 - 1e-9) <= coarse.iteration_time_s
+        assert coarse.iteration_time_s <= exact.iteration_time_s * (1 + 1e-9), (name, k)
+
+
+@needs_highspy
+def test_past_its_time_budget_the_lp_reports_the_fast_bound_and_says_why():
+    t = _random_trace(0)
+    r = simulate(t, LP_BOUND, "h200-pcie5", "50%", lp_time_limit_s=1e-6)
+    assert r.policy == LP_BOUND and r.counters["lp_fallback"] == "bound"
+    assert "within its 1e-06 s budget" in r.counters["lp_status"]
+    assert "columns" in r.counters["lp_status"]
+    fast = simulate(t, "bound", "h200-pcie5", "50%")
+    assert r.iteration_time_s == fast.iteration_time_s
+    assert r.iteration_time_s <= simulate(t, "demand", "h200-pcie5", "50%").iteration_time_s

@@ -1,6 +1,7 @@
 """simulate() and compare(): the simulator's public face."""
 from __future__ import annotations
 
+import logging
 import warnings
 from typing import TYPE_CHECKING, Any, Iterable
 
@@ -10,6 +11,7 @@ from .. import _errors
 from .._budget import resolve_budget
 from ..hw import load_profile
 from ..planner import Plan
+from . import _fast
 from ._bound import lower_bound
 from ._engine import DISCARD, Engine
 from ._policies import PlanSchedule, PrefetchOnAlloc, Schedule, SwapActivations
@@ -20,6 +22,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = ["simulate", "compare", "POLICIES", "LP_BOUND"]
+
+logger = logging.getLogger(__name__)
 
 POLICIES = ("ideal", "demand", "prefetch-on-alloc", "swap-activations", "bound", "uvm-sched")
 # also known to simulate(), left out of POLICIES (what compare() runs by default): it needs
@@ -34,25 +38,30 @@ _ACTION_COLS = ("tick", "stage", "action", "block", "event")
 
 
 def _frames(rows, transfers):
+    """The timeline and transfers frames, from lists of row tuples or (the compiled loop)
+    dicts of columns; ``None`` is no rows."""
     import pandas as pd
 
-    tl = pd.DataFrame(rows, columns=list(_TIMELINE_COLS))
-    tr = pd.DataFrame(transfers, columns=["start_s", "end_s", "direction", "bytes", "block", "cause"])
+    tl = pd.DataFrame(rows if rows is not None else [], columns=list(_TIMELINE_COLS))
+    tr = pd.DataFrame(transfers if transfers is not None else [],
+                      columns=["start_s", "end_s", "direction", "bytes", "block", "cause"])
     return tl, tr
 
 
 def _actions_frame(log, prep=None):
-    """SimResult.actions from (tick, stage, engine code, dense block, event) tuples."""
+    """SimResult.actions from (tick, stage, engine code, dense block, event) tuples, or
+    from those five columns as arrays."""
     import pandas as pd
 
     from ..planner import ACTIONS
 
-    if not log:
+    if not len(log) or (isinstance(log, tuple) and not len(log[0])):
         return pd.DataFrame({"tick": pd.Series(dtype=np.int64), "stage": pd.Series(dtype=object),
                              "action": pd.Series(dtype=object),
                              "block": pd.Series(dtype=np.int64),
                              "event": pd.Series(dtype=np.int64)})
-    t, st, code, b, k = (np.asarray(c) for c in zip(*log))
+    cols = log if isinstance(log, tuple) else zip(*log)
+    t, st, code, b, k = (np.asarray(c) for c in cols)
     return pd.DataFrame({"tick": t.astype(np.int64), "stage": st.astype(object),
                          "action": np.asarray(ACTIONS, dtype=object)[code.astype(np.int64)],
                          "block": prep.block_id[b.astype(np.int64)].astype(np.int64),
@@ -91,7 +100,10 @@ def simulate(trace, policy: "str | Plan", hw: Any = "h200-pcie5", budget: Any = 
     bound on any schedule, see ``_bound``: fast), ``"lp-bound"`` (a tighter lower bound on
     a steady-state iteration from a linear program, see ``_lp``: needs ``highspy``, seconds
     to minutes; options ``lp_max_columns`` (int: larger programs are coarsened in time),
-    ``lp_coarsen`` (int: ticks per slot, 1 = exact), ``lp_time_limit_s``; the better bound
+    ``lp_coarsen`` (int: ticks per slot, 1 = exact), ``lp_time_limit_s`` (HiGHS's time
+    budget, default 600 s: past it the LP proves nothing and the result holds the fast
+    ``bound``'s figures, with ``counters["lp_fallback"] == "bound"`` and the reason in
+    ``counters["lp_status"]``); the better bound
     is the larger of the two), ``"uvm-sched"`` (plans with
     ``uvm_sched.planner.plan(trace, budget, hw, mode=opts.get("mode", "oblivious"))``), or
     a ``Plan``. Options: ``pool`` (bool, default True: frees keep memory resident for
@@ -135,11 +147,20 @@ def simulate(trace, policy: "str | Plan", hw: Any = "h200-pcie5", budget: Any = 
         T, tick, excess, out = lower_bound(prep, hw, B)
         return _bound_result(prep, hw, B, compute, T, tick, excess, out)
     if name == LP_BOUND:
-        from ._lp import MAX_COLUMNS, lp_bound
+        from ._lp import MAX_COLUMNS, LpOverBudget, lp_bound
 
-        lp = lp_bound(prep, hw, B, max_columns=int(opts.pop("lp_max_columns", MAX_COLUMNS)),
-                      coarsen=opts.pop("lp_coarsen", None),
-                      time_limit_s=float(opts.pop("lp_time_limit_s", 600.0)))
+        try:
+            lp = lp_bound(prep, hw, B,
+                          max_columns=int(opts.pop("lp_max_columns", MAX_COLUMNS)),
+                          coarsen=opts.pop("lp_coarsen", None),
+                          time_limit_s=float(opts.pop("lp_time_limit_s", 600.0)))
+        except LpOverBudget as e:
+            # past the time budget the LP proves nothing: the fast bound is what stands
+            logger.info("lp-bound: %s; the fast bound is reported", e)
+            r = _bound_result(prep, hw, B, compute, *lower_bound(prep, hw, B))
+            r.policy = LP_BOUND
+            r.counters.update(lp_status=str(e), lp_fallback="bound")
+            return r
         return _lp_result(prep, hw, B, compute, lp)
     if name == "uvm-sched":
         from .. import planner
@@ -251,7 +272,8 @@ def _lp_result(prep, hw, B, compute, lp) -> SimResult:
     T = max(lp.time_s, compute)
     counters = {"window_start": ws, "window_stop": we, "lp_columns": lp.columns,
                 "lp_rows": lp.rows, "lp_nonzeros": lp.nonzeros, "lp_ticks_per_slot": k,
-                "lp_build_s": lp.build_s, "lp_solve_s": lp.solve_s}
+                "lp_build_s": lp.build_s, "lp_solve_s": lp.solve_s, "lp_classes": lp.classes,
+                "lp_blocks": len(prep.bsize)}
     return SimResult(LP_BOUND, hw.name, B, T, compute, T - compute,
                      {"fault": 0.0, "eviction": 0.0, "link": T - compute},
                      int(h2d.sum()), int(d2h.sum()), 0,
@@ -276,6 +298,20 @@ def _executes(code: int, b: int, alive: int, sched, prep) -> bool:
 
 def _run(prep, hw, B, sched: Schedule, name: str, pool: bool, zero_fill: bool,
          to_end: bool = False) -> SimResult:
+    """The event loop: compiled (``_fast``) when numba is there, else the reference."""
+    if _fast.available():
+        books = _fast.run(prep, hw, B, sched, pool, zero_fill, to_end, DISCARD_MIN_BYTES)
+    else:
+        books = _run_reference(prep, hw, B, sched, pool, zero_fill, to_end)
+    result = _window_result(prep, hw, B, name, pool, books)
+    result.actions = _actions_frame(books["actions"], prep)
+    return result
+
+
+def _run_reference(prep, hw, B, sched: Schedule, pool: bool, zero_fill: bool,
+                   to_end: bool = False) -> dict:
+    """The plain-Python loop over ``Engine`` (the definition the compiled one follows):
+    the window's books (``_window_result``) and the actions carried out."""
     eng = Engine(prep, hw, B, pool=pool, zero_fill_faults=zero_fill)
     ws, we = prep.window
     rows: list = []
@@ -286,7 +322,7 @@ def _run(prep, hw, B, sched: Schedule, name: str, pool: bool, zero_fill: bool,
     sf = se = sl = 0.0
     # the plan actions carried out (what reached eng.act), over the whole run
     log: list | None = [] if sched.plan_events else None
-    result = None
+    books = None
 
     def issue(t: int, stage: str) -> None:
         """Act on the schedule's actions due at this stage of tick ``t`` (and log them)."""
@@ -297,12 +333,21 @@ def _run(prep, hw, B, sched: Schedule, name: str, pool: bool, zero_fill: bool,
                 if log is not None:
                     log.append((t, stage, code, b, a[4]))
 
+    def window_books() -> dict:
+        return {"T": eng.now - t_start, "sf": sf, "se": se, "sl": sl,
+                "claimed_end": eng.claimed, "pending_end": sum(b for _, b in eng.pending),
+                "resident_end": int(eng.rb.sum()), "bytes_h2d": eng.bytes_h2d,
+                "bytes_d2h": eng.bytes_d2h, "faults": eng.faults, "peak": eng.peak,
+                "led": dict(eng.led), "divergences": sched.divergences - div0,
+                "timeline": rows or None,
+                "transfers": [(s0 - t_start, e0 - t_start, d, b, blk, c)
+                              for s0, e0, d, b, blk, c in eng.transfers] or None}
+
     for t in range(prep.n_ticks if to_end else we):
         if t == we:
             # the window is over: its figures are final; the ticks after it (an incomplete
             # last iteration) run only so that ``actions`` covers the whole trace
-            result = _window_result(eng, prep, hw, B, sched, name, pool, rows, t_start, div0,
-                                    sf, se, sl)
+            books = window_books()
             eng.recording = False
         if t == ws:
             eng.recording = True
@@ -329,30 +374,26 @@ def _run(prep, hw, B, sched: Schedule, name: str, pool: bool, zero_fill: bool,
             sl += l
             rows.append((t, tick_start - t_start, float(dur[t]), f + v + l, f, v, l,
                          eng.claimed, eng.tick_h2d, eng.tick_d2h))
-    if result is None:
-        result = _window_result(eng, prep, hw, B, sched, name, pool, rows, t_start, div0,
-                                sf, se, sl)
-    result.actions = _actions_frame(log or [], prep)
-    return result
+    if books is None:
+        books = window_books()
+    books["actions"] = log or []
+    return books
 
 
-def _window_result(eng, prep, hw, B, sched, name, pool, rows, t_start, div0, sf, se,
-                   sl) -> SimResult:
-    """The SimResult of the measured window, from the engine's state at its end."""
+def _window_result(prep, hw, B, name, pool, books: dict) -> SimResult:
+    """The SimResult of the measured window, from the books kept at its end."""
     ws, we = prep.window
-    dur = prep.dur_s
-    T = eng.now - t_start
-    compute = float(dur[ws:we].sum())
-    transfers = [(s0 - t_start, e0 - t_start, d, b, blk, c) for s0, e0, d, b, blk, c in eng.transfers]
-    tl, tr = _frames(rows, transfers)
-    counters = {"window_start": ws, "window_stop": we, "claimed_end": eng.claimed,
-                "pending_end": sum(b for _, b in eng.pending),
-                "resident_end": int(eng.rb.sum()),
-                "pool": pool, **{f"ledger_{k}": v for k, v in eng.led.items()}}
+    compute = float(prep.dur_s[ws:we].sum())
+    T = books["T"]
+    tl, tr = _frames(books["timeline"], books["transfers"])
+    counters = {"window_start": ws, "window_stop": we, "claimed_end": books["claimed_end"],
+                "pending_end": books["pending_end"], "resident_end": books["resident_end"],
+                "pool": pool, **{f"ledger_{k}": v for k, v in books["led"].items()}}
     return SimResult(name, hw.name, B, float(T), compute, float(T - compute),
-                     {"fault": float(sf), "eviction": float(se), "link": float(sl)},
-                     int(eng.bytes_h2d), int(eng.bytes_d2h),
-                     eng.faults, eng.peak, sched.divergences - div0, tl, tr, counters)
+                     {"fault": float(books["sf"]), "eviction": float(books["se"]),
+                      "link": float(books["sl"])},
+                     int(books["bytes_h2d"]), int(books["bytes_d2h"]),
+                     books["faults"], books["peak"], books["divergences"], tl, tr, counters)
 
 
 def compare(trace, hw: Any = "h200-pcie5", budgets: Iterable[Any] = ("100%", "75%", "50%", "30%"),

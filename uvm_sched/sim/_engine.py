@@ -40,7 +40,9 @@ migrate dead bytes back); reuse draws resident dead bytes only, which is optimis
 
 Complexity: O(A + E + Q) numpy work over a Python loop of O(T + actions) steps, where T
 ticks, A (tick, chunk) accesses, E allocator events, Q chunk migrations (queue entries);
-the per-tick constant is ~20 numpy calls.
+the per-tick constant is ~20 numpy calls. This is the definition; users get ``_fast``'s
+compiled twin (same state changes in the same order; ``tests/test_sim_fast.py``), about
+20x faster on LLM-shaped traces (``benchmarks/results/scale.md``).
 """
 from __future__ import annotations
 

@@ -95,6 +95,37 @@ Each is a sum or a weakening of exact constraints, so every exact solution maps 
 coarse one of the same time: the coarse optimum is at most the exact one, and still a
 lower bound. Over ``max_columns`` even at one slot per window, ``LpTooLarge`` says by how
 much.
+
+Note [Block classes]
+--------------------
+Rationale. A million-event trace has ~100k blocks in its window; at four or more columns
+per block no slot size brings the program near ``max_columns``. But most blocks are alike:
+the activations of one layer in successive micro-batches, once their ticks fall in the same
+slots, give the same sub-program.
+
+Approach. A block's sub-program (its columns, its own rows, and where it enters the shared
+rows) depends on its accesses only through their order, each one's slot, whether it is its
+slot's first tick, its fraction, whether it reads and writes, and on the block's birth,
+wrap and pages touched before the window (``_stretches`` reads ticks only through their
+order; ``_add_run`` through ``tick // k``, ``tick % k == 0`` and the slot of ``tick - 1``,
+which those two give, and through comparisons with the stretch's first tick, which the
+order gives). Its size enters only as the coefficient of its columns in the shared rows
+(budget, link and zero-copy). ``_classes`` keys each block by exactly those inputs and
+builds one sub-program per key, with the members' summed size.
+
+Why the optimum is unchanged (the merge is exact, so the bound stays a relaxation of the
+exact program by the coarsening argument alone). Members share one feasible set ``P`` for
+their own variables and enter the shared rows as ``size_i * x_i``. Given a solution of the
+unmerged program, the size-weighted mean ``x = sum size_i x_i / sum size_i`` lies in ``P``
+(convex) and contributes ``(sum size_i) x``, the same amounts, to every shared row: the
+merged program has a solution with the same slot times. Given a solution of the merged
+one, setting every ``x_i = x`` gives the same shared sums. So the optima are equal;
+``lp_bound(merge=False)`` builds one sub-program per block (the test compares the two).
+
+Time budget. HiGHS stops at ``time_limit_s``; a program stopped before its optimum proves
+nothing, so ``LpOverBudget`` is raised and ``simulate`` reports the fast ``bound``
+instead (``counters["lp_fallback"]``): the gap a plan could be proven to have is then its
+time over that bound.
 """
 from __future__ import annotations
 
@@ -108,7 +139,7 @@ import numpy as np
 from .._errors import Error
 from ._prep import Prepared
 
-__all__ = ["lp_bound", "LpResult", "LpTooLarge", "MAX_COLUMNS"]
+__all__ = ["lp_bound", "LpResult", "LpTooLarge", "LpOverBudget", "MAX_COLUMNS"]
 
 MiB = float(1 << 20)
 # Columns HiGHS solves in about a minute on one core (resnet50 at batch 64, 1,631 ticks:
@@ -120,13 +151,18 @@ class LpTooLarge(Error, ValueError):
     """The program has more columns than allowed even after coarsening."""
 
 
+class LpOverBudget(Error, RuntimeError):
+    """HiGHS reached its time limit before the optimum (no bound can be claimed from it)."""
+
+
 @dataclass
 class LpResult:
     """``time_s``: the bound (s); ``status``: HiGHS's model status; ``columns``/``rows``/
     ``nonzeros``: the program's size; ``coarsen``: ticks merged per slot (1: exact);
     ``build_s``/``solve_s``: wall time of each step; ``slot_s``: the optimum's slot
     durations (s; slot ``g`` = window ticks ``g*coarsen ..``); ``bytes_in``/``bytes_out``:
-    bytes the optimum moves over the link per slot, each way (migrations and zero-copy)."""
+    bytes the optimum moves over the link per slot, each way (migrations and zero-copy);
+    ``classes``: block classes in the program (Note [Block classes])."""
 
     time_s: float
     status: str
@@ -139,6 +175,7 @@ class LpResult:
     slot_s: np.ndarray
     bytes_in: np.ndarray
     bytes_out: np.ndarray
+    classes: int = 0
 
 
 def _highs():
@@ -236,7 +273,7 @@ def _stretches(ticks, frac, rd, wr, born: bool, wraps: bool, m0: float):
 
 
 class _Builder:
-    def __init__(self):
+    def __init__(self) -> None:
         self.ncol = 0
         self.lo: list = []
         self.hi: list = []
@@ -249,6 +286,7 @@ class _Builder:
         self.col_block: list = []
         self.rlo: list = []
         self.rhi: list = []
+        self.n_classes = 0
 
     def cols(self, n, lo=0.0, hi=np.inf, cost=0.0):
         i = np.arange(self.ncol, self.ncol + n)
@@ -274,19 +312,49 @@ class _Builder:
         self.rows_v.append(v)
 
 
-def _build(prep: Prepared, hw, budget: int, k: int):
-    """The program with ``k`` ticks per slot (``k = 1``: exact; see ``_coarsen``)."""
+@dataclass
+class _Shared:
+    """The program's per-slot columns and rows every block adds to: ``D`` (slot times),
+    the budget row, the link rows each way and the zero-copy rows each way."""
+
+    D: np.ndarray
+    bud: np.ndarray
+    inn: np.ndarray
+    out: np.ndarray
+    qin: np.ndarray
+    qout: np.ndarray
+    S: int
+    W: int
+    k: int
+
+
+def _build(prep: Prepared, hw, budget: int, k: int, acc=None, classes=None):
+    """The program with ``k`` ticks per slot (``k = 1``: exact; see the Note), one
+    sub-program per block class (Note [Block classes])."""
     ws, we = prep.window
     W = we - ws
     dur_ms = prep.dur_s[ws:we] * 1e3
     S = max(1, -(-W // k))
     C = np.add.reduceat(dur_ms, np.arange(0, W, k)) if W else np.zeros(1)
-    bw_in, bw_out = _bandwidths(hw)
-    B = budget / MiB
-    b_acc, t_acc, frac, rd, wr, m0 = _accesses(prep)
     L = _Builder()
+    sh = _shared_rows(L, hw, budget, S, W, k, C)
+    acc = _accesses(prep) if acc is None else acc
+    classes = _classes(prep, acc, k) if classes is None else classes
+    L.n_classes = len(classes)
+    for rep, i0, i1, born, wraps, size in classes:
+        b_acc, t_acc, frac, rd, wr, m0 = acc
+        L.tag = rep
+        tk, fr, r_, w_ = t_acc[i0:i1], frac[i0:i1], rd[i0:i1], wr[i0:i1]
+        runs, pop = _stretches(tk, fr, r_, w_, born, wraps, m0[rep])
+        for run, cyclic, birth0, free0 in runs:
+            _add_run(L, sh, size, tk, fr, r_, w_, pop, np.asarray(run), cyclic, birth0, free0)
+    return L, sh.D, S, C
+
+
+def _shared_rows(L: "_Builder", hw, budget: int, S: int, W: int, k: int, C) -> _Shared:
+    bw_in, bw_out = _bandwidths(hw)
     D = L.cols(S, lo=C, cost=1.0)
-    r_bud = L.rows(S, -np.inf, B)  # sum size (c + d) <= B
+    r_bud = L.rows(S, -np.inf, budget / MiB)  # sum size (c + d) <= B
     r_in = L.rows(S, -np.inf, 0.0)  # sum size (in + q_read) - bw_in D <= 0
     r_out = L.rows(S, -np.inf, 0.0)
     L.coef(r_in, D, -bw_in)
@@ -297,168 +365,249 @@ def _build(prep: Prepared, hw, budget: int, k: int):
     r_qout = L.rows(S, -np.inf, -bw_out * C)
     L.coef(r_qin, D, -bw_in)
     L.coef(r_qout, D, -bw_out)
+    return _Shared(D, r_bud, r_in, r_out, r_qin, r_qout, S, W, k)
+
+
+def _classes(prep: Prepared, acc, k: int, merge: bool = True):
+    """Blocks with the same sub-program at ``k`` ticks per slot, merged (Note [Block
+    classes]): per class (representative block, its accesses ``i0 .. i1`` in ``acc``,
+    born in the window, wraps, summed size in MiB), in the order of first members."""
+    ws, we = prep.window
+    b_acc, t_acc, frac, rd, wr, m0 = acc
+    if not len(b_acc):
+        return []
     nb = len(prep.bsize)
     first_any = np.full(nb, np.iinfo(np.int64).max, np.int64)
     np.minimum.at(first_any, prep.ab_block, prep.ab_tick)
     wraps_b = (prep.balloc_tick < ws) & ((prep.bfree_tick < 0) | (prep.bfree_tick >= we))
-    starts = (np.flatnonzero(np.concatenate([[True], b_acc[1:] != b_acc[:-1]]))
-              if len(b_acc) else np.zeros(0, np.int64))
-    ends = np.concatenate([starts[1:], [len(b_acc)]]) if len(starts) else starts
-
-    def uslot(u):  # unrolled tick -> unrolled slot
-        return (u // W) * S + (u % W) // k
-
+    starts = np.flatnonzero(np.concatenate([[True], b_acc[1:] != b_acc[:-1]]))
+    ends = np.concatenate([starts[1:], [len(b_acc)]])
+    # what the sub-program reads of each access: its slot, whether it is the slot's first
+    # tick, reads, writes (the order of a block's accesses is its tick order)
+    code = ((t_acc // k) * 2 + (t_acc % k == 0)) * 4 + rd * 2 + wr
+    code_b = code.astype(np.int64).tobytes()
+    frac_b = frac.astype(np.float64).tobytes()
+    out: dict = {}
     for i0, i1 in zip(starts.tolist(), ends.tolist()):
         b = int(b_acc[i0])
         size = float(prep.bsize[b]) / MiB
         if size <= 0:
             continue
-        L.tag = b
         born = bool(first_any[b] >= ws)
-        tk, fr, r_, w_ = t_acc[i0:i1], frac[i0:i1], rd[i0:i1], wr[i0:i1]
-        runs, pop = _stretches(tk, fr, r_, w_, born, bool(wraps_b[b]) and not born, m0[b])
-        for run, cyclic, birth0, free0 in runs:
-            run = np.asarray(run)
-            if cyclic:
-                u = tk[run]
-                m = S
-                idx = u // k
-                u0 = 0
-            else:
-                u0 = 0 if free0 else int(tk[run[0]])
-                u = u0 + (tk[run] - u0) % W  # unrolled ticks from the stretch's start
-                g0 = uslot(u0)
-                idx = uslot(u) - g0
-                m = int(idx[-1]) + 1
-            slots = (uslot(u0) + np.arange(m)) % S if not cyclic else np.arange(S)
-            at_start = (u % W) % k == 0
-            # the stretch's first boundary: free at a birth on it (first touch or new
-            # data), clean when carried in; zero when the birth falls inside the slot
-            c = L.cols(m, hi=1.0)
-            d = L.cols(m, hi=1.0)
-            if not cyclic:
-                chi, dhi = L.hi[-2].copy(), L.hi[-1].copy()
-                if free0 or (birth0 and not w_[run[0]]):
-                    dhi[0] = 0.0
-                if birth0 and not at_start[0]:
-                    chi[0] = dhi[0] = 0.0
-                L.hi[-2], L.hi[-1] = chi, dhi
-            L.coef(r_bud[slots], c, size)
-            L.coef(r_bud[slots], d, size)
-            ntr = m if cyclic else m - 1
-            inside = ~at_start
-            # an access inside its slot may also use what came in during the slot before it
-            need_in = bool(inside.any()) and (cyclic or bool(inside[idx == m - 1].any()))
-            ncin = max(ntr, m if need_in else 0)
-            tin = L.cols(ncin)
-            tout = L.cols(ncin)
-            L.coef(r_in[slots[:ncin]], tin, size)
-            L.coef(r_out[slots[:ncin]], tout, size)
-            # accesses: c + d (+ in over the slot, inside it) + q >= a. Pure writes inside
-            # a slot populate where they happen (no row), and so does a birth inside a slot
-            # for the accesses after it in that slot; the data such a birth writes is, at
-            # the next boundary, resident (dirty), or went out, or was written in place:
-            # d[1] + out[0] + q >= a
-            skip = np.zeros(len(run), bool)
-            inb = birth0 and not at_start[0]
-            if inb:
-                skip |= idx == idx[0]
-                skip[0] = False
-            skip |= w_[run] & ~r_[run] & ~at_start & ~(np.arange(len(run)) == 0)
-            a = np.flatnonzero(~skip)
-            ai = run[a]
-            q = L.cols(len(a), hi=fr[ai])
-            lo_ = fr[ai] - np.where(at_start[a], 0.0, pop[ai])
-            ra = L.rows(len(a), lo_, np.inf)
-            reg = np.ones(len(a), bool)
-            if inb:
-                reg[0] = False
-                L.rlo[-1] = np.concatenate([[fr[ai[0]] if m > 1 else 0.0], lo_[1:]])
-                if m > 1:
-                    L.coef([ra[0]], [d[1]], 1.0)
-                    L.coef([ra[0]], [tout[0]], 1.0)
-            L.coef(ra[reg], c[idx[a][reg]], 1.0)
-            L.coef(ra[reg], d[idx[a][reg]], 1.0)
-            L.coef(ra, q, 1.0)
-            ins = inside[a] & reg
-            L.coef(ra[ins], tin[idx[a][ins]], 1.0)
-            prev_slot = ((u[a] - 1) % W) // k
-            rk, wk = r_[ai], w_[ai]
-            L.coef(r_in[prev_slot[rk]], q[rk], size)
-            L.coef(r_out[prev_slot[wk]], q[wk], size)
-            L.coef(r_qin[prev_slot[rk]], q[rk], size)
-            L.coef(r_qout[prev_slot[wk]], q[wk], size)
-            if ntr <= 0:
-                continue
-            # per transition j -> j+1 (slot slots[j]): writes at the slot's first tick
-            # (wst), at a later tick of it (wlat), population over (start, next start]
-            src = np.arange(ntr)
-            dst = (src + 1) % m
-            wst = np.zeros(m, bool)
-            wlat = np.zeros(m, bool)
-            popj = np.zeros(m)
-            for j_, ii, st_ in zip(idx.tolist(), run.tolist(), at_start.tolist()):
-                if w_[ii]:
-                    if st_:
-                        wst[j_] = True
-                    else:
-                        wlat[j_] = True
-                if st_ and j_ > 0:
-                    popj[j_ - 1] += pop[ii]
-                elif not st_:
-                    popj[j_] += pop[ii] if not (birth0 and ii == run[0]) else 1.0
-                elif cyclic and j_ == 0:
-                    popj[m - 1] += pop[ii]
-            popj = np.minimum(popj, 1.0)
-            ws_, wl_ = wst[src], wlat[src]
-            tin_, tout_ = tin[:ntr], tout[:ntr]
-            # clean rises only by bytes moved in; a write in the slot dirties what was there
-            rc = L.rows(ntr, -np.inf, 0.0)
-            L.coef(rc, c[dst], 1.0)
-            keep = ~(ws_ | wl_)
-            L.coef(rc[keep], c[src][keep], -1.0)
-            L.coef(rc, tin_, -1.0)
-            # dirty rises only by a write of what was resident (or came in before it) and
-            # by population
-            rdr = L.rows(ntr, -np.inf, popj[src])
-            L.coef(rdr, d[dst], 1.0)
-            L.coef(rdr, d[src], -1.0)
-            wany = ws_ | wl_
-            L.coef(rdr[wany], c[src][wany], -1.0)
-            L.coef(rdr[wl_], tin_[wl_], -1.0)
-            # and falls only by a write-back (a write at the slot's first tick dirtied all
-            # of what was resident then)
-            rf = L.rows(ntr, 0.0, np.inf)
-            L.coef(rf, d[dst], 1.0)
-            L.coef(rf, d[src], -1.0)
-            L.coef(rf[ws_], c[src][ws_], -1.0)
-            L.coef(rf, tout_, 1.0)
-    return L, D, S, C
+        wraps = bool(wraps_b[b]) and not born
+        key = (born, wraps, float(m0[b]), code_b[8 * i0:8 * i1], frac_b[8 * i0:8 * i1]) \
+            if merge else b
+        c = out.get(key)
+        if c is None:
+            out[key] = [b, i0, i1, born, wraps, size]
+        else:
+            c[5] += size
+    return [tuple(v) for v in out.values()]
 
 
-def lp_bound(prep: Prepared, hw, budget: int, *, max_columns: int = MAX_COLUMNS,
-             coarsen: int | None = None, time_limit_s: float = 600.0,
-             options: dict | None = None) -> LpResult:
-    """Solve the program of Note [The LP bound] for the measured window of ``prep`` under
-    ``budget`` bytes on ``hw``. ``coarsen``: ticks merged per slot (default: 1, or about
-    the smallest that brings the program under ``max_columns``); ``time_limit_s``: HiGHS's
-    limit (s); ``options``: other HiGHS options by name. Raises ``LpTooLarge`` when
-    even merging the whole window into a few slots would not, ``RuntimeError`` when HiGHS
-    does not reach the optimum (its status and the program's size in the message)."""
+def _fit(prep: Prepared, hw, budget: int, max_columns: int, coarsen: int | None,
+         merge: bool):
+    """The program at ``coarsen`` ticks per slot, or (None) at about the fewest that keep
+    it within ``max_columns``: (builder, D, S, C, k). Slot sizes are tried on an estimate
+    of the columns (cheap: the classes only) and the program is built only for one that
+    fits by it; a build over the limit scales the estimate and coarsens further."""
     ws, we = prep.window
     W = we - ws
-    t0 = time.perf_counter()
+    acc = _accesses(prep)
+    ratio = 1.0
+    lo = 0  # the largest slot size known to be over the limit
     k = 1 if coarsen is None else int(coarsen)
+    memo: dict = {}
+
+    def estimate(k_):
+        if k_ not in memo:
+            cl = _classes(prep, acc, k_, merge)
+            memo.clear()  # keep one: the classes of a large trace are not small
+            memo[k_] = (cl, _columns_estimate(acc[1], cl, k_, W))
+        return memo[k_]
+
     while True:
-        L, D, S, C = _build(prep, hw, budget, k)
+        classes, raw = estimate(k)
+        if coarsen is None and raw * ratio > max_columns and k < W:
+            lo = k
+            k = min(W, max(k + 1, int(k * raw * ratio / max_columns * 1.1) + 1))
+            continue
+        if coarsen is None and k - lo > max(1, k // 8):
+            mid = (lo + k) // 2  # a finer slot may fit too: the bound is tighter there
+            if estimate(mid)[1] * ratio <= max_columns:
+                k = mid
+            else:
+                lo = mid
+            continue
+        L, D, S, C = _build(prep, hw, budget, k, acc, classes)
+        ratio = max(ratio, L.ncol / max(raw, 1))
         if L.ncol <= max_columns or coarsen is not None:
-            break
+            return L, D, S, C, k
         if k >= W:
             raise LpTooLarge(
                 f"the LP bound needs {L.ncol:,} columns even with every tick of the "
                 f"{W:,}-tick window merged, over the limit of {max_columns:,}; raise "
                 f"max_columns")
+        lo = k
         k = min(W, max(k + 1, int(k * L.ncol / max_columns * 1.1) + 1))
+
+
+def _columns_estimate(t_acc, classes, k: int, W: int) -> int:
+    """About the columns of the program of ``classes`` at ``k`` ticks per slot."""
+    S = max(1, -(-W // k))
+    n = S
+    for _, i0, i1, _born, wraps, _size in classes:
+        span = S if wraps else int(t_acc[i1 - 1] // k - t_acc[i0] // k) + 1
+        n += (i1 - i0) + 2 * span
+    return n
+
+
+def _add_run(L: "_Builder", sh: _Shared, size: float, tk, fr, r_, w_, pop, run, cyclic: bool,
+             birth0: bool, free0: bool) -> None:
+    """One live stretch of a block class: its columns (clean, dirty, moved in and out,
+    zero-copy), its access rows and its transitions (see the Note)."""
+    S, W, k = sh.S, sh.W, sh.k
+    r_bud, r_in, r_out, r_qin, r_qout = sh.bud, sh.inn, sh.out, sh.qin, sh.qout
+
+    def uslot(u):  # unrolled tick -> unrolled slot
+        return (u // W) * S + (u % W) // k
+
+    run = np.asarray(run)
+    if cyclic:
+        u = tk[run]
+        m = S
+        idx = u // k
+        u0 = 0
+    else:
+        u0 = 0 if free0 else int(tk[run[0]])
+        u = u0 + (tk[run] - u0) % W  # unrolled ticks from the stretch's start
+        g0 = uslot(u0)
+        idx = uslot(u) - g0
+        m = int(idx[-1]) + 1
+    slots = (uslot(u0) + np.arange(m)) % S if not cyclic else np.arange(S)
+    at_start = (u % W) % k == 0
+    # the stretch's first boundary: free at a birth on it (first touch or new
+    # data), clean when carried in; zero when the birth falls inside the slot
+    c = L.cols(m, hi=1.0)
+    d = L.cols(m, hi=1.0)
+    if not cyclic:
+        chi, dhi = L.hi[-2].copy(), L.hi[-1].copy()
+        if free0 or (birth0 and not w_[run[0]]):
+            dhi[0] = 0.0
+        if birth0 and not at_start[0]:
+            chi[0] = dhi[0] = 0.0
+        L.hi[-2], L.hi[-1] = chi, dhi
+    L.coef(r_bud[slots], c, size)
+    L.coef(r_bud[slots], d, size)
+    ntr = m if cyclic else m - 1
+    inside = ~at_start
+    # an access inside its slot may also use what came in during the slot before it
+    need_in = bool(inside.any()) and (cyclic or bool(inside[idx == m - 1].any()))
+    ncin = max(ntr, m if need_in else 0)
+    tin = L.cols(ncin)
+    tout = L.cols(ncin)
+    L.coef(r_in[slots[:ncin]], tin, size)
+    L.coef(r_out[slots[:ncin]], tout, size)
+    # accesses: c + d (+ in over the slot, inside it) + q >= a. Pure writes inside
+    # a slot populate where they happen (no row), and so does a birth inside a slot
+    # for the accesses after it in that slot; the data such a birth writes is, at
+    # the next boundary, resident (dirty), or went out, or was written in place:
+    # d[1] + out[0] + q >= a
+    skip = np.zeros(len(run), bool)
+    inb = birth0 and not at_start[0]
+    if inb:
+        skip |= idx == idx[0]
+        skip[0] = False
+    skip |= w_[run] & ~r_[run] & ~at_start & ~(np.arange(len(run)) == 0)
+    a = np.flatnonzero(~skip)
+    ai = run[a]
+    q = L.cols(len(a), hi=fr[ai])
+    lo_ = fr[ai] - np.where(at_start[a], 0.0, pop[ai])
+    ra = L.rows(len(a), lo_, np.inf)
+    reg = np.ones(len(a), bool)
+    if inb:
+        reg[0] = False
+        L.rlo[-1] = np.concatenate([[fr[ai[0]] if m > 1 else 0.0], lo_[1:]])
+        if m > 1:
+            L.coef([ra[0]], [d[1]], 1.0)
+            L.coef([ra[0]], [tout[0]], 1.0)
+    L.coef(ra[reg], c[idx[a][reg]], 1.0)
+    L.coef(ra[reg], d[idx[a][reg]], 1.0)
+    L.coef(ra, q, 1.0)
+    ins = inside[a] & reg
+    L.coef(ra[ins], tin[idx[a][ins]], 1.0)
+    prev_slot = ((u[a] - 1) % W) // k
+    rk, wk = r_[ai], w_[ai]
+    L.coef(r_in[prev_slot[rk]], q[rk], size)
+    L.coef(r_out[prev_slot[wk]], q[wk], size)
+    L.coef(r_qin[prev_slot[rk]], q[rk], size)
+    L.coef(r_qout[prev_slot[wk]], q[wk], size)
+    if ntr <= 0:
+        return
+    _add_transitions(L, run, idx, at_start, w_, pop, cyclic, birth0, m, ntr, c, d, tin, tout)
+
+
+def _add_transitions(L: "_Builder", run, idx, at_start, w_, pop, cyclic: bool, birth0: bool,
+                     m: int, ntr: int, c, d, tin, tout) -> None:
+    """The rows from one boundary of a stretch to the next (see the Note)."""
+    # per transition j -> j+1 (slot slots[j]): writes at the slot's first tick
+    # (wst), at a later tick of it (wlat), population over (start, next start]
+    src = np.arange(ntr)
+    dst = (src + 1) % m
+    wst = np.zeros(m, bool)
+    wlat = np.zeros(m, bool)
+    popj = np.zeros(m)
+    for j_, ii, st_ in zip(idx.tolist(), run.tolist(), at_start.tolist()):
+        if w_[ii]:
+            if st_:
+                wst[j_] = True
+            else:
+                wlat[j_] = True
+        if st_ and j_ > 0:
+            popj[j_ - 1] += pop[ii]
+        elif not st_:
+            popj[j_] += pop[ii] if not (birth0 and ii == run[0]) else 1.0
+        elif cyclic and j_ == 0:
+            popj[m - 1] += pop[ii]
+    popj = np.minimum(popj, 1.0)
+    ws_, wl_ = wst[src], wlat[src]
+    tin_, tout_ = tin[:ntr], tout[:ntr]
+    # clean rises only by bytes moved in; a write in the slot dirties what was there
+    rc = L.rows(ntr, -np.inf, 0.0)
+    L.coef(rc, c[dst], 1.0)
+    keep = ~(ws_ | wl_)
+    L.coef(rc[keep], c[src][keep], -1.0)
+    L.coef(rc, tin_, -1.0)
+    # dirty rises only by a write of what was resident (or came in before it) and
+    # by population
+    rdr = L.rows(ntr, -np.inf, popj[src])
+    L.coef(rdr, d[dst], 1.0)
+    L.coef(rdr, d[src], -1.0)
+    wany = ws_ | wl_
+    L.coef(rdr[wany], c[src][wany], -1.0)
+    L.coef(rdr[wl_], tin_[wl_], -1.0)
+    # and falls only by a write-back (a write at the slot's first tick dirtied all
+    # of what was resident then)
+    rf = L.rows(ntr, 0.0, np.inf)
+    L.coef(rf, d[dst], 1.0)
+    L.coef(rf, d[src], -1.0)
+    L.coef(rf[ws_], c[src][ws_], -1.0)
+    L.coef(rf, tout_, 1.0)
+
+
+def lp_bound(prep: Prepared, hw, budget: int, *, max_columns: int = MAX_COLUMNS,
+             coarsen: int | None = None, time_limit_s: float = 600.0,
+             options: dict | None = None, merge: bool = True) -> LpResult:
+    """Solve the program of Note [The LP bound] for the measured window of ``prep`` under
+    ``budget`` bytes on ``hw``. ``coarsen``: ticks merged per slot (default: 1, or about
+    the smallest that brings the program under ``max_columns``); ``time_limit_s``: HiGHS's
+    limit (s); ``options``: other HiGHS options by name; ``merge``: one sub-program per
+    block class (Note [Block classes]; False: one per block, the same optimum). Raises
+    ``LpTooLarge`` when even merging the whole window into a few slots would not,
+    ``LpOverBudget`` when HiGHS reaches ``time_limit_s`` first, ``RuntimeError`` when it
+    stops otherwise before the optimum (its status and the program's size in the message)."""
+    t0 = time.perf_counter()
+    L, D, S, C, k = _fit(prep, hw, budget, max_columns, coarsen, merge)
     if L.ncol > max_columns:
         raise LpTooLarge(f"the LP bound needs {L.ncol:,} columns with {k} tick(s) per slot, "
                          f"over the limit of {max_columns:,}; coarsen more or raise max_columns")
@@ -495,6 +644,11 @@ def lp_bound(prep: Prepared, hw, budget: int, *, max_columns: int = MAX_COLUMNS,
     h.run()
     t2 = time.perf_counter()
     status = h.modelStatusToString(h.getModelStatus())
+    if status == "Time limit reached":
+        raise LpOverBudget(
+            f"HiGHS did not solve the LP bound within its {time_limit_s:g} s budget "
+            f"({L.ncol:,} columns, {L.nrow:,} rows, {len(vv):,} nonzeros, {k} tick(s) per "
+            f"slot, {L.n_classes:,} block classes)")
     if status != "Optimal":
         raise RuntimeError(f"HiGHS stopped with status {status!r} on the LP bound "
                            f"({L.ncol:,} columns, {L.nrow:,} rows, {len(vv):,} nonzeros, "
@@ -509,7 +663,8 @@ def lp_bound(prep: Prepared, hw, budget: int, *, max_columns: int = MAX_COLUMNS,
                     rows=L.nrow, nonzeros=len(vv), coarsen=k, build_s=t1 - t0,
                     solve_s=t2 - t1, slot_s=slot_ms * 1e-3,
                     bytes_in=np.maximum(act[S:2 * S] + bw_in * slot_ms, 0) * MiB,
-                    bytes_out=np.maximum(act[2 * S:3 * S] + bw_out * slot_ms, 0) * MiB)
+                    bytes_out=np.maximum(act[2 * S:3 * S] + bw_out * slot_ms, 0) * MiB,
+                    classes=L.n_classes)
 
 
 def _bandwidths(hw) -> tuple[float, float]:
