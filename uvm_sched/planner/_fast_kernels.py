@@ -62,7 +62,7 @@ def pop(h, n, out):  # the smallest item into `out`; returns the new size
 
 
 @jit
-def segments(a, b, T, out):  # _core._segments into out[0:2], out[2:4]; returns count
+def segments(a, b, T, out):  # _queues.segments into out[0:2], out[2:4]; returns count
     if b <= a:
         return 0
     if b - a >= T:

@@ -11,6 +11,8 @@ import heapq
 
 import numpy as np
 
+from ._queues import segments as _segments
+
 __all__ = ["select"]
 
 
@@ -19,8 +21,6 @@ def select(gaps, resident, budget, size, T, q) -> list:
     whose on-time window covers it, the one whose window reaches furthest (next use
     furthest). When none is left, delay a prefetch past the tick (a predicted stall, which
     costs less than the driver evicting and faulting the block back)."""
-    from ._core import _segments  # (the module that calls this one)
-
     starts: dict[int, list] = {}
     late_starts: dict[int, list] = {}
     for gi, g in enumerate(gaps):
