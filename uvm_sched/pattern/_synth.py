@@ -39,112 +39,143 @@ def training_trace(
     eval pass. ``last_batch``: batch of the last iteration. ``leak``: the loss is never freed
     (a training loop that keeps every loss). ``tick_ns``: device ns per tick.
     """
-    tb = TraceBuilder(source="synthetic", name=name, batch=batch)
-    # layer l maps width_l -> width_{l+1}; widths vary so layers are distinguishable.
-    widths = [width * (1 + (l % 3)) for l in range(layers + 1)]
-
-    def tick():
-        tb.next_tick(tick_ns)
-
-    def acc(block, mode=_R):
-        if accesses:
-            tb.access(block, mode)
-
-    weights = []
-    wsize = [4 * widths[l] * widths[l + 1] for l in range(layers)]
-    for l in range(layers):
-        w = tb.alloc(wsize[l])
-        acc(w, _W)
-        weights.append(w)
-        tick()
-    adam: list[tuple[int, int]] = []
-    if not warmup_adam:
-        for l in range(layers):
-            m, v = tb.alloc(wsize[l]), tb.alloc(wsize[l])
-            acc(m, _W)
-            acc(v, _W)
-            adam.append((m, v))
-        tick()
-    grads: list[int] = []
+    m = _Mlp(TraceBuilder(source="synthetic", name=name, batch=batch), layers, width,
+             accesses, tick_ns)
+    m.setup(warmup_adam)
     for it in range(iters):
         b = last_batch if (last_batch is not None and it == iters - 1) else batch
         if markers and (marker_iters is None or it in marker_iters):
-            tb.mark()
-        # zero_grad(set_to_none=True)
-        for g in grads:
-            tb.free(g)
-        grads = []
-        tick()
+            m.tb.mark()
+        m.zero_grad()
+        acts = m.forward(b)
+        m.backward(acts, b, leak)
+        m.adam_step(warmup_adam)
+        if eval_after and it in eval_after:
+            m.evaluate(batch)
+    return m.tb.build()
+
+
+class _Mlp:
+    """``training_trace``'s network, one method per phase of a step (in trace order)."""
+
+    def __init__(self, tb: TraceBuilder, layers: int, width: int, accesses: bool,
+                 tick_ns: float) -> None:
+        self.tb, self.layers, self.accesses, self.tick_ns = tb, layers, accesses, tick_ns
+        # layer l maps width_l -> width_{l+1}; widths vary so layers are distinguishable.
+        self.widths = [width * (1 + (l % 3)) for l in range(layers + 1)]
+        self.wsize = [4 * self.widths[l] * self.widths[l + 1] for l in range(layers)]
+        self.weights: list[int] = []
+        self.adam: list[tuple[int, int]] = []
+        self.grads: list[int] = []
+
+    def tick(self) -> None:
+        self.tb.next_tick(self.tick_ns)
+
+    def acc(self, block: int, mode=_R) -> None:
+        if self.accesses:
+            self.tb.access(block, mode)
+
+    def setup(self, warmup_adam: bool) -> None:
+        tb, acc = self.tb, self.acc
+        for l in range(self.layers):
+            w = tb.alloc(self.wsize[l])
+            acc(w, _W)
+            self.weights.append(w)
+            self.tick()
+        if not warmup_adam:
+            for l in range(self.layers):
+                m, v = tb.alloc(self.wsize[l]), tb.alloc(self.wsize[l])
+                acc(m, _W)
+                acc(v, _W)
+                self.adam.append((m, v))
+            self.tick()
+
+    def zero_grad(self) -> None:  # set_to_none=True
+        for g in self.grads:
+            self.tb.free(g)
+        self.grads = []
+        self.tick()
+
+    def forward(self, b: int) -> list[int]:
+        tb, acc, widths = self.tb, self.acc, self.widths
         x = tb.alloc(4 * b * widths[0])
         acc(x, _W)
-        tick()
+        self.tick()
         acts = [x]
-        for l in range(layers):
+        for l in range(self.layers):
             out = tb.alloc(4 * b * widths[l + 1])
             ws = tb.alloc(1 << 20)
             tmp = tb.alloc(4 * b * widths[l + 1])
             acc(acts[-1])
-            acc(weights[l])
+            acc(self.weights[l])
             acc(ws, _RW)
             acc(tmp, _W)
             acc(out, _W)
             tb.free(ws)
-            tick()
+            self.tick()
             acc(tmp)
             tb.free(tmp)
-            tick()
+            self.tick()
             acts.append(out)
+        return acts
+
+    def backward(self, acts: list[int], b: int, leak: bool) -> None:
+        tb, acc, layers = self.tb, self.acc, self.layers
         loss = tb.alloc(512)
         acc(acts[-1])
         acc(loss, _W)
-        tick()
-        gout = tb.alloc(4 * b * widths[layers])
+        self.tick()
+        gout = tb.alloc(4 * b * self.widths[layers])
         acc(loss)
         acc(gout, _W)
         if not leak:
             tb.free(loss)
-        tick()
+        self.tick()
         for l in reversed(range(layers)):
-            gin = tb.alloc(4 * b * widths[l])
-            gw = tb.alloc(wsize[l])
+            gin = tb.alloc(4 * b * self.widths[l])
+            gw = tb.alloc(self.wsize[l])
             acc(gout)
             acc(acts[l])
-            acc(weights[l])
+            acc(self.weights[l])
             acc(gin, _W)
             acc(gw, _W)
             tb.free(gout)
             tb.free(acts[l + 1])
-            grads.append(gw)
+            self.grads.append(gw)
             gout = gin
-            tick()
+            self.tick()
         tb.free(gout)
         tb.free(acts[0])
-        tick()
+        self.tick()
+
+    def adam_step(self, warmup_adam: bool) -> None:
+        acc, layers = self.acc, self.layers
         for l in range(layers):
-            if warmup_adam and len(adam) <= l:
-                m, v = tb.alloc(wsize[l]), tb.alloc(wsize[l])
-                adam.append((m, v))
-            m, v = adam[l]
-            acc(weights[l], _RW)
-            acc(grads[layers - 1 - l])
+            if warmup_adam and len(self.adam) <= l:
+                m, v = self.tb.alloc(self.wsize[l]), self.tb.alloc(self.wsize[l])
+                self.adam.append((m, v))
+            m, v = self.adam[l]
+            acc(self.weights[l], _RW)
+            acc(self.grads[layers - 1 - l])
             acc(m, _RW)
             acc(v, _RW)
-            tick()
-        if eval_after and it in eval_after:
-            h = tb.alloc(4 * batch * widths[0])
-            acc(h, _W)
-            tick()
-            for l in range(layers):
-                out = tb.alloc(4 * batch * widths[l + 1])
-                acc(h)
-                acc(weights[l])
-                acc(out, _W)
-                tb.free(h)
-                h = out
-                tick()
+            self.tick()
+
+    def evaluate(self, batch: int) -> None:  # a forward-only pass
+        tb, acc, widths = self.tb, self.acc, self.widths
+        h = tb.alloc(4 * batch * widths[0])
+        acc(h, _W)
+        self.tick()
+        for l in range(self.layers):
+            out = tb.alloc(4 * batch * widths[l + 1])
+            acc(h)
+            acc(self.weights[l])
+            acc(out, _W)
             tb.free(h)
-            tick()
-    return tb.build()
+            h = out
+            self.tick()
+        tb.free(h)
+        self.tick()
 
 
 def step_trace(
@@ -183,108 +214,136 @@ def step_trace(
     ``phases``: when a list, one entry is appended per allocator event: "setup", "forward",
     "backward", "optimizer" or "autotune" (for tests that attach Python frames).
     """
-    tb = TraceBuilder(source="synthetic", name=name)
-    d = width
-    log = phases if phases is not None else []
-
-    def alloc(size, phase):
-        log.append(phase)
-        return tb.alloc(int(size))
-
-    def free(b, phase):
-        log.append(phase)
-        tb.free(b)
-
-    def tick():
-        tb.next_tick(tick_ns)
-
-    def scale(l):
-        return 1 if identical_layers else 1 + l
-
-    p_sizes = []
-    for l in range(layers):
-        k = scale(l)
-        p_sizes += [4 * d * 3 * d * k, 4 * d * d * k, 4 * d * 4 * d * k, 4 * 4 * d * d * k,
-                    4 * d, 4 * d]
-    params = [alloc(s, "setup") for s in p_sizes]
-    tick()
-    grads = [alloc(s, "setup") for s in p_sizes]
-    tick()
-    state = []
-    if state_in_setup:
-        state = [(alloc(s, "setup"), alloc(s, "setup")) for s in p_sizes]
-        tick()
+    st = _Steps(TraceBuilder(source="synthetic", name=name),
+                phases if phases is not None else [], tick_ns, identical_layers, layers, width)
+    p_sizes = st.parameters(state_in_setup)
     for step in range(steps):
         seq = seqs[step % len(seqs)]
-        S = 4 * batch * seq * d
+        S = 4 * batch * seq * width
         if markers:
-            tb.mark()
+            st.tb.mark()
         if autotune and step == 0:
-            for _ in range(2):
-                scratch = alloc(64 * S, "autotune")
-                h = alloc(S, "autotune")
-                for l in range(layers):
-                    for c in range(autotune):
-                        free(alloc(S * scale(l) + 512 * c, "autotune"), "autotune")
-                    out = alloc(S * scale(l), "autotune")
-                    tmp = alloc(2 * S * scale(l), "autotune")
-                    free(tmp, "autotune")
-                    free(h, "autotune")
-                    h = out
-                    tick()
-                free(h, "autotune")
-                free(scratch, "autotune")
-                tick()
-        x = alloc(S, "forward")
-        tick()
-        acts = []
-        for l in range(layers):
-            k = scale(l)
-            a = [alloc(3 * S * k, "forward"), alloc(4 * batch * seq * seq * k, "forward"),
-                 alloc(S * k, "forward"), alloc(4 * S * k, "forward"), alloc(S * k, "forward")]
-            tmp = alloc(4 * S * k, "forward")
-            free(tmp, "forward")
-            acts.append(a)
-            tick()
-        loss = alloc(512, "forward")
-        tick()
+            st.autotune(S, autotune)
+        x = st.alloc(S, "forward")
+        st.tick()
+        acts = st.forward(S, 4 * batch * seq * seq)
+        loss = st.alloc(512, "forward")
+        st.tick()
         if not backward:
             continue
-        gout = alloc(S, "backward")
-        free(loss, "backward")
-        tick()
-        for l in reversed(range(layers)):
-            k = scale(l)
-            gin = alloc(S * k, "backward")
-            tmp = alloc(4 * S * k, "backward")
-            free(tmp, "backward")
-            if free_activations == "in_backward":
+        st.backward(S, x, loss, acts, free_activations == "in_backward")
+        if not st.state:
+            st.state = [(st.alloc(s, "optimizer"), st.alloc(s, "optimizer")) for s in p_sizes]
+        st.optimizer(p_sizes, optimizer, opt_temps)
+    return st.tb.build()
+
+
+class _Steps:
+    """``step_trace``'s model, one method per phase (in trace order); every allocator
+    event is logged with its phase."""
+
+    def __init__(self, tb: TraceBuilder, log: list[str], tick_ns: float,
+                 identical_layers: bool, layers: int, d: int) -> None:
+        self.tb, self.log, self.tick_ns = tb, log, tick_ns
+        self.identical_layers, self.layers, self.d = identical_layers, layers, d
+        self.state: list[tuple[int, int]] = []
+
+    def alloc(self, size, phase: str) -> int:
+        self.log.append(phase)
+        return self.tb.alloc(int(size))
+
+    def free(self, b: int, phase: str) -> None:
+        self.log.append(phase)
+        self.tb.free(b)
+
+    def tick(self) -> None:
+        self.tb.next_tick(self.tick_ns)
+
+    def scale(self, l: int) -> int:
+        return 1 if self.identical_layers else 1 + l
+
+    def parameters(self, state_in_setup: bool) -> list[int]:
+        """Weights and gradients (and Adam's state when ``state_in_setup``); their sizes."""
+        d = self.d
+        p_sizes = []
+        for l in range(self.layers):
+            k = self.scale(l)
+            p_sizes += [4 * d * 3 * d * k, 4 * d * d * k, 4 * d * 4 * d * k, 4 * 4 * d * d * k,
+                        4 * d, 4 * d]
+        for _ in range(2):  # the parameters, then their gradients (kept across steps)
+            for s in p_sizes:
+                self.alloc(s, "setup")
+            self.tick()
+        if state_in_setup:
+            self.state = [(self.alloc(s, "setup"), self.alloc(s, "setup")) for s in p_sizes]
+            self.tick()
+        return p_sizes
+
+    def autotune(self, S: int, configs: int) -> None:
+        for _ in range(2):
+            scratch = self.alloc(64 * S, "autotune")
+            h = self.alloc(S, "autotune")
+            for l in range(self.layers):
+                for c in range(configs):
+                    self.free(self.alloc(S * self.scale(l) + 512 * c, "autotune"), "autotune")
+                out = self.alloc(S * self.scale(l), "autotune")
+                tmp = self.alloc(2 * S * self.scale(l), "autotune")
+                self.free(tmp, "autotune")
+                self.free(h, "autotune")
+                h = out
+                self.tick()
+            self.free(h, "autotune")
+            self.free(scratch, "autotune")
+            self.tick()
+
+    def forward(self, S: int, scores: int) -> list[list[int]]:
+        acts = []
+        for l in range(self.layers):
+            k = self.scale(l)
+            a = [self.alloc(3 * S * k, "forward"), self.alloc(scores * k, "forward"),
+                 self.alloc(S * k, "forward"), self.alloc(4 * S * k, "forward"),
+                 self.alloc(S * k, "forward")]
+            tmp = self.alloc(4 * S * k, "forward")
+            self.free(tmp, "forward")
+            acts.append(a)
+            self.tick()
+        return acts
+
+    def backward(self, S: int, x: int, loss: int, acts: list[list[int]],
+                 in_backward: bool) -> None:
+        gout = self.alloc(S, "backward")
+        self.free(loss, "backward")
+        self.tick()
+        for l in reversed(range(self.layers)):
+            k = self.scale(l)
+            gin = self.alloc(S * k, "backward")
+            tmp = self.alloc(4 * S * k, "backward")
+            self.free(tmp, "backward")
+            if in_backward:
                 for a in acts[l]:
-                    free(a, "backward")
-            free(gout, "backward")
+                    self.free(a, "backward")
+            self.free(gout, "backward")
             gout = gin
-            tick()
-        free(gout, "backward")
-        free(x, "backward")
-        if free_activations != "in_backward":
-            for a in acts:
-                for b in a:
-                    free(b, "backward")
-        tick()
-        if not state:
-            state = [(alloc(s, "optimizer"), alloc(s, "optimizer")) for s in p_sizes]
+            self.tick()
+        self.free(gout, "backward")
+        self.free(x, "backward")
+        if not in_backward:
+            for layer_acts in acts:
+                for b in layer_acts:
+                    self.free(b, "backward")
+        self.tick()
+
+    def optimizer(self, p_sizes: list[int], optimizer: str, opt_temps: int) -> None:
         if optimizer == "per_param":
             for s in p_sizes:
-                ts = [alloc(s, "optimizer") for _ in range(opt_temps)]
+                ts = [self.alloc(s, "optimizer") for _ in range(opt_temps)]
                 for t in ts:
-                    free(t, "optimizer")
-                tick()
+                    self.free(t, "optimizer")
+                self.tick()
         else:
             total = sum(p_sizes)
-            t1 = alloc(total, "optimizer")
-            t2 = alloc(total, "optimizer")
-            free(t1, "optimizer")
-            free(t2, "optimizer")
-            tick()
-    del params, grads
-    return tb.build()
+            t1 = self.alloc(total, "optimizer")
+            t2 = self.alloc(total, "optimizer")
+            self.free(t1, "optimizer")
+            self.free(t2, "optimizer")
+            self.tick()
