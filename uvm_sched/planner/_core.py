@@ -236,6 +236,7 @@ class _Timeline:
         T = p.T
         C = np.zeros(2 * T + 1)
         C[1:] = np.cumsum(np.concatenate([p.dur_ns, p.dur_ns]))
+        # control points (Note [Timeline]): after a FREE, the kernels of its tick are queued
         q1 = p.ev_tick.astype(np.int64) - 1 + p.ev_free.astype(np.int64)
         q = np.concatenate([q1, q1 + T])
         size = p.size.astype(np.int64)
@@ -311,7 +312,8 @@ def _candidate_gaps(tl: _Timeline, guards) -> list[_Gap]:
 
 def _lifetime_end_gaps(p: Problem, nameable, guards, found: _GapColumns) -> None:
     """A block used within ``guard`` ticks of each end of its lifetime: one candidate per
-    guard level, the levels of a block siblings (group = the block); its dead tail last."""
+    guard level, the levels of a block siblings (group = the block); its dead tail last
+    (Note [Candidate gaps])."""
     fam = np.flatnonzero(nameable & (p.end_lo >= 0))
     prev_a = prev_b = None
     for lv, g in enumerate(guards):
@@ -447,7 +449,7 @@ def _select(gaps, resident, budget, size, T, q) -> list:
     furthest). When none is left, delay a prefetch past the tick (a predicted stall, which
     costs less than the driver evicting and faulting the block back). The sweep itself is
     ``_reference.select`` (plain Python, the definition) or ``_fast.select`` (the same
-    decisions in a compiled kernel, used when numba is installed)."""
+    decisions in a compiled kernel, used when numba is installed). Note [Selection]."""
     return _fast.select(gaps, resident, budget, size, T, q) if _fast.available() \
         else _reference.select(gaps, resident, budget, size, T, q)
 

@@ -292,6 +292,9 @@ def _tick_durations(pat) -> np.ndarray:
 
 def _problem(pat, prof, samples: dict | None, remote_fallback: bool = False,
              complete: bool = True):
+    """The builder's ``Problem`` for the representative iteration of ``pat`` (use ticks per
+    Note [Use ticks]) and what ``plan`` needs beside it (ordinals, ALLOC sizes, the
+    (tick, block) pairs the budget must hold)."""
     ev = pat.events
     T = int(pat.stop_tick - pat.start_tick)
     dur = _tick_durations(pat)
