@@ -119,7 +119,7 @@ from typing import Any
 import numpy as np
 
 from . import _fast, _reference
-from ._queues import segments, timing
+from ._queues import timing
 
 __all__ = ["Problem", "Schedule", "build_schedule"]
 
@@ -281,21 +281,21 @@ def build_schedule(p: Problem, budget: int, *, guards=(4,), rounds: int = 6) -> 
 
 class _GapColumns:
     """Candidate gaps as columns, in the order they are found (the order breaks ties in the
-    selection): block, u1, u2 (-1: dead tail), guard level, sibling group (< 0: none)."""
+    selection, and a gap's guard level is its place in its sibling group): block, u1, u2
+    (-1: dead tail), sibling group (< 0: none)."""
 
     def __init__(self) -> None:
-        self.cols: list[list[np.ndarray]] = [[], [], [], [], []]
+        self.cols: list[list[np.ndarray]] = [[], [], [], []]
 
-    def add(self, blk, u1, u2, level, group) -> None:
+    def add(self, blk, u1, u2, group) -> None:
         self.cols[0].append(np.asarray(blk, np.int64))
         self.cols[1].append(np.asarray(u1, np.int64))
         self.cols[2].append(np.asarray(u2, np.int64))
-        self.cols[3].append(np.broadcast_to(np.asarray(level, np.int64), np.shape(blk)))
-        self.cols[4].append(np.asarray(group, np.int64))
+        self.cols[3].append(np.asarray(group, np.int64))
 
     def arrays(self) -> tuple[np.ndarray, ...]:
         if not self.cols[0]:
-            return tuple(np.zeros(0, np.int64) for _ in range(5))
+            return tuple(np.zeros(0, np.int64) for _ in range(4))
         return tuple(np.concatenate(c) for c in self.cols)
 
 
@@ -316,7 +316,7 @@ def _lifetime_end_gaps(p: Problem, nameable, guards, found: _GapColumns) -> None
     (Note [Candidate gaps])."""
     fam = np.flatnonzero(nameable & (p.end_lo >= 0))
     prev_a = prev_b = None
-    for lv, g in enumerate(guards):
+    for g in guards:
         a = np.minimum(p.end_lo[fam] + g, p.end_hi[fam])
         b = np.maximum(p.end_hi[fam] - g, p.end_lo[fam])
         ok = b - a >= 2
@@ -326,10 +326,10 @@ def _lifetime_end_gaps(p: Problem, nameable, guards, found: _GapColumns) -> None
             ok &= (p.end_hi[fam] - p.end_lo[fam]) >= WIDE_GUARD_LIFETIMES * g
         if prev_a is not None:
             ok &= (a != prev_a) | (b != prev_b)
-        found.add(fam[ok], a[ok], b[ok], lv, fam[ok])
+        found.add(fam[ok], a[ok], b[ok], fam[ok])
         prev_a, prev_b = a, b
     dt = fam[p.dead_tail[fam] & (p.end_hi[fam] < p.live_to[fam])]
-    found.add(dt, p.end_hi[dt], np.full(len(dt), -1), 0, -1 - dt)
+    found.add(dt, p.end_hi[dt], np.full(len(dt), -1), -1 - dt)
 
 
 def _use_tick_gaps(p: Problem, nameable, guards, found: _GapColumns) -> None:
@@ -353,7 +353,7 @@ def _use_tick_gaps(p: Problem, nameable, guards, found: _GapColumns) -> None:
     inner = inner[~p.busy_span[who[inner]]]
     wrap = p.wrap[own] & (first_u + T - last_u >= 2)
     dead = ~p.wrap[own] & p.dead_tail[own] & (last_u < p.live_to[own])
-    found.add(own[dead], last_u[dead], np.full(int(dead.sum()), -1), 0, -1 - own[dead])
+    found.add(own[dead], last_u[dead], np.full(int(dead.sum()), -1), -1 - own[dead])
     blk = np.concatenate([who[inner], own[wrap]])
     u1 = np.concatenate([u[inner], last_u[wrap]])
     u2 = np.concatenate([u[inner + 1], first_u[wrap] + T])
@@ -363,16 +363,16 @@ def _use_tick_gaps(p: Problem, nameable, guards, found: _GapColumns) -> None:
     touch_guards = sorted({g for g in guards if g > tg0} | {tg0}, reverse=True)
     grp = n + np.arange(len(blk))  # one sibling group per gap (>= n: not a block index)
     prev_a = prev_b = None
-    for lv, g in enumerate(touch_guards):
+    for g in touch_guards:
         a, b = u1 + g, u2 - g
         ok = (b - a >= 2) & (u2 - u1 >= TOUCH_GUARD_GAPS * g)
         if prev_a is not None:
             ok &= (a != prev_a) | (b != prev_b)
-        found.add(blk[ok], a[ok], b[ok], lv, grp[ok])
+        found.add(blk[ok], a[ok], b[ok], grp[ok])
         prev_a, prev_b = a, b
 
 
-def _windows(tl: _Timeline, gb, gu1, gu2, glv, ggrp) -> list[_Gap]:
+def _windows(tl: _Timeline, gb, gu1, gu2, ggrp) -> list[_Gap]:
     """Each candidate's window if the link were idle: the control points of its eviction
     (the first after ``u1`` is queued) and prefetch (the latest from which it still lands
     by ``u2``), the ticks it saves, and whether it has a window at all. Vectorised."""
