@@ -52,11 +52,10 @@ from .._errors import Error
 from ..trace._model import EventKind, Trace
 from ._evidence import check_learned, describe_kinds, iteration_kinds, structure_tokens
 from ._period import detect_period, make_hash, tokenize
+from ._tables import ACTIVATION_SHARE, CLASSES, AllocEvents, block_tables
 
 __all__ = ["analyze", "Pattern", "PatternError", "CLASSES", "ACTIVATION_SHARE"]
 
-CLASSES = ("persistent", "activation", "transient", "workspace")
-ACTIVATION_SHARE = 0.25  # a block living >= 25% of the iteration is an activation
 _PCTS = (50, 90, 99, 100)
 
 
@@ -209,105 +208,168 @@ def _pct(series) -> dict[str, float]:
 def analyze(trace: Trace) -> Pattern:
     """Find the iterations of ``trace`` and describe each block of a representative one.
 
+    1. Iterations: from step markers, else from an importer's step ends, else learned from
+       the allocator events and kept only with evidence (``_iterations``).
+    2. The representative iteration and which iterations are identical to it
+       (``_representative``), and the kinds of iteration (``_evidence.iteration_kinds``).
+    3. Device time per tick (``_tick_time``).
+    4. The representative iteration's block and event tables (``_tables.block_tables``).
+
     Returns a ``Pattern`` (see the module doc for definitions). Time: O(n log n) in the
     number of events, vectorised (no per-event Python loop).
     """
     if not isinstance(trace, Trace):
         raise PatternError(f"analyze() takes a uvm_sched Trace, got {type(trace).__name__}")
     c = trace.columns
-    kind_all = c["kind"]
-    ev_rows = np.flatnonzero(kind_all <= EventKind.FREE)
-    n = len(ev_rows)
-    if n == 0 or not np.any(kind_all == EventKind.ALLOC):
+    ev_rows = np.flatnonzero(c["kind"] <= EventKind.FREE)
+    if len(ev_rows) == 0 or not np.any(c["kind"] == EventKind.ALLOC):
         raise PatternError(
             f"trace {trace.meta.get('name', '')!r} has no allocations ({len(trace):,} events): "
             "nothing to analyse"
         )
-    ev_kind = kind_all[ev_rows].astype(np.int8)  # 0 alloc, 1 free
-    ev_size = c["size"][ev_rows]
-    ev_block = c["block"][ev_rows]
-    ev_tick = c["tick"][ev_rows]
-    n_ticks = trace.n_ticks
-    tok = tokenize(ev_kind, ev_size)
+    ev = AllocEvents(c["kind"][ev_rows].astype(np.int8), c["size"][ev_rows],
+                     c["block"][ev_rows], c["tick"][ev_rows])
+    tok = tokenize(ev.kind, ev.size)
     rh = make_hash(tok)
     notes: list[str] = []
+    found = _iterations(trace, ev, tok, rh, notes)
+    notes += _recording_notes(trace)
+    seg = found.seg
+    rep, identical, period = _representative(found, rh)
+    ts, te = int(found.seg_ticks[rep, 0]), int(found.seg_ticks[rep, 1])
+    kinds = iteration_kinds(seg, rep, tok, ev.kind)
+    line = describe_kinds(kinds, len(seg))
+    if line:
+        notes.append(line)
+    tick_time, tsrc = _tick_time(trace)
+    blocks, events = block_tables(trace, ev, seg, rep, ts, te, *_cum_time(tick_time))
+    return Pattern(
+        period_events=int(period),
+        iterations=[(int(a), int(b)) for a, b in found.seg_ticks],
+        rep=rep,
+        source=found.source,
+        events=events,
+        blocks=blocks,
+        tick_ns=np.array(tick_time[ts:te], np.float64),
+        start_tick=ts,
+        stop_tick=te,
+        iteration_events=[(int(a), int(b)) for a, b in seg],
+        identical=identical,
+        coverage=float(found.evidence.get("coverage", 0.0)),
+        tick_ns_source=tsrc,
+        time_source=trace.time_source,
+        has_accesses=trace.has_accesses,
+        name=str(trace.meta.get("name") or trace.meta.get("source") or "trace"),
+        notes=notes,
+        evidence=found.evidence,
+        kinds=kinds,
+    )
 
-    # -- markers (ground truth), else the learned period, checked ----------------------------
+
+# -- iterations: markers (ground truth), else the learned period, checked ---------------------
+
+@dataclass
+class _Found:
+    """Iterations as found: allocator-event spans ``seg`` [start, stop) and their ticks,
+    the period (allocator events; None: marked, the most common length decides), the
+    detection (learned only) and the evidence."""
+
+    source: str  # "markers" or "learned"
+    seg: np.ndarray  # (K, 2) int64
+    seg_ticks: np.ndarray  # (K, 2) int64
+    period: int | None
+    det: Any
+    evidence: dict[str, Any]
+
+
+def _iterations(trace: Trace, ev: AllocEvents, tok, rh, notes: list[str]) -> _Found:
+    """Step 1 of ``analyze``: MARK rows, else ``meta["step_ends"]``, else learned (Note
+    [Never invent an iteration]); notes what was decided. Sets the period of marked
+    iterations (the most common length after the first, latest on ties) and their
+    coverage."""
+    n = ev.n
     marks = trace.iteration_starts
-    m_ev = np.searchsorted(ev_tick, marks, "left")
+    m_ev = np.searchsorted(ev.tick, marks, "left")
     # a marker after the last allocator event starts an iteration not recorded yet (a
     # runtime learns right at a marker): it delimits nothing
     keep_m = m_ev < n
     marks, m_ev = marks[keep_m], m_ev[keep_m]
-    step_ends = _frame_step_ends(trace, ev_tick, n) if not len(marks) else None
-    evidence: dict[str, Any] = {}
-    det = None
+    step_ends = _frame_step_ends(trace, ev.tick, n) if not len(marks) else None
     if len(marks):
-        source = "markers"
-        seg = np.stack([m_ev, np.append(m_ev[1:], n)], axis=1)
-        seg_ticks = np.stack([marks, np.append(marks[1:], n_ticks)], axis=1)
-        evidence = {"signal": f"{len(marks)} step marker(s) in the trace (MARK rows)"}
+        found = _Found("markers", np.stack([m_ev, np.append(m_ev[1:], n)], axis=1),
+                       np.stack([marks, np.append(marks[1:], trace.n_ticks)], axis=1), None,
+                       None, {"signal": f"{len(marks)} step marker(s) in the trace (MARK rows)"})
         if m_ev[0] > 0:
             notes.append(f"before the first marker: {int(m_ev[0]):,} allocator events of "
                          "set-up/warm-up, not an iteration")
-        period = None
     elif step_ends is not None and len(step_ends):
-        source = "markers"
-        fs = trace.meta["step_ends"]
-        starts = np.concatenate(([0], step_ends[:-1]))
-        seg = np.stack([starts, step_ends], axis=1)
-        t_of = lambda e: np.where(e < n, ev_tick[np.minimum(e, n - 1)], n_ticks)  # noqa: E731
-        seg_ticks = np.stack([t_of(starts), t_of(step_ends)], axis=1)
-        seg_ticks[0, 0] = 0
-        evidence = {"signal": f"{len(step_ends)} training step(s) ending where the trace's "
-                              f"{fs.get('signal', 'step ends')} say"}
-        notes.append("iteration 1 starts at the first event and includes the set-up"
-                     + (f"; {n - int(step_ends[-1]):,} allocator events after the last step "
-                        "are not an iteration" if step_ends[-1] < n else ""))
-        period = None
+        found = _step_end_iterations(trace, ev, step_ends, notes)
     else:
-        source = "learned"
-        accepted, det, seg, evidence, why = _learn(tok, rh, ev_kind, ev_size, ev_block, ev_tick)
-        if not accepted:
-            # Per-batch shapes (dynamic padding, a different last batch) change sizes, not
-            # the structure: the same lifetimes in allocator events, step after step. Taken
-            # only when sizes find no period: where sizes repeat (a cycle of shapes), their
-            # longer period is the evidence, never the structure's sub-period.
-            stok = structure_tokens(ev_kind, ev_block)
-            ok2, det2, seg2, ev2, why2 = _learn(stok, make_hash(stok), ev_kind, ev_size,
-                                               ev_block, ev_tick)
-            if ok2:
-                accepted, det, seg, evidence = True, det2, seg2, ev2
-                evidence["signal"] = (f"allocator-event structure repeats every "
-                                      f"{det2.period:,} events (alloc/free lifetimes; sizes "
-                                      "differ between iterations)")
-                why = why2
-        if det is not None:
-            notes += det.notes
-        notes += why
-        if accepted:
-            t_start = ev_tick[seg[:, 0]]
-            t_stop = np.where(seg[:, 1] < n, ev_tick[np.minimum(seg[:, 1], n - 1)], n_ticks)
-            seg_ticks = np.stack([t_start, t_stop], axis=1)
-            period = det.period
-        else:
-            source = "learned"
-            seg = np.array([[0, n]])
-            seg_ticks = np.array([[0, n_ticks]])
-            period = n
-            evidence.setdefault("signal", "allocator events: no repeating string")
-            notes.append(f"one iteration: the whole trace ({n:,} allocator events)")
-    seg = seg.astype(np.int64)
-    seg_ticks = seg_ticks.astype(np.int64)
-    lens = seg[:, 1] - seg[:, 0]
-    if period is None:  # marked: the most common length after the first, latest on ties
+        found = _learned_iterations(trace, ev, tok, rh, notes)
+    found.seg = found.seg.astype(np.int64)
+    found.seg_ticks = found.seg_ticks.astype(np.int64)
+    lens = found.seg[:, 1] - found.seg[:, 0]
+    if found.period is None:  # marked: the most common length after the first, latest on ties
         pool = lens[1:] if len(lens) > 1 else lens
         vals, cnt = np.unique(pool, return_counts=True)
         best = vals[cnt == cnt.max()]
-        period = int(next(x for x in pool[::-1] if x in best))
-    if source == "markers":
-        evidence["coverage"] = float(lens.sum() / n)
+        found.period = int(next(x for x in pool[::-1] if x in best))
+    if found.source == "markers":
+        found.evidence["coverage"] = float(lens.sum() / n)
+    return found
 
+
+def _step_end_iterations(trace: Trace, ev: AllocEvents, step_ends, notes: list[str]) -> _Found:
+    """Iterations ending where an importer's ``meta["step_ends"]`` say; the first starts at
+    the first event (it includes the set-up)."""
+    n, n_ticks = ev.n, trace.n_ticks
+    fs = trace.meta["step_ends"]
+    starts = np.concatenate(([0], step_ends[:-1]))
+    t_of = lambda e: np.where(e < n, ev.tick[np.minimum(e, n - 1)], n_ticks)  # noqa: E731
+    seg_ticks = np.stack([t_of(starts), t_of(step_ends)], axis=1)
+    seg_ticks[0, 0] = 0
+    notes.append("iteration 1 starts at the first event and includes the set-up"
+                 + (f"; {n - int(step_ends[-1]):,} allocator events after the last step "
+                    "are not an iteration" if step_ends[-1] < n else ""))
+    return _Found("markers", np.stack([starts, step_ends], axis=1), seg_ticks, None, None,
+                  {"signal": f"{len(step_ends)} training step(s) ending where the trace's "
+                             f"{fs.get('signal', 'step ends')} say"})
+
+
+def _learned_iterations(trace: Trace, ev: AllocEvents, tok, rh, notes: list[str]) -> _Found:
+    """The period learned from (kind, size) tokens, else from the structure; without
+    evidence for either, the whole trace is one iteration."""
+    n, n_ticks = ev.n, trace.n_ticks
+    accepted, det, seg, evidence, why = _learn(tok, rh, ev)
+    if not accepted:
+        # Per-batch shapes (dynamic padding, a different last batch) change sizes, not
+        # the structure: the same lifetimes in allocator events, step after step. Taken
+        # only when sizes find no period: where sizes repeat (a cycle of shapes), their
+        # longer period is the evidence, never the structure's sub-period.
+        stok = structure_tokens(ev.kind, ev.block)
+        ok2, det2, seg2, ev2, why2 = _learn(stok, make_hash(stok), ev)
+        if ok2:
+            accepted, det, seg, evidence = True, det2, seg2, ev2
+            evidence["signal"] = (f"allocator-event structure repeats every "
+                                  f"{det2.period:,} events (alloc/free lifetimes; sizes "
+                                  "differ between iterations)")
+            why = why2
+    if det is not None:
+        notes += det.notes
+    notes += why
+    if accepted:
+        t_start = ev.tick[seg[:, 0]]
+        t_stop = np.where(seg[:, 1] < n, ev.tick[np.minimum(seg[:, 1], n - 1)], n_ticks)
+        return _Found("learned", seg, np.stack([t_start, t_stop], axis=1), det.period, det,
+                      evidence)
+    evidence.setdefault("signal", "allocator events: no repeating string")
+    notes.append(f"one iteration: the whole trace ({n:,} allocator events)")
+    return _Found("learned", np.array([[0, n]]), np.array([[0, n_ticks]]), n, det, evidence)
+
+
+def _recording_notes(trace: Trace) -> list[str]:
+    """What the recording itself says: out-of-memory entries, bytes by category."""
+    notes = []
     oom = trace.meta.get("oom")
     if isinstance(oom, dict) and oom.get("count"):
         first_oom = (oom.get("entries") or [{}])[0]
@@ -317,19 +379,27 @@ def analyze(trace: Trace) -> Pattern:
             f"at tick {first_oom.get('tick', '?')} (device free: "
             f"{first_oom.get('device_free', 0):,} bytes)"
             + (" -- the first of them" if oom["count"] > 1 else ""))
-
     cats = trace.meta.get("bytes_by_category")
     if isinstance(cats, dict) and cats:
         total = sum(int(v) for v in cats.values()) or 1
         notes.append("bytes allocated by category (from the profiler): " + ", ".join(
             f"{k} {int(v) / total:.0%}" for k, v in sorted(cats.items(), key=lambda kv: -kv[1])))
+    return notes
 
-    # -- representative iteration and regularity ------------------------------------------
+
+def _representative(found: _Found, rh) -> tuple[int, np.ndarray, int]:
+    """Step 2 of ``analyze``: the representative iteration (the last one with the
+    steady-state token string), which iterations are identical to it, and the period (its
+    length when no iteration has the period's)."""
+    seg, period = found.seg, found.period
+    assert period is not None  # _iterations set it
+    lens = seg[:, 1] - seg[:, 0]
     full = lens == period
     hashes = np.zeros(len(seg), np.uint64)
     if full.any():
         hashes[full] = rh.window(seg[full, 0], period)
-    if source == "learned" and det is not None and det.period == period:
+    det = found.det
+    if found.source == "learned" and det is not None and det.period == period:
         ref = rh.window([det.phase], period)[0]
     elif full.any():
         vals, inv, cnt = np.unique(hashes[full], return_inverse=True, return_counts=True)
@@ -348,56 +418,22 @@ def analyze(trace: Trace) -> Pattern:
         rep = len(seg) - 1
     if not full[rep]:
         period = int(lens[rep])
-    es, ee = int(seg[rep, 0]), int(seg[rep, 1])
-    ts, te = int(seg_ticks[rep, 0]), int(seg_ticks[rep, 1])
-    kinds = iteration_kinds(seg, rep, tok, ev_kind)
-    line = describe_kinds(kinds, len(seg))
-    if line:
-        notes.append(line)
-
-    # -- time per tick -------------------------------------------------------------------
-    tick_time, tsrc = _tick_time(trace)
-    cum_t, cum_nan = _cum_time(tick_time)
-
-    blocks, events = _tables(
-        trace, ev_kind, ev_size, ev_block, ev_tick, seg, rep, es, ee, ts, te, n_ticks,
-        cum_t, cum_nan,
-    )
-    return Pattern(
-        period_events=int(period),
-        iterations=[(int(a), int(b)) for a, b in seg_ticks],
-        rep=rep,
-        source=source,
-        events=events,
-        blocks=blocks,
-        tick_ns=np.array(tick_time[ts:te], np.float64),
-        start_tick=ts,
-        stop_tick=te,
-        iteration_events=[(int(a), int(b)) for a, b in seg],
-        identical=identical,
-        coverage=float(evidence.get("coverage", 0.0)),
-        tick_ns_source=tsrc,
-        time_source=trace.time_source,
-        has_accesses=trace.has_accesses,
-        name=str(trace.meta.get("name") or trace.meta.get("source") or "trace"),
-        notes=notes,
-        evidence=evidence,
-        kinds=kinds,
-    )
+    return rep, identical, period
 
 
-def _learn(tok, rh, ev_kind, ev_size, ev_block, ev_tick):
+def _learn(tok, rh, ev: AllocEvents):
     """detect_period on ``tok``, then Note [Never invent an iteration]:
     (accepted, detection, segments, evidence, notes)."""
-    det = detect_period(tok, ev_kind, ev_size, ev_tick, rh)
+    det = detect_period(tok, ev.kind, ev.size, ev.tick, rh)
     if det.period is None:
         return False, det, None, {}, []
     b, is_it = det.boundaries, det.is_iteration
+    assert b is not None and is_it is not None  # detect_period sets both with a period
     keep = np.flatnonzero(is_it)
     if not len(keep):  # cannot happen when R is primitive; never return no iteration
         keep = np.flatnonzero(b[:-1] == det.phase)
     seg = np.stack([b[keep], b[keep + 1]], axis=1).astype(np.int64)
-    ok, evidence, why = check_learned(seg, det.period, ev_kind, ev_size, ev_block,
+    ok, evidence, why = check_learned(seg, det.period, ev.kind, ev.size, ev.block,
                                       repeated=int(round(det.coverage * len(tok))))
     return ok, det, seg, evidence, why
 
@@ -443,202 +479,3 @@ def _cum_time(tick_time: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     cum = np.concatenate(([0.0], np.cumsum(np.where(bad, 0.0, tick_time))))
     cnan = np.concatenate(([0], np.cumsum(bad)))
     return cum, cnan
-
-
-def _span_ms(cum, cnan, a, b) -> np.ndarray:
-    """Device time of ticks [a, b) in ms (NaN where a tick's time is unknown)."""
-    a = np.asarray(a, np.int64)
-    b = np.asarray(b, np.int64)
-    ms = (cum[b] - cum[a]) / 1e6
-    return np.where(cnan[b] - cnan[a] > 0, np.nan, ms)
-
-
-# -- tables ----------------------------------------------------------------------------------
-def _tables(trace, ev_kind, ev_size, ev_block, ev_tick, seg, rep, es, ee, ts, te, n_ticks,
-            cum, cnan):
-    import pandas as pd
-
-    n = len(ev_kind)
-    T = max(te - ts, 1)
-    is_alloc = ev_kind == 0
-    alloc_pos = np.flatnonzero(is_alloc)  # alloc index i = global ALLOC ordinal
-    n_alloc = len(alloc_pos)
-    a_block = ev_block[alloc_pos]
-    order = np.argsort(a_block, kind="stable")
-    free_ev = np.flatnonzero(~is_alloc)
-    fi = order[np.searchsorted(a_block[order], ev_block[free_ev])]
-    free_pos = np.full(n_alloc, n, np.int64)  # n = never freed
-    free_pos[fi] = free_ev
-    ev_aidx = np.empty(n, np.int64)
-    ev_aidx[alloc_pos] = np.arange(n_alloc)
-    ev_aidx[free_ev] = fi
-    alloc_before = np.concatenate(([0], np.cumsum(is_alloc)))
-
-    sel = np.flatnonzero((np.arange(n_alloc) < alloc_before[ee]) & (free_pos >= es))
-    ap, fp = alloc_pos[sel], free_pos[sel]
-    in_a, in_f = ap >= es, fp < ee
-    persistent = ~in_a & ~in_f
-    r0 = int(alloc_before[es])
-    j_rep = sel - r0
-    never = in_a & (fp == n)
-    if never.any():
-        if rep > 0:
-            p0, p1 = alloc_before[seg[rep - 1, 0]], alloc_before[seg[rep - 1, 1]]
-            prev = p0 + j_rep[never]
-            prev_freed = np.zeros(len(prev), bool)
-            okp = prev < p1
-            prev_freed[okp] = free_pos[prev[okp]] < n
-            persistent[never] = ~prev_freed
-        else:
-            persistent[never] = True
-    ordinal = np.where(persistent, sel, j_rep)
-    carried = ~in_a & in_f
-    if carried.any():
-        k = np.searchsorted(seg[:, 0], ap[carried], "right") - 1
-        okk = (k >= 0) & (ap[carried] < seg[np.maximum(k, 0), 1])
-        ordinal[carried] = np.where(okk, sel[carried] - alloc_before[seg[np.maximum(k, 0), 0]], -1)
-
-    a_abs = ev_tick[ap]
-    f_abs = np.where(fp < n, ev_tick[np.minimum(fp, n - 1)], n_ticks)
-    lifetime = f_abs - a_abs
-    lifetime_ms = _span_ms(cum, cnan, a_abs, np.minimum(f_abs + 1, n_ticks))
-    alloc_tick = np.where(in_a, a_abs - ts, -1)
-    free_tick = np.where(in_f, f_abs - ts, -1)
-    lo = np.where(in_a, a_abs - ts, 0)
-    hi = np.where(in_f, f_abs - ts, T - 1)
-    nb = len(sel)
-
-    # -- ground-truth accesses within the iteration ------------------------------------------
-    has_acc = trace.has_accesses
-    first_acc = np.full(nb, -1, np.int64)
-    last_acc = np.full(nb, -1, np.int64)
-    n_acc = np.zeros(nb, np.int64)
-    access_ticks: list | None = None
-    if has_acc:
-        t_all = trace.tick
-        r_lo, r_hi = np.searchsorted(t_all, [ts, te], "left")
-        rows = r_lo + np.flatnonzero(trace.kind[r_lo:r_hi] == EventKind.ACCESS)
-        blk = trace.block[rows]
-        bid = ev_block[ap]
-        bo = np.argsort(bid, kind="stable")
-        pos = np.minimum(np.searchsorted(bid[bo], blk), max(nb - 1, 0))
-        valid = bid[bo][pos] == blk if nb else np.zeros(len(blk), bool)
-        key = np.unique(bo[pos[valid]] * T + (t_all[rows][valid] - ts))
-        r_u, t_u = key // T, key % T
-        n_acc = np.bincount(r_u, minlength=nb)
-        offs = np.concatenate(([0], np.cumsum(n_acc)))
-        got = n_acc > 0
-        first_acc[got] = t_u[offs[:-1][got]]
-        last_acc[got] = t_u[offs[1:][got] - 1]
-        flat, bounds = t_u.tolist(), offs.tolist()
-        access_ticks = [tuple(flat[a:z]) for a, z in zip(bounds[:-1], bounds[1:])]
-        # idle runs: between consecutive accesses, before the first, after the last
-        max_idle = np.where(got, 0, hi - lo + 1)
-        max_idle_ms = np.where(got, 0.0, _span_ms(cum, cnan, ts + lo, ts + hi + 1))
-        same = r_u[1:] == r_u[:-1]
-        if same.any():
-            g_r = r_u[1:][same]
-            g0, g1 = t_u[:-1][same] + 1, t_u[1:][same]  # idle ticks [g0, g1)
-            np.maximum.at(max_idle, g_r, g1 - g0)
-            gms = np.nan_to_num(_span_ms(cum, cnan, ts + g0, ts + g1), nan=-1.0)
-            np.maximum.at(max_idle_ms, g_r, gms)
-        head = np.where(got, first_acc - lo, 0)
-        tail = np.where(got, hi - last_acc, 0)
-        head_ms = _span_ms(cum, cnan, ts + lo, ts + np.maximum(first_acc, lo))
-        tail_ms = _span_ms(cum, cnan, ts + np.minimum(last_acc + 1, hi + 1), ts + hi + 1)
-        cyc = persistent & got  # the gap wraps into the next iteration
-        ends = np.where(cyc, head + tail, np.maximum(head, tail))
-        ends_ms = np.where(cyc, head_ms + tail_ms, np.fmax(head_ms, tail_ms))
-        max_idle = np.where(got, np.maximum(max_idle, ends), max_idle)
-        max_idle_ms = np.where(got, np.fmax(max_idle_ms, ends_ms), max_idle_ms)
-        max_idle_ms = np.where(max_idle_ms < 0, np.nan, max_idle_ms)
-    else:
-        max_idle = hi - lo
-        max_idle_ms = _span_ms(cum, cnan, ts + lo, ts + hi)
-
-    # -- classes ---------------------------------------------------------------------------
-    rep_live = np.cumsum(np.where(is_alloc[es:ee], ev_size[es:ee], -ev_size[es:ee]))
-    turn = int(ev_tick[es + int(np.argmax(rep_live))]) if ee > es else ts
-    cls = np.full(nb, "transient", dtype=object)
-    act = ((a_abs <= turn) & (f_abs > turn)) | (lifetime >= ACTIVATION_SHARE * T)
-    cls[act] = "activation"
-    ws = lifetime <= 1
-    if has_acc:
-        ws &= n_acc <= 1
-    cls[ws] = "workspace"
-    cls[persistent] = "persistent"
-
-    # -- stability across iterations ---------------------------------------------------------
-    K = len(seg)
-    rn = int(alloc_before[ee]) - r0
-    stab_ord = np.ones(max(rn, 0))
-    life_ord = np.ones(max(rn, 0))
-    if rn > 0 and K > 0:
-        it = np.searchsorted(seg[:, 0], alloc_pos, "right") - 1
-        ok = it >= 0
-        ok[ok] = alloc_pos[ok] < seg[it[ok], 1]
-        idx = np.flatnonzero(ok)
-        it_start = seg[it[idx], 0]
-        j = idx - alloc_before[it_start]
-        m = j < rn
-        idx, it_start, j = idx[m], it_start[m], j[m]
-        rep_idx = r0 + np.arange(rn)
-        rep_size = ev_size[alloc_pos[rep_idx]]
-        rep_arel = alloc_pos[rep_idx] - es
-        rep_frel = np.where(free_pos[rep_idx] < n, free_pos[rep_idx] - es, -1)
-        same_size = ev_size[alloc_pos[idx]] == rep_size[j]
-        frel = np.where(free_pos[idx] < n, free_pos[idx] - it_start, -1)
-        same_life = same_size & (alloc_pos[idx] - it_start == rep_arel[j]) & (frel == rep_frel[j])
-        stab_ord = np.bincount(j[same_size], minlength=rn) / K
-        life_ord = np.bincount(j[same_life], minlength=rn) / K
-    stability = np.full(nb, np.nan)
-    life_stab = np.full(nb, np.nan)
-    use = ~persistent & (ordinal >= 0) & (ordinal < rn)
-    stability[use] = stab_ord[ordinal[use]]
-    life_stab[use] = life_ord[ordinal[use]]
-    if persistent.any():
-        # share of iterations at whose end the block is live
-        be = seg[:, 1]
-        k_lo = np.searchsorted(be, ap[persistent], "right")
-        k_hi = np.searchsorted(be, fp[persistent], "right")
-        share = np.maximum(0, k_hi - k_lo) / K
-        stability[persistent] = share
-        life_stab[persistent] = share
-
-    blocks = pd.DataFrame(
-        {
-            "ordinal": ordinal.astype(np.int64),
-            "persistent": persistent,
-            "size": ev_size[ap].astype(np.int64),
-            "cls": pd.Categorical(cls, categories=list(CLASSES)),
-            "alloc_tick": alloc_tick.astype(np.int64),
-            "free_tick": free_tick.astype(np.int64),
-            "alloc_event": np.where(in_a, ap - es, -1).astype(np.int64),
-            "free_event": np.where(in_f, fp - es, -1).astype(np.int64),
-            "first_access_tick": first_acc,
-            "last_access_tick": last_acc,
-            "access_ticks": access_ticks if has_acc else [None] * nb,
-            "max_idle_ticks": max_idle.astype(np.int64),
-            "max_idle_ms": max_idle_ms.astype(np.float64),
-            "idle_from": "access" if has_acc else "lifetime",
-            "lifetime_ticks": lifetime.astype(np.int64),
-            "lifetime_ms": lifetime_ms,
-            "stability": stability,
-            "lifetime_stability": life_stab,
-        },
-        index=pd.Index(ev_block[ap], name="block"),
-    )
-
-    rows = np.searchsorted(sel, ev_aidx[es:ee])
-    events = pd.DataFrame(
-        {
-            "event": np.arange(ee - es, dtype=np.int64),
-            "kind": np.where(is_alloc[es:ee], "alloc", "free").astype(object),
-            "tick": (ev_tick[es:ee] - ts).astype(np.int64),
-            "block": ev_block[es:ee].astype(np.int64),
-            "ordinal": ordinal[rows].astype(np.int64),
-            "persistent": persistent[rows],
-            "size": ev_size[es:ee].astype(np.int64),
-        }
-    )
-    return blocks, events

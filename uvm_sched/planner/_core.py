@@ -1,10 +1,115 @@
 """The schedule builder: blocks with use ticks, a memory budget and two copy engines in,
-evictions/prefetches with their allocator-event ticks out. Mode-agnostic (the modes only
-differ in the use ticks they hand in); see ``_planner`` for the algorithm in words.
+evictions/prefetches with their allocator-event ticks out. Mode-agnostic: the modes only
+differ in the use ticks they hand in (``_planner``, Note [Use ticks]).
 
-All times here are device nanoseconds of the *ideal* (never stalled) iteration: tick ``t``
-runs from ``C[t]`` to ``C[t+1]``. Ticks ``T..2T-1`` are the next iteration (the timeline is
+``build_schedule`` runs five steps over one ``_Timeline``; each is explained by a named note
+below, and the lines that carry out a note point to it.
+
+Note [What is optimised]
+------------------------
+One learned iteration (``pattern.analyze``'s representative one) is a sequence of ticks
+with device times ``d_t`` and blocks with sizes, lifetimes and *use ticks*. The plan must
+keep the bytes resident on the device (plus prefetches in flight) <= ``budget`` at every
+tick while minimising the stall: transfer time the compute cannot hide. A block not used
+in ``(u1, u2)`` may leave the device after ``u1`` and come back before ``u2``; that saves
+its bytes for the ticks in between and costs one transfer each way on the copy engines
+(one per direction: evictions at ``d2h_prefetch_Bps``, prefetches at ``h2d_prefetch_Bps``).
+
+Note [Timeline]
+---------------
+All times are device nanoseconds of the *ideal* (never stalled) iteration: tick ``t`` runs
+from ``C[t]`` to ``C[t+1]``. Ticks ``T..2T-1`` are the next iteration (the timeline is
 unrolled once so that gaps of persistent blocks may wrap around the iteration boundary).
+The runtime acts only at allocator events, its *control points*: after event ``k`` the
+compute through tick ``q[k]`` is queued, so a side-stream copy issued there starts at the
+earliest at ``tau[k] = C[q[k] + 1]``.
+
+Note [Candidate gaps]
+---------------------
+Every idle gap ``(u1, u2)`` of at least one tick is a candidate, with its *window*: the
+ticks where its bytes are off the device if the link were idle -- from the tick the
+eviction is issued (the first allocator event after ``u1`` is queued) to the tick of the
+latest allocator event from which the prefetch still finishes by ``u2``. A gap whose data
+is dead after ``u1`` (a dead tail) has no prefetch: its window runs to the block's end.
+A lifetime-ends block is used within ``guard`` ticks of each end. Every guard level gives
+a candidate, widest first; the narrower ones (more saving, more risk of a use the model
+cannot see) are *siblings*: at most one of a group is chosen. Guards wider than
+``WIDE_GUARD_TICKS`` apply only to blocks living ``WIDE_GUARD_LIFETIMES`` such guards.
+A block with explicit use ticks (sampled touches) has a gap between two consecutive uses
+at every guard level no wider than 1/``TOUCH_GUARD_GAPS`` of the gap (the touch is seen,
+the guard only absorbs timing slack), siblings as above; a persistent one also from its
+last use to its first in the next iteration (wrap).
+
+Note [Budget counts an eviction from its issue]
+-----------------------------------------------
+An evicted block counts as gone from the tick its eviction is issued: the runtime (and
+the driver) waits for a release under way rather than evicting something else, so a late
+eviction costs a wait (predicted as ``eviction_wait_s``), not a fault storm; its
+completion time is the timing pass's business.
+
+Note [Selection]
+----------------
+Belady-like, a sweep over ticks: at each tick where resident bytes exceed the budget,
+take, among the unchosen gaps whose window covers the tick, the safest guard level first
+and within it the one whose window reaches furthest (next use furthest away; ties: larger
+block) until the tick fits. Its saving is applied to its whole window (a difference
+array), so later ticks see it. When no window covers an over-budget tick, a chosen
+prefetch is delayed past it (a predicted stall: cheaper than the driver's eviction and
+fault-back). The sweep is ``_reference.select`` (the definition) or ``_fast.select`` (the
+same decisions compiled).
+
+Note [Timing]
+-------------
+The chosen transfers are placed on the two copy-engine queues (FIFO in issue order, in
+the steady state: copies issued for the next iteration share the engines with this one's
+at the same point of the iteration, ``_queues.cyclic_fifo``): evictions as early as allowed;
+prefetches by backward list scheduling from the latest deadline (each finishes by its use
+and before the next prefetch on the engine starts), moved earlier than the selection's
+point only where the budget has room for the block over the extra ticks
+(``_queues._earliest_with_room``), then issued at the latest allocator event at or before that
+start (the nearest *earlier* control point: a trace with many ops between two allocator
+events gives coarse control points, which costs memory -- the prefetch lands early -- and
+is measured in ``meta["predicted"]["coarse_control_*"]``). A forward pass then gives the
+real queue times (late prefetches are predicted stall), and a gap the link cannot serve
+at all is dropped (``bad``). Selection and timing repeat, at most ``rounds`` times, until
+no tick is over budget.
+
+Note [Remote fallback]
+----------------------
+Persistent blocks with unknown uses are the last resort: mapped host-resident (the device
+reads them over the link), largest first, while that is cheaper than leaving the excess
+to the driver (write-back at ``d2h_evict``, fault back at ``h2d_fault`` per byte over
+budget at the worst tick; where the block's touches are known, once per touch: a sweep
+over more than the device holds misses at every touch under the driver's LRU, see the
+simulator's cyclic case). Only when the excess left after eviction is above
+``remote_min_excess``; a remote block's own gaps become pointless and are dropped.
+
+Note [Issue points]
+-------------------
+Control points with the same ``q`` (the FREEs after kernel t and the ALLOCs before kernel
+t+1) order a side-stream copy after the same kernels, and the budget counts them as one
+tick; the executor, though, meets them one after another. So an eviction is issued at the
+first of its group (its room is there before any claim of the group) and a prefetch at
+the last (after every release of the group), within the block's own lifetime: measured on
+G10's ResNet-152 at 40 GiB, prefetches issued at a FREE before the next tick's evictions
+pushed the driver into evicting 1.3 GB of weights.
+
+Note [Prediction]
+-----------------
+The builder's own estimate, in seconds and bytes: the ideal iteration, the stall (late
+prefetches accumulated along the h2d queue, ``_prefetch_stall``; waits for evictions in
+flight, ``_eviction_wait``; the remote blocks' access cost), the transfers and what is
+left over budget.
+
+Note [Complexity and the bound]
+-------------------------------
+O((E + T + G) log G) per round for E allocator events, T ticks and G candidate gaps (one
+per idle gap and guard level); a 100,000-event iteration plans in well under a second
+(``benchmarks/bench_planner.py``). The simulator's ``bound`` lets every transfer use the
+full link with perfect foresight of ground-truth accesses and no control-point
+granularity; this builder makes the same eviction choice a Belady (furthest next use) rule
+would, but sees only its use model, issues at allocator events and pays the queues, so
+``T_plan >= T_bound``; the gap between them is what the targets measure.
 """
 from __future__ import annotations
 
@@ -14,6 +119,7 @@ from typing import Any
 import numpy as np
 
 from . import _fast, _reference
+from ._queues import timing
 
 __all__ = ["Problem", "Schedule", "build_schedule"]
 
@@ -38,6 +144,7 @@ class Problem:
     ``wrap[i]``: the block outlives the iteration (persistent): the gap from its last use
     to its first use in the next iteration is a candidate too.
     ``dead_tail[i]``: the data is dead after the last use (evict without prefetching back).
+    How each mode fills them: ``_planner``, Note [Use ticks].
     """
 
     dur_ns: np.ndarray  # (T,) device ns per tick
@@ -101,55 +208,115 @@ class _Gap:
         self.bad = False
 
 
-def _segments(t_off: int, t_on: int, T: int) -> list[tuple[int, int]]:
-    """The cyclic tick segments (in 0..T) of an unrolled window [t_off, t_on)."""
-    if t_on <= t_off:
-        return []
-    if t_on - t_off >= T:
-        return [(0, T)]
-    if t_on <= T:
-        return [(t_off, t_on)]
-    if t_off >= T:
-        return [(t_off - T, t_on - T)]
-    return [(t_off, T), (0, t_on - T)]
+@dataclasses.dataclass
+class _Timeline:
+    """The unrolled ideal iteration every step works on (Note [Timeline]), with the budget
+    and the per-block figures the steps share. Built once per ``build_schedule``."""
+
+    p: Problem
+    budget: int  # bytes
+    C: np.ndarray  # (2T+1,) ns: unrolled tick t runs from C[t] to C[t+1]
+    q: np.ndarray  # (2E,) control point k (unrolled): compute through tick q[k] is queued
+    tau: np.ndarray  # (2E,) ns: the earliest start of a copy issued at control point k
+    size: np.ndarray  # (n,) int64 bytes
+    d2h: np.ndarray  # (n,) ns an eviction takes on the d2h engine (0: read-only, dropped)
+    h2d: np.ndarray  # (n,) ns a prefetch takes on the h2d engine
+    base: np.ndarray  # (T,) bytes resident at each tick without a plan
+
+    @property
+    def T(self) -> int:
+        return self.p.T
+
+    @property
+    def E(self) -> int:
+        return self.p.E
+
+    @classmethod
+    def of(cls, p: Problem, budget: int) -> _Timeline:
+        T = p.T
+        C = np.zeros(2 * T + 1)
+        C[1:] = np.cumsum(np.concatenate([p.dur_ns, p.dur_ns]))
+        # control points (Note [Timeline]): after a FREE, the kernels of its tick are queued
+        q1 = p.ev_tick.astype(np.int64) - 1 + p.ev_free.astype(np.int64)
+        q = np.concatenate([q1, q1 + T])
+        size = p.size.astype(np.int64)
+        d2h = size / p.d2h_Bps * 1e9
+        d2h[p.read_only] = 0.0  # a read-duplicated copy is dropped, not written back
+        base = np.zeros(T + 1, np.int64)
+        np.add.at(base, p.live_from.astype(np.int64), size)
+        np.add.at(base, p.live_to.astype(np.int64) + 1, -size)
+        return cls(p, budget, C, q, C[q + 1], size, d2h, size / p.h2d_Bps * 1e9,
+                   np.cumsum(base)[:T])
 
 
 def build_schedule(p: Problem, budget: int, *, guards=(4,), rounds: int = 6) -> Schedule:
     """Choose evictions/prefetches so that resident bytes stay <= ``budget`` (bytes) at
-    every tick where the use model allows it, hiding transfers behind compute.
-    O((E + T + G) log G) per round for G candidate gaps."""
-    T, E, n = p.T, p.E, len(p.size)
-    C = np.zeros(2 * T + 1)
-    C[1:] = np.cumsum(np.concatenate([p.dur_ns, p.dur_ns]))
-    # Control point k (after allocator event k): compute through tick q[k] is queued, so
-    # a side-stream copy issued there starts at the earliest at tau[k] = C[q[k] + 1].
-    q1 = p.ev_tick.astype(np.int64) - 1 + p.ev_free.astype(np.int64)
-    q = np.concatenate([q1, q1 + T])
-    tau = C[q + 1]
-    size = p.size.astype(np.int64)
-    d2h = size / p.d2h_Bps * 1e9
-    d2h[p.read_only] = 0.0  # a read-duplicated copy is dropped, not written back
-    h2d = size / p.h2d_Bps * 1e9
+    every tick where the use model allows it, hiding transfers behind compute
+    (Note [What is optimised]). ``guards``: ticks, widest first; ``rounds``: at most this
+    many passes of step 2.
 
-    # -- candidate gaps ------------------------------------------------------------------
-    # A lifetime-ends block is used within `guard` ticks of each end. Every guard level
-    # gives a candidate, widest first; the narrower ones (more saving, more risk of a use
-    # the model cannot see) are siblings: at most one of them is chosen. Built vectorised
-    # (the common case); blocks with explicit use ticks go through a short loop.
-    ae_all, fe_all = p.alloc_event.astype(np.int64), p.free_event.astype(np.int64)
-    nameable = p.persistent | (ae_all >= 0)
+    1. Candidate gaps: every idle gap of every block, at every guard level, with its
+       window on the timeline (Note [Candidate gaps]).
+    2. Select and time: a Belady-like sweep picks gaps at the over-budget ticks, then the
+       transfers are placed on the two copy engines; repeated until the budget holds
+       (Note [Selection], Note [Timing]).
+    3. Remote fallback: persistent blocks mapped host-resident where eviction left too
+       much over budget (Note [Remote fallback]).
+    4. Issue points: the allocator event each eviction and prefetch is issued at
+       (Note [Issue points]).
+    5. Prediction: the stall and bytes the schedule is expected to cost (Note [Prediction]).
+
+    Time complexity: O((E + T + G) log G) per round for G candidate gaps
+    (Note [Complexity and the bound])."""
+    tl = _Timeline.of(p, budget)
+    gaps = _candidate_gaps(tl, guards)
+    chosen, saved = _select_and_time(tl, gaps, rounds)
+    chosen, remote, resident = _remote_fallback(tl, chosen, saved)
+    evictions, prefetches = _issue_points(tl, chosen)
+    return Schedule(evictions, prefetches, remote,
+                    _prediction(tl, chosen, remote, resident, len(gaps)))
+
+
+# -- step 1: candidate gaps ------------------------------------------------------------------
+
+class _GapColumns:
+    """Candidate gaps as columns, in the order they are found (the order breaks ties in the
+    selection, and a gap's guard level is its place in its sibling group): block, u1, u2
+    (-1: dead tail), sibling group (< 0: none)."""
+
+    def __init__(self) -> None:
+        self.cols: list[list[np.ndarray]] = [[], [], [], []]
+
+    def add(self, blk, u1, u2, group) -> None:
+        self.cols[0].append(np.asarray(blk, np.int64))
+        self.cols[1].append(np.asarray(u1, np.int64))
+        self.cols[2].append(np.asarray(u2, np.int64))
+        self.cols[3].append(np.asarray(group, np.int64))
+
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        if not self.cols[0]:
+            return tuple(np.zeros(0, np.int64) for _ in range(4))
+        return tuple(np.concatenate(c) for c in self.cols)
+
+
+def _candidate_gaps(tl: _Timeline, guards) -> list[_Gap]:
+    """Step 1 (Note [Candidate gaps]): the gaps of the lifetime-ends blocks (vectorised:
+    the common case), then those of blocks with explicit use ticks, each with its window."""
+    p = tl.p
+    nameable = p.persistent | (p.alloc_event >= 0)
+    found = _GapColumns()
+    _lifetime_end_gaps(p, nameable, guards, found)
+    _use_tick_gaps(p, nameable, guards, found)
+    return _windows(tl, *found.arrays())
+
+
+def _lifetime_end_gaps(p: Problem, nameable, guards, found: _GapColumns) -> None:
+    """A block used within ``guard`` ticks of each end of its lifetime: one candidate per
+    guard level, the levels of a block siblings (group = the block); its dead tail last
+    (Note [Candidate gaps])."""
     fam = np.flatnonzero(nameable & (p.end_lo >= 0))
-    cols: list[list] = [[], [], [], [], []]  # blk, u1, u2 (-1: dead tail), level, sibling group
-
-    def emit(blk, u1, u2, lv, grp):
-        cols[0].append(np.asarray(blk, np.int64))
-        cols[1].append(np.asarray(u1, np.int64))
-        cols[2].append(np.asarray(u2, np.int64))
-        cols[3].append(np.broadcast_to(np.asarray(lv, np.int64), np.shape(blk)))
-        cols[4].append(np.asarray(grp, np.int64))
-
     prev_a = prev_b = None
-    for lv, g in enumerate(guards):
+    for g in guards:
         a = np.minimum(p.end_lo[fam] + g, p.end_hi[fam])
         b = np.maximum(p.end_hi[fam] - g, p.end_lo[fam])
         ok = b - a >= 2
@@ -159,65 +326,70 @@ def build_schedule(p: Problem, budget: int, *, guards=(4,), rounds: int = 6) -> 
             ok &= (p.end_hi[fam] - p.end_lo[fam]) >= WIDE_GUARD_LIFETIMES * g
         if prev_a is not None:
             ok &= (a != prev_a) | (b != prev_b)
-        emit(fam[ok], a[ok], b[ok], lv, fam[ok])
+        found.add(fam[ok], a[ok], b[ok], fam[ok])
         prev_a, prev_b = a, b
     dt = fam[p.dead_tail[fam] & (p.end_hi[fam] < p.live_to[fam])]
-    emit(dt, p.end_hi[dt], np.full(len(dt), -1), 0, -1 - dt)
-    # Blocks with explicit use ticks (sampled touches): a gap between two consecutive
-    # uses, at every guard level that is at most 1/TOUCH_GUARD_GAPS of the gap (and 0),
-    # siblings as above.
-    tg0 = int(p.touch_guard_min)
-    tguards = sorted({g for g in guards if g > tg0} | {tg0}, reverse=True)
-    # all explicit uses in one array (owner, tick), vectorised: consecutive pairs of an
-    # owner, its last use to its first in the next iteration (wrap) or its dead tail
+    found.add(dt, p.end_hi[dt], np.full(len(dt), -1), -1 - dt)
+
+
+def _use_tick_gaps(p: Problem, nameable, guards, found: _GapColumns) -> None:
+    """Blocks with explicit use ticks (sampled touches): all their uses in one array
+    (owner, tick), vectorised. Their dead tails first, then the gaps between consecutive
+    uses and from the last use to the first in the next iteration (wrap), at every guard
+    level no wider than 1/TOUCH_GUARD_GAPS of the gap (and the narrowest, ``touch_guard_min``),
+    the levels of one gap siblings (one group per gap)."""
+    T, n = p.T, len(p.size)
     owners = [i for i in np.flatnonzero(nameable & (p.end_lo < 0)).tolist()
               if p.uses[i] is not None and len(p.uses[i])]
-    pb_ = p1_ = p2_ = np.zeros(0, np.int64)
-    if owners:
-        own = np.asarray(owners, np.int64)
-        lens = np.fromiter((len(p.uses[i]) for i in owners), np.int64, len(owners))
-        u = np.concatenate([p.uses[i] for i in owners]).astype(np.int64)
-        who = np.repeat(own, lens)
-        ends = np.cumsum(lens)
-        first_u, last_u = u[ends - lens], u[ends - 1]
-        inner = np.flatnonzero((who[1:] == who[:-1]) & (np.diff(u) >= 2))
-        inner = inner[~p.busy_span[who[inner]]]
-        wrap = p.wrap[own] & (first_u + T - last_u >= 2)
-        dead = ~p.wrap[own] & p.dead_tail[own] & (last_u < p.live_to[own])
-        emit(own[dead], last_u[dead], np.full(int(dead.sum()), -1), 0, -1 - own[dead])
-        pb_ = np.concatenate([who[inner], own[wrap]])
-        p1_ = np.concatenate([u[inner], last_u[wrap]])
-        p2_ = np.concatenate([u[inner + 1], first_u[wrap] + T])
-    if len(pb_):
-        grp = n + np.arange(len(pb_))  # one sibling group per gap (>= n: not a block index)
-        prev_a = prev_b = None
-        for lv, g in enumerate(tguards):
-            a, b = p1_ + g, p2_ - g
-            ok = (b - a >= 2) & (p2_ - p1_ >= TOUCH_GUARD_GAPS * g)
-            if prev_a is not None:
-                ok &= (a != prev_a) | (b != prev_b)
-            emit(pb_[ok], a[ok], b[ok], lv, grp[ok])
-            prev_a, prev_b = a, b
-    if cols[0]:
-        gb, gu1, gu2, glv, ggrp = (np.concatenate(c) for c in cols)
-    else:
-        gb = gu1 = gu2 = glv = ggrp = np.zeros(0, np.int64)
+    if not owners:
+        return
+    own = np.asarray(owners, np.int64)
+    lens = np.fromiter((len(p.uses[i]) for i in owners), np.int64, len(owners))
+    u = np.concatenate([p.uses[i] for i in owners]).astype(np.int64)
+    who = np.repeat(own, lens)
+    ends = np.cumsum(lens)
+    first_u, last_u = u[ends - lens], u[ends - 1]
+    inner = np.flatnonzero((who[1:] == who[:-1]) & (np.diff(u) >= 2))
+    inner = inner[~p.busy_span[who[inner]]]
+    wrap = p.wrap[own] & (first_u + T - last_u >= 2)
+    dead = ~p.wrap[own] & p.dead_tail[own] & (last_u < p.live_to[own])
+    found.add(own[dead], last_u[dead], np.full(int(dead.sum()), -1), -1 - own[dead])
+    blk = np.concatenate([who[inner], own[wrap]])
+    u1 = np.concatenate([u[inner], last_u[wrap]])
+    u2 = np.concatenate([u[inner + 1], first_u[wrap] + T])
+    if not len(blk):
+        return
+    tg0 = int(p.touch_guard_min)
+    touch_guards = sorted({g for g in guards if g > tg0} | {tg0}, reverse=True)
+    grp = n + np.arange(len(blk))  # one sibling group per gap (>= n: not a block index)
+    prev_a = prev_b = None
+    for g in touch_guards:
+        a, b = u1 + g, u2 - g
+        ok = (b - a >= 2) & (u2 - u1 >= TOUCH_GUARD_GAPS * g)
+        if prev_a is not None:
+            ok &= (a != prev_a) | (b != prev_b)
+        found.add(blk[ok], a[ok], b[ok], grp[ok])
+        prev_a, prev_b = a, b
+
+
+def _windows(tl: _Timeline, gb, gu1, gu2, ggrp) -> list[_Gap]:
+    """Each candidate's window if the link were idle: the control points of its eviction
+    (the first after ``u1`` is queued) and prefetch (the latest from which it still lands
+    by ``u2``), the ticks it saves, and whether it has a window at all. Vectorised."""
+    p, q, tau, C, E = tl.p, tl.q, tl.tau, tl.C, tl.E
     dead = gu2 < 0
     ke = np.searchsorted(q, gu1, side="left")
-    gae, gfe = ae_all[gb], fe_all[gb]
+    gae, gfe = p.alloc_event.astype(np.int64)[gb], p.free_event.astype(np.int64)[gb]
     ke = np.where(gae >= 0, np.maximum(ke, gae), ke)
     lim = np.where(p.wrap[gb], 2 * E, E)
     ok = (ke < lim) & ((gfe < 0) | (ke < gfe))  # a control point between use and free
     kec = np.minimum(ke, len(q) - 1)
     ok &= dead | (q[kec] < gu2)  # the next use is not queued before the eviction
-    # Windows if the link were idle. The budget counts an evicted block as gone from the
-    # tick its eviction is issued: the runtime (and the driver) waits for a release under
-    # way rather than evicting something else, so a late eviction costs a wait (predicted
-    # as stall), not a fault storm; its completion time is the timing pass's business.
-    e_done = tau[kec] + d2h[gb]
+    # the window opens at the eviction's issue: Note [Budget counts an eviction from its issue]
+    e_done = tau[kec] + tl.d2h[gb]
     t_off = q[kec] + 1
     u2c = np.where(dead, 0, gu2)
-    latest = C[u2c] - h2d[gb]
+    latest = C[u2c] - tl.h2d[gb]
     kp = np.searchsorted(tau, latest, side="right") - 1
     # the last control point before the use is queued: a prefetch issued there is late
     # (a stall) but may still beat overflowing the budget
@@ -246,71 +418,119 @@ def build_schedule(p: Problem, budget: int, *, guards=(4,), rounds: int = 6) -> 
         if not dead[j]:
             g.kp = g.kp_sel = int(kp[j])
         gaps.append(g)
+    return gaps
 
-    base = np.zeros(T + 1, np.int64)
-    np.add.at(base, p.live_from.astype(np.int64), size)
-    np.add.at(base, p.live_to.astype(np.int64) + 1, -size)
-    base = np.cumsum(base)[:T]
 
-    remote: list[int] = []
+# -- step 2: select and time -----------------------------------------------------------------
+
+def _select_and_time(tl: _Timeline, gaps: list[_Gap], rounds: int):
+    """Step 2 (Note [Selection], Note [Timing]): rounds of selection at the ticks still
+    over budget, each followed by the timing pass over everything chosen so far. Returns
+    the chosen gaps and the bytes they save per tick."""
     chosen: list[_Gap] = []
-    saved = np.zeros(T, np.int64)
+    saved = np.zeros(tl.T, np.int64)
     for _ in range(rounds):
-        resident = base - saved
-        over: np.ndarray = resident > budget
-        if not over.any():
+        resident = tl.base - saved
+        if not (resident > tl.budget).any():
             break
-        picked = _select(gaps, resident, budget, size, T, q)
+        picked = _select(gaps, resident, tl.budget, tl.size, tl.T, tl.q)
         if not picked:
             break
         # each gap once, at its first place (by identity: a gap may be picked again)
         chosen = [g for g in {id(g): g for g in chosen + picked}.values() if g.chosen]
-        saved = _timing(chosen, p, C, tau, q, d2h, h2d, size, T, base, budget)
+        saved = timing(chosen, tl)
         chosen = [g for g in chosen if g.chosen]
+    return chosen, saved
 
-    # Persistent blocks with unknown uses are the last resort: map them host-resident
-    # (the device reads them over the link), largest first, while that is cheaper than
-    # leaving the excess to the driver (write-back at d2h_evict, fault back at h2d_fault
-    # per byte over budget at the worst tick).
-    resident = base - saved
-    if int((resident - budget).max(initial=0)) > p.remote_min_excess:
-        cand = np.flatnonzero(p.remote_ok)
-        cand = cand[np.lexsort((cand, -size[cand]))].tolist()  # largest first, then by index
-        of_blk: dict[int, list] = {}  # block -> its chosen gaps (one pass, not one per block)
-        for g in chosen:
-            of_blk.setdefault(g.blk, []).append(g)
-        for i in cand:
-            over = resident - budget
-            worst = int(over.max())
-            if worst <= 0:
-                break
-            lf, lt = int(p.live_from[i]), int(p.live_to[i])
-            if int(over[lf:lt + 1].max()) <= 0:
-                continue
-            # Left to the driver, the excess is evicted and faulted back; where the block's
-            # touches are known, once per touch (a sweep over more than the device holds
-            # misses at every touch under the driver's LRU, see the simulator's cyclic case)
-            if min(int(size[i]), worst) * p.overflow_ns_per_byte * max(1, int(p.touch_count[i])) \
-                    <= p.remote_cost_ns[i]:
-                continue
-            # its own gaps become pointless
-            for g in of_blk.get(i, ()):
-                g.chosen = False
-            remote.append(i)
-            resident[lf:lt + 1] -= size[i]
-        if remote:
-            chosen = [g for g in chosen if g.chosen]
-            saved = _timing(chosen, p, C, tau, q, d2h, h2d, size, T, base, budget)
-            resident = base - saved
-            for i in remote:
-                resident[int(p.live_from[i]):int(p.live_to[i]) + 1] -= size[i]
 
-    late_ns = [max(0.0, g.p_start + h2d[g.blk] - C[g.u2]) for g in chosen if not g.dead]
+def _select(gaps, resident, budget, size, T, q) -> list:
+    """One Belady-like sweep: at each over-budget tick evict, among the unchosen gaps
+    whose on-time window covers it, the one whose window reaches furthest (next use
+    furthest). When none is left, delay a prefetch past the tick (a predicted stall, which
+    costs less than the driver evicting and faulting the block back). The sweep itself is
+    ``_reference.select`` (plain Python, the definition) or ``_fast.select`` (the same
+    decisions in a compiled kernel, used when numba is installed). Note [Selection]."""
+    return _fast.select(gaps, resident, budget, size, T, q) if _fast.available() \
+        else _reference.select(gaps, resident, budget, size, T, q)
+
+
+# -- step 3: remote fallback ------------------------------------------------------------------
+
+def _remote_fallback(tl: _Timeline, chosen: list[_Gap], saved: np.ndarray):
+    """Step 3 (Note [Remote fallback]): the blocks mapped host-resident, the chosen gaps
+    left (a remote block's own are dropped, then the rest re-timed) and the resident bytes
+    per tick that result."""
+    p, size, budget = tl.p, tl.size, tl.budget
+    remote: list[int] = []
+    resident = tl.base - saved
+    if int((resident - budget).max(initial=0)) <= p.remote_min_excess:
+        return chosen, remote, resident
+    cand = np.flatnonzero(p.remote_ok)
+    cand = cand[np.lexsort((cand, -size[cand]))].tolist()  # largest first, then by index
+    of_blk: dict[int, list] = {}  # block -> its chosen gaps (one pass, not one per block)
+    for g in chosen:
+        of_blk.setdefault(g.blk, []).append(g)
+    for i in cand:
+        over = resident - budget
+        worst = int(over.max())
+        if worst <= 0:
+            break
+        lf, lt = int(p.live_from[i]), int(p.live_to[i])
+        if int(over[lf:lt + 1].max()) <= 0:
+            continue
+        # left to the driver, the excess is evicted and faulted back, once per known touch
+        if min(int(size[i]), worst) * p.overflow_ns_per_byte * max(1, int(p.touch_count[i])) \
+                <= p.remote_cost_ns[i]:
+            continue
+        for g in of_blk.get(i, ()):
+            g.chosen = False  # its own gaps become pointless
+        remote.append(i)
+        resident[lf:lt + 1] -= size[i]
+    if remote:
+        chosen = [g for g in chosen if g.chosen]
+        resident = tl.base - timing(chosen, tl)
+        for i in remote:
+            resident[int(p.live_from[i]):int(p.live_to[i]) + 1] -= size[i]
+    return chosen, remote, resident
+
+
+# -- step 4: issue points ---------------------------------------------------------------------
+
+def _issue_points(tl: _Timeline, chosen: list[_Gap]):
+    """Step 4 (Note [Issue points]): ``(event_unrolled, block, size)`` rows, evictions at
+    the first control point of their group, prefetches at the last, each within its
+    block's lifetime (after its ALLOC, before its FREE, unrolled like the point)."""
+    q, E, size = tl.q, tl.E, tl.size
+    first_of = np.searchsorted(q, q, side="left")
+    last_of = np.searchsorted(q, q, side="right") - 1
+    ae, fe = tl.p.alloc_event.astype(np.int64), tl.p.free_event.astype(np.int64)
+
+    def evict_at(k: int, b: int) -> int:
+        a = int(ae[b]) + (k >= E) * E if ae[b] >= 0 else -1  # the ALLOC, unrolled like k
+        return max(int(first_of[k]), a)
+
+    def prefetch_at(k: int, b: int) -> int:
+        f = int(fe[b]) + (k >= E) * E if fe[b] >= 0 else len(q)
+        return min(int(last_of[k]), f - 1)
+
+    evictions = [(evict_at(g.ke, g.blk), g.blk, int(size[g.blk])) for g in chosen]
+    prefetches = [(prefetch_at(g.kp, g.blk), g.blk, int(size[g.blk]))
+                  for g in chosen if not g.dead]
+    return evictions, prefetches
+
+
+# -- step 5: prediction -----------------------------------------------------------------------
+
+def _prediction(tl: _Timeline, chosen: list[_Gap], remote: list[int], resident: np.ndarray,
+                candidates: int) -> dict[str, Any]:
+    """Step 5 (Note [Prediction]): seconds and bytes, as ``meta["predicted"]`` holds them."""
+    p, C, T, size, budget = tl.p, tl.C, tl.T, tl.size, tl.budget
+    late_ns = [max(0.0, g.p_start + tl.h2d[g.blk] - C[g.u2]) for g in chosen if not g.dead]
     over = np.maximum(resident - budget, 0)
-    wait = _eviction_wait(chosen, resident, budget, C, size, T)
-    pred = {
+    wait = _eviction_wait(chosen, resident, tl)
+    return {
         "ideal_s": float(C[T]) * 1e-9,
-        "stall_s": (_prefetch_stall(chosen, C, tau, h2d) + wait
+        "stall_s": (_prefetch_stall(chosen, tl) + wait
                     + float(sum(p.remote_cost_ns[i] for i in remote))) * 1e-9,
         "eviction_wait_s": wait * 1e-9,
         "late_prefetches": int(sum(1 for x in late_ns if x > 0)),
@@ -323,39 +543,18 @@ def build_schedule(p: Problem, budget: int, *, guards=(4,), rounds: int = 6) -> 
         "peak_resident_bytes": int(resident.max()) if T else 0,
         "over_budget_ticks": int((over > 0).sum()),
         "max_over_budget_bytes": int(over.max()) if T else 0,
-        "candidate_gaps": len(gaps),
+        "candidate_gaps": candidates,
     }
-    # Control points with the same q (the FREEs after kernel t and the ALLOCs before kernel
-    # t+1) order a side-stream copy after the same kernels, and the budget counts them as
-    # one tick; the executor, though, meets them one after another. So an eviction is
-    # issued at the first of its group (its room is there before any claim of the group)
-    # and a prefetch at the last (after every release of the group), within the block's
-    # own lifetime: measured on G10's ResNet-152 at 40 GiB, prefetches issued at a FREE
-    # before the next tick's evictions pushed the driver into evicting 1.3 GB of weights.
-    first_of = np.searchsorted(q, q, side="left")
-    last_of = np.searchsorted(q, q, side="right") - 1
-    ae, fe = p.alloc_event.astype(np.int64), p.free_event.astype(np.int64)
-
-    def early(k: int, b: int) -> int:
-        a = int(ae[b]) + (k >= E) * E if ae[b] >= 0 else -1  # the ALLOC, unrolled like k
-        return max(int(first_of[k]), a)
-
-    def late(k: int, b: int) -> int:
-        f = int(fe[b]) + (k >= E) * E if fe[b] >= 0 else len(q)
-        return min(int(last_of[k]), f - 1)
-
-    ev = [(early(g.ke, g.blk), g.blk, int(size[g.blk])) for g in chosen]
-    pf = [(late(g.kp, g.blk), g.blk, int(size[g.blk])) for g in chosen if not g.dead]
-    return Schedule(ev, pf, remote, pred)
 
 
-def _prefetch_stall(chosen, C, tau, h2d) -> float:
+def _prefetch_stall(chosen, tl: _Timeline) -> float:
     """Device ns the compute waits for late prefetches. Late prefetches overlap: a wait
     delays the compute, and with it every later issue and deadline, so the waits are not
     added up but accumulated along the h2d queue (FIFO in issue order): each prefetch is
     issued when its control point runs (the ideal time plus the waits at deadlines before
     it), and the compute waits where one lands after its use would start. A Fenwick tree
     over deadline ticks gives the wait so far at an issue time. O(G log T)."""
+    C, tau, h2d = tl.C, tl.tau, tl.h2d
     pf = sorted((g for g in chosen if not g.dead), key=lambda g: g.p_start)
     if not pf:
         return 0.0
@@ -389,7 +588,7 @@ def _prefetch_stall(chosen, C, tau, h2d) -> float:
     return total
 
 
-def _eviction_wait(chosen, resident, budget, C, size, T) -> float:
+def _eviction_wait(chosen, resident, tl: _Timeline) -> float:
     """Device ns the compute waits for evictions still in flight when it needs their room
     (the budget counts an eviction from its issue). Walks the over-budget ticks with the
     delay so far (a wait at one tick gives later evictions time to land). The d2h engine is
@@ -397,10 +596,11 @@ def _eviction_wait(chosen, resident, budget, C, size, T) -> float:
     costs two binary searches. O(G log G + T log G)."""
     if not chosen:
         return 0.0
+    C, T, budget = tl.C, tl.T, tl.budget
     order = sorted(chosen, key=lambda g: g.e_done)
     toff = np.array([g.t_off for g in order], np.int64)
     edone = np.array([g.e_done for g in order])
-    sz = np.array([size[g.blk] for g in order], np.int64)
+    sz = np.array([tl.size[g.blk] for g in order], np.int64)
     S = np.concatenate([[0], np.cumsum(sz)])
     # t_off is monotone in queue order only up to ties; a running max keeps searches valid
     toff_run = np.maximum.accumulate(toff)
@@ -424,147 +624,3 @@ def _eviction_wait(chosen, resident, budget, C, size, T) -> float:
             k = min(int(np.searchsorted(S, S[lo] + need, side="left")) - 1, hi - 1)
             delay += max(0.0, float(edone[k]) - now)
     return delay
-
-
-def _select(gaps, resident, budget, size, T, q) -> list:
-    """One Belady-like sweep: at each over-budget tick evict, among the unchosen gaps
-    whose on-time window covers it, the one whose window reaches furthest (next use
-    furthest). When none is left, delay a prefetch past the tick (a predicted stall, which
-    costs less than the driver evicting and faulting the block back). The sweep itself is
-    ``_reference.select`` (plain Python, the definition) or ``_fast.select`` (the same
-    decisions in a compiled kernel, used when numba is installed)."""
-    return _fast.select(gaps, resident, budget, size, T, q) if _fast.available() \
-        else _reference.select(gaps, resident, budget, size, T, q)
-
-
-def _timing(chosen, p, C, tau, q, d2h, h2d, size, T, base=None, budget=0) -> np.ndarray:
-    """Place the chosen gaps on the two copy engines (FIFO in issue order) and return the
-    bytes each tick saves. Evictions go as early as allowed; prefetches as late as their
-    deadline and the prefetches behind them allow (backward list scheduling). A gap the
-    link cannot serve in time is dropped (``bad``); repeated until the choice is stable."""
-    for _ in range(4):
-        live = [g for g in chosen if g.chosen]
-        saved, dropped = _timing_once(live, p, C, tau, q, d2h, h2d, size, T, base, budget)
-        if not dropped:
-            return saved
-    return saved
-
-
-def _earliest_with_room(resident, budget, sz, q, lo, hi, T, cap=4096) -> int:
-    """The earliest control point in [lo, hi] from which the block (``sz`` bytes) can be
-    back on the device until ``hi``'s tick without exceeding the budget; claims the room
-    in ``resident``. Looks back at most ``cap`` ticks. O(ticks looked at), vectorised."""
-    end = int(q[hi]) + 1
-    start = max(int(q[lo]) + 1, end - cap)
-    if start >= end:
-        return hi
-    ticks = np.arange(start, end)
-    idx = ticks % T if end > T else ticks
-    bad = np.flatnonzero(resident[idx] + sz > budget)
-    first_ok = start if not len(bad) else int(ticks[bad[-1]]) + 1
-    # the earliest control point whose issue tick (q + 1) is at or after first_ok
-    k = int(np.searchsorted(q, first_ok - 1, side="left"))
-    k = min(max(k, lo), hi)
-    s0 = int(q[k]) + 1
-    if s0 < end:
-        sl = np.arange(s0, end)
-        np.add.at(resident, sl % T, sz)
-    return k
-
-
-def _cyclic_fifo(issue: np.ndarray, dur: np.ndarray, after: np.ndarray, period: float,
-                 second: np.ndarray) -> np.ndarray:
-    """Start times of copies on one FIFO copy engine in the steady state of a periodic
-    iteration. ``issue``: unrolled issue times (the second iteration's control points are
-    ``period`` later), ``after``: unrolled times a copy may not start before (its block's
-    own eviction), ``second``: the copy is issued in the unrolled second iteration. Every
-    iteration issues all of them, so a copy of the second iteration shares the engine with
-    the first iteration's copies at the same point of the iteration: the queue runs on
-    in-iteration times, twice (the second pass starts with the backlog the first one left
-    over the iteration's end). Returns unrolled start times. O(G log G)."""
-    shift = np.where(second, period, 0.0)
-    r = issue - shift
-    a = after - shift
-    order = np.lexsort((np.arange(len(r)), r))
-    start = np.zeros(len(r))
-    carry = 0.0
-    for _ in range(2):
-        free_at = carry
-        for i in order.tolist():
-            s0 = max(r[i], free_at, a[i])
-            start[i] = s0
-            free_at = s0 + dur[i]
-        carry = max(0.0, free_at - period)
-    return start + shift
-
-
-def _timing_once(chosen, p, C, tau, q, d2h, h2d, size, T, base=None, budget=0):
-    nq = len(q)
-    E = nq // 2
-    if chosen:
-        ke = np.array([g.ke for g in chosen], np.int64)
-        st = _cyclic_fifo(tau[ke], d2h[[g.blk for g in chosen]], np.zeros(len(chosen)), C[T],
-                          ke >= E)
-        for g, s0 in zip(chosen, st.tolist()):
-            g.e_done = s0 + d2h[g.blk]
-    dropped = 0
-    pf = [g for g in chosen if not g.dead]
-    # the profile if every prefetch were issued where the selection put it
-    resident = None
-    if base is not None:
-        sv = np.zeros(T + 1, np.int64)
-        for g in chosen:
-            end = int(p.live_to[g.blk]) + 1 if g.dead else \
-                int(q[min(max(g.ke + 1, g.kp_min, g.kp_sel), nq - 1)]) + 1
-            for a, b in _segments(g.t_off, end, T):
-                sv[a] += size[g.blk]
-                sv[b] -= size[g.blk]
-        resident = base - np.cumsum(sv)[:T]
-    pf.sort(key=lambda g: (-C[g.u2], g.blk))
-    cur = np.inf
-    for g in pf:
-        finish = min(C[g.u2], cur)
-        latest = finish - h2d[g.blk]
-        kp = int(np.searchsorted(tau, latest, side="right")) - 1
-        fe = int(p.free_event[g.blk])
-        if fe >= 0:
-            kp = min(kp, fe - 1)
-        # Never earlier than the selection assumed unless the budget has room for the
-        # block over the extra ticks: bringing it back early claims memory (the driver
-        # would evict something else where there is none); where there is no room a
-        # congested link makes the prefetch late instead (predicted as stall).
-        hi = max(g.ke + 1, g.kp_min, g.kp_sel)
-        lo = max(kp, g.ke + 1, g.kp_min)
-        if resident is not None and lo < hi < nq:
-            kp = _earliest_with_room(resident, budget, int(size[g.blk]), q, lo, hi, T)
-        else:
-            kp = max(kp, hi)
-        if kp >= nq or q[kp] >= g.u2 or (fe >= 0 and kp >= fe):
-            g.chosen, g.bad = False, True
-            dropped += 1
-            continue
-        g.kp = kp
-        cur = min(cur, max(latest, tau[kp]))
-    pf = [g for g in pf if g.chosen]
-    if pf:
-        kp = np.array([g.kp for g in pf], np.int64)
-        st = _cyclic_fifo(tau[kp], h2d[[g.blk for g in pf]], np.array([g.e_done for g in pf]),
-                          C[T], kp >= E)
-        for g, s0 in zip(pf, st.tolist()):
-            g.p_start = s0
-            g.t_on = int(q[g.kp]) + 1
-    saved = np.zeros(T + 1, np.int64)
-    for g in chosen:
-        if not g.chosen:
-            continue
-        if g.dead:
-            g.t_on = int(p.live_to[g.blk]) + 1
-        segs = _segments(g.t_off, g.t_on, T)
-        if not segs:
-            g.chosen, g.bad = False, True  # the link is too busy for this gap to save anything
-            dropped += 1
-            continue
-        for s, e in segs:
-            saved[s] += size[g.blk]
-            saved[e] -= size[g.blk]
-    return np.cumsum(saved)[:T], dropped

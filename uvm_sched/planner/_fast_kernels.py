@@ -62,7 +62,7 @@ def pop(h, n, out):  # the smallest item into `out`; returns the new size
 
 
 @jit
-def segments(a, b, T, out):  # _core._segments into out[0:2], out[2:4]; returns count
+def segments(a, b, T, out):  # _queues.segments into out[0:2], out[2:4]; returns count
     if b <= a:
         return 0
     if b - a >= T:
@@ -106,11 +106,11 @@ def by_start(items, T):  # CSR of items (gi, s, e) by s, stable
 
 
 @jit
-def kernel(blk, t_off, t_on, t_on_late, level, chosen, bad, kp_min, grp, ptr, members,
-           resident, budget, size, T, q):
-    n = blk.shape[0]
+def windows_by_start(t_off, t_on, t_on_late, chosen, bad, T):
+    """(gi, s, e) items: the on-time window segments of the unchosen gaps and the late
+    window segments of every gap (bad ones left out), each as CSR by start tick."""
+    n = t_off.shape[0]
     seg = np.empty(4, np.int64)
-    seg2 = np.empty(4, np.int64)
     st = np.empty((2 * n, 3), np.int64)
     lt = np.empty((2 * n, 3), np.int64)
     ns = nl = 0
@@ -128,6 +128,56 @@ def kernel(blk, t_off, t_on, t_on_late, level, chosen, bad, kp_min, grp, ptr, me
             nl += 1
     sptr, sitems = by_start(st[:ns], T)
     lptr, litems = by_start(lt[:nl], T)
+    return sptr, sitems, lptr, litems
+
+
+@jit
+def append(picked, npk, gi):  # picked[npk] = gi, the array grown when full; returns both
+    if npk == picked.shape[0]:
+        picked = np.concatenate((picked, np.empty(npk, np.int64)))
+    picked[npk] = gi
+    return picked, npk + 1
+
+
+@jit
+def upgrade_ends(diff, t, T, sz, seg2):
+    """A chosen sibling upgraded to a narrower guard: its two extra end segments
+    (``seg2``) save ``sz`` bytes; those ahead of ``t`` go into ``diff``. Returns the bytes
+    saved at ``t`` itself (the caller takes them off ``run`` and ``need``)."""
+    now = 0
+    for j in range(2):
+        s2, e2 = seg2[2 * j], seg2[2 * j + 1]
+        if e2 <= s2:
+            continue
+        if s2 <= t and t < e2:
+            now += sz
+            diff[min(e2, T)] += sz
+        elif s2 > t and s2 < T:
+            diff[s2] -= sz
+            diff[min(e2, T)] += sz
+    return now
+
+
+@jit
+def unpark(t, late, nlh, row5, litems, park_head, park_next):  # Note [parked late items]
+    r = park_head[t]
+    park_head[t] = -1
+    while r >= 0:
+        gi, s, e = litems[r, 0], litems[r, 1], litems[r, 2]
+        row5[0], row5[1], row5[2], row5[3], row5[4] = -e, gi, s, e, r
+        nlh = push(late, nlh, row5)
+        r = park_next[r]
+    return nlh
+
+
+@jit
+def kernel(blk, t_off, t_on, t_on_late, level, chosen, bad, kp_min, grp, ptr, members,
+           resident, budget, size, T, q):
+    n = blk.shape[0]
+    seg = np.empty(4, np.int64)
+    seg2 = np.empty(4, np.int64)
+    sptr, sitems, lptr, litems = windows_by_start(t_off, t_on, t_on_late, chosen, bad, T)
+    ns, nl = sitems.shape[0], litems.shape[0]
     heap = np.empty((max(ns, 1), 6), np.int64)  # (level, -reach, -size, gi, s, e)
     late = np.empty((max(nl, 1), 5), np.int64)  # (-e, gi, s, e, item)
     # Note [parked late items]: an item whose gap is chosen and already saving at this
@@ -160,13 +210,7 @@ def kernel(blk, t_off, t_on, t_on_late, level, chosen, bad, kp_min, grp, ptr, me
             gi, s, e = litems[r, 0], litems[r, 1], litems[r, 2]
             row5[0], row5[1], row5[2], row5[3], row5[4] = -e, gi, s, e, r
             nlh = push(late, nlh, row5)
-        r = park_head[t]
-        park_head[t] = -1
-        while r >= 0:
-            gi, s, e = litems[r, 0], litems[r, 1], litems[r, 2]
-            row5[0], row5[1], row5[2], row5[3], row5[4] = -e, gi, s, e, r
-            nlh = push(late, nlh, row5)
-            r = park_next[r]
+        nlh = unpark(t, late, nlh, row5, litems, park_head, park_next)
         need = resident[t] + run - budget
         nd = 0
         while need > 0 and nh > 0:
@@ -185,29 +229,15 @@ def kernel(blk, t_off, t_on, t_on_late, level, chosen, bad, kp_min, grp, ptr, me
                     continue
                 chosen[c] = False
                 chosen[gi] = True
-                if npk == picked.shape[0]:
-                    picked = np.concatenate((picked, np.empty(npk, np.int64)))
-                picked[npk] = gi
-                npk += 1
+                picked, npk = append(picked, npk, gi)
                 seg2[0], seg2[1] = t_off[gi], min(t_off[c], t_on[gi])
                 seg2[2], seg2[3] = max(t_on[c], t_off[gi]), t_on[gi]
-                for j in range(2):
-                    s2, e2 = seg2[2 * j], seg2[2 * j + 1]
-                    if e2 <= s2:
-                        continue
-                    if s2 <= t and t < e2:
-                        run -= sz
-                        diff[min(e2, T)] += sz
-                        need -= sz
-                    elif s2 > t and s2 < T:
-                        diff[s2] -= sz
-                        diff[min(e2, T)] += sz
+                now = upgrade_ends(diff, t, T, sz, seg2)
+                run -= now
+                need -= now
                 continue
             chosen[gi] = True
-            if npk == picked.shape[0]:
-                picked = np.concatenate((picked, np.empty(npk, np.int64)))
-            picked[npk] = gi
-            npk += 1
+            picked, npk = append(picked, npk, gi)
             run -= sz
             diff[e] += sz
             need -= sz
@@ -245,10 +275,7 @@ def kernel(blk, t_off, t_on, t_on_late, level, chosen, bad, kp_min, grp, ptr, me
             t_on[gi] = max(t_on[gi], q[k] + 1)
             if not chosen[gi]:
                 chosen[gi] = True
-                if npk == picked.shape[0]:
-                    picked = np.concatenate((picked, np.empty(npk, np.int64)))
-                picked[npk] = gi
-                npk += 1
+                picked, npk = append(picked, npk, gi)
             sz = size[blk[gi]]
             run -= sz
             diff[end] += sz
@@ -256,4 +283,3 @@ def kernel(blk, t_off, t_on, t_on_late, level, chosen, bad, kp_min, grp, ptr, me
         for r in range(nk):
             nlh = push(late, nlh, keep[r])
     return picked[:npk].copy()
-

@@ -1,105 +1,11 @@
 """``plan(trace, budget, hw, mode)``: a budgeted eviction/prefetch/advice schedule.
 
-What is optimised
------------------
-One learned iteration (``pattern.analyze``'s representative one) is a sequence of ticks with
-device times ``d_t`` and blocks with sizes, lifetimes and *use ticks*. The plan must keep
-the bytes resident on the device (plus prefetches in flight) <= ``budget`` at every tick
-while minimising the stall: transfer time the compute cannot hide. A block not used in
-``(u1, u2)`` may leave the device after ``u1`` and come back before ``u2``; that saves its
-bytes for the ticks in between and costs one transfer each way on the copy engines (one per
-direction: evictions at ``d2h_prefetch_Bps``, prefetches at ``h2d_prefetch_Bps``).
-
-Use ticks (the only difference between the modes):
-
-* ``oblivious`` (allocations and frees only; ground-truth ACCESS rows are never read): a
-  block of the iteration is used at its ALLOC tick and at its FREE tick, each widened by a
-  *guard* of ticks inwards (the ops after an allocation read it -- a residual connection a
-  dozen ops later --, the ops before a free are its last readers). With ``guard="auto"``
-  each gap is a candidate at guards of 32, 16, 8, 4 and 2 ticks: the widest (safest) is
-  preferred, a narrower one replaces it only at ticks the budget cannot meet otherwise.
-  (32: in CNNs with long skip/concat chains -- Inception, SENet -- an activation is read
-  20-30 ops after its allocation; a 16-tick guard evicts it before that read and the
-  driver faults it back. Only blocks living at least 6 such guards get it: on shorter
-  ones it merely shrinks the window. Measured with ``benchmarks/bench_planner.py``
-  against 16, 8, 4, 2: Inception and SENet 1.3-2x faster, the geometric mean over 54
-  rows ~9% faster, BERT and GPT-2 at 75% on PCIe ~1.2x slower.)
-  Persistent blocks (weights, optimizer state) have unknown uses: they stay resident
-  (``remote_fallback``: when the budget cannot be met otherwise, the largest are mapped
-  host-resident with ``advise_preferred_host`` + ``advise_accessed_by``, where that is
-  cheaper than the excess; ``"auto"``, the default, does so only when eviction leaves more
-  than 15% of the budget over it -- weights are read several times per iteration and remote
-  reads share the link with the prefetches, so a small excess is better left alone). A block crossing the iteration
-  boundary counts as used at the iteration's last tick (the plan cannot name the previous
-  iteration's blocks).
-* ``sampled``: access samples per block (drawn from ground truth with
-  ``sample_rate``/``noise``, or given as ``samples=``; see ``_sampling`` for the two frame
-  forms). With *complete* touches (one row per touch, drawn at ``sample_rate=1`` or given;
-  ``complete_touches=``) every touch tick is a use: a block is idle between two consecutive
-  touches -- an activation between its forward write, a mid-lifetime read (a U-Net skip
-  connection read by the decoder) and its backward read; a weight between its forward and
-  backward reads; the optimizer state from one step to the next -- and each such gap is a
-  candidate at the guard levels no wider than a sixth of it (the touch is seen, the guard
-  only absorbs timing slack; ``noise`` sets the narrowest, two standard deviations).
-  With sparse samples or the summary form only the first and last touch are trusted: a
-  block of the iteration is used at both (widened by ``guard``) and a persistent block is
-  busy in between (a sparse draw misses reads: measured, 30% samples with idle stretches
-  between observed touches gave plans slower than demand paging). Either way a block's data
-  is dead after its last touch (evicted without coming back; the FREE still discards it),
-  blocks only read get ``advise_read_mostly`` (their eviction writes nothing back), and
-  large blocks touched lightly (partial touches, cheaper read remotely than migrated) are
-  mapped host-resident. Persistent blocks stay candidates for the remote fallback, priced
-  by their touches (``touches x bytes / remote_access_Bps``) and, the price being known,
-  at any excess (``"auto"`` waits for 15% only in oblivious mode). Blocks without samples
-  fall back to the oblivious rule.
-
-The algorithm (greedy, three passes per round)
-----------------------------------------------
-1. Candidates: every idle gap ``(u1, u2)`` of at least one tick, with its *window*: the
-   ticks where its bytes are off the device if the link were idle -- from the tick the
-   eviction completes (issued at the first allocator event after ``u1`` is queued) to the
-   tick of the latest allocator event from which the prefetch still finishes by ``u2``.
-2. Selection (Belady-like, a sweep over ticks): at each tick where resident bytes exceed the
-   budget, take, among the unchosen gaps whose window covers the tick, the safest guard
-   level first and within it the one whose window reaches furthest (next use furthest away;
-   ties: larger block) until the tick fits. Its saving is applied to its whole window (a
-   difference array), so later ticks see it. The budget counts an eviction from its issue:
-   where the link cannot land it in time, the compute waits for the release under way
-   (predicted as ``eviction_wait_s``) instead of the driver evicting something else. When no
-   window covers an over-budget tick, a chosen prefetch is delayed past it (a predicted
-   stall: cheaper than the driver's eviction and fault-back).
-3. Timing: the chosen transfers are placed on the two copy-engine queues (FIFO in issue
-   order, in the steady state: copies issued for the next iteration share the engines with
-   this one's at the same point of the iteration): evictions as early as allowed; prefetches by backward list scheduling from the
-   latest deadline (each finishes by its use and before the next prefetch on the engine
-   starts), moved earlier than the selection's point only where the budget has room for the
-   block over the extra ticks, then issued at the latest allocator event at or before that
-   start (the nearest *earlier* control point: a trace with many ops between two allocator
-   events gives coarse control points, which costs memory -- the prefetch lands early -- and
-   is measured in ``meta["predicted"]["coarse_control_*"]``). A forward pass then gives the
-   real queue times (late prefetches are predicted stall), and a gap the link cannot serve
-   at all is dropped.
-Rounds repeat 2-3 until no tick is over budget (at most ``rounds``). Then discards for
-freed blocks (at their FREE event, so dead data is never written back) and advice.
-The table's order is the executor's: at one allocator event what releases memory goes
-before what claims it (discard, evict, populate, prefetch, advice), and of the events that
-order a copy after the same kernels (the FREEs after kernel t, the ALLOCs before t+1) an
-eviction takes the first and a prefetch the last -- the budget counts them as one tick.
-
-Discards: every freed block of the iteration of at least ``discard_min_bytes`` gets a
-``discard`` at its FREE event (dead data is never written back, and the pool's freed
-ranges stop counting against the budget). Populate: every allocation gets a
-``prefetch_to_device`` at its ALLOC event (fresh pages are populated without faults).
-
-Complexity: O((E + T + G) log G) per round for E allocator events, T ticks and G candidate
-gaps (at most 4 per block); a 100,000-event iteration plans in well under a second here
-(``benchmarks/bench_planner.py``).
-
-Relation to the simulator's ``bound``: the bound lets every transfer use the full link with
-perfect foresight of ground-truth accesses and no control-point granularity; this planner
-makes the same eviction choice a Belady (furthest next use) rule would, but sees only its
-use model, issues at allocator events and pays the queues, so ``T_plan >= T_bound``; the
-gap between them is what the targets measure.
+The pattern's representative iteration becomes a ``Problem`` (``_problem``: sizes, lifetimes
+and use ticks, Note [Use ticks] -- the only place the modes differ); ``_core.build_schedule``
+chooses the evictions and prefetches (the algorithm as its steps, each explained by a named
+note in ``_core``); ``_actions`` writes them as the executor's table with discards,
+populates and advice (Note [Action table]); ``_priced`` keeps the fastest of the plan, its
+advice alone and no plan (``_pricing``).
 
 A budget below the bytes the iteration certainly needs at one tick (the blocks allocated
 then, plus in ``sampled`` mode the blocks touched then) raises ``PlanError`` naming the tick.
@@ -123,7 +29,7 @@ MODES = ("oblivious", "sampled")
 PLAN_OPTIONS = frozenset({"pattern", "guard", "samples", "sample_rate", "noise", "seed",
                           "complete_touches", "discard", "discard_min_bytes", "rounds",
                           "populate", "remote_fallback", "price"})
-AUTO_GUARDS = (32, 16, 8, 4, 2)  # ticks; see plan() and the module docstring
+AUTO_GUARDS = (32, 16, 8, 4, 2)  # ticks; see plan() and Note [Use ticks]
 # The pool gives requests above 1 MiB whole 2 MiB pages of their own; smaller ones share
 # slab pages with other blocks, so the executor cannot discard them (it skips such rows).
 DISCARD_MIN_BYTES = (1 << 20) + 1
@@ -169,35 +75,8 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "oblivious", **opts: Any) -
 
         pat = analyze(trace)
     budget_bytes = resolve_budget(budget, trace.peak_bytes, default_bytes=prof.device_capacity_bytes)
-    guard = opts.get("guard", "auto")
-    guards: tuple[int, ...]
-    if guard == "auto":
-        guards = AUTO_GUARDS
-    else:
-        guards = (int(guard),)
-        if guards[0] < 0:
-            raise ValueError(f"guard must be >= 0 ticks or 'auto', got {guard!r}")
-
-    samples = None
-    complete = bool(opts.get("complete_touches", True))
-    touch_guard = 0
-    if mode == "sampled":
-        from ._sampling import draw_samples, merge_samples
-
-        raw = opts.get("samples")
-        if raw is None:
-            rate, noise = float(opts.get("sample_rate", 1.0)), float(opts.get("noise", 0.0))
-            raw = draw_samples(trace, pat, sample_rate=rate, noise=noise,
-                               seed=int(opts.get("seed", 0)))
-            # a sparse draw misses touches: an idle stretch between two observed touches
-            # of a weight may hide a read (measured: 30% samples made plans slower than
-            # demand paging); noisy ticks need a guard of two standard deviations
-            complete = bool(opts.get("complete_touches", rate >= 1.0))
-            touch_guard = int(np.ceil(2 * noise))
-        samples = merge_samples(raw)
-    elif opts.get("samples") is not None:
-        raise PlanError("samples= is for mode='sampled'; oblivious mode uses allocations only")
-
+    guards = _guards(opts.get("guard", "auto"))
+    samples, complete, touch_guard = _samples(trace, pat, mode, opts)
     rf = opts.get("remote_fallback", "auto")
     if rf not in (True, False, "auto"):
         raise ValueError(f"remote_fallback must be True, False or 'auto', got {rf!r}")
@@ -292,6 +171,41 @@ def _priced(trace, full: Plan, advice_actions, budget: int, prof, accesses: bool
     return out
 
 
+def _guards(guard) -> tuple[int, ...]:
+    """The guard levels (ticks, widest first) for the ``guard`` option."""
+    if guard == "auto":
+        return AUTO_GUARDS
+    if int(guard) < 0:
+        raise ValueError(f"guard must be >= 0 ticks or 'auto', got {guard!r}")
+    return (int(guard),)
+
+
+def _samples(trace, pat, mode: str, opts: dict) -> tuple[dict | None, bool, int]:
+    """The merged access samples (None in oblivious mode), whether their touches are
+    complete (idle stretches between them trusted) and the narrowest guard around a
+    touch (ticks), from the sampling options."""
+    complete = bool(opts.get("complete_touches", True))
+    if mode != "sampled":
+        if opts.get("samples") is not None:
+            raise PlanError("samples= is for mode='sampled'; oblivious mode uses allocations "
+                            "only")
+        return None, complete, 0
+    from ._sampling import draw_samples, merge_samples
+
+    touch_guard = 0
+    raw = opts.get("samples")
+    if raw is None:
+        rate, noise = float(opts.get("sample_rate", 1.0)), float(opts.get("noise", 0.0))
+        raw = draw_samples(trace, pat, sample_rate=rate, noise=noise,
+                           seed=int(opts.get("seed", 0)))
+        # a sparse draw misses touches: an idle stretch between two observed touches
+        # of a weight may hide a read (measured: 30% samples made plans slower than
+        # demand paging); noisy ticks need a guard of two standard deviations
+        complete = bool(opts.get("complete_touches", rate >= 1.0))
+        touch_guard = int(np.ceil(2 * noise))
+    return merge_samples(raw), complete, touch_guard
+
+
 _SAMPLE_OPTS = ("samples", "sample_rate", "noise", "seed", "complete_touches")
 
 
@@ -319,6 +233,53 @@ def tuning_candidates(tune, mode: str, opts: dict) -> list[tuple[str, str, dict]
 
 # -- pattern -> problem -----------------------------------------------------------------
 
+# Note [Use ticks]
+# ----------------
+# What each mode takes as a block's uses (``Problem.uses``, ``end_lo``/``end_hi``, ``wrap``,
+# ``busy_span``, ``dead_tail``), the only difference between the modes.
+#
+# * ``oblivious`` (allocations and frees only; ground-truth ACCESS rows are never read): a
+#   block of the iteration is used at its ALLOC tick and at its FREE tick, each widened by a
+#   *guard* of ticks inwards (the ops after an allocation read it -- a residual connection a
+#   dozen ops later --, the ops before a free are its last readers). With ``guard="auto"``
+#   each gap is a candidate at guards of 32, 16, 8, 4 and 2 ticks: the widest (safest) is
+#   preferred, a narrower one replaces it only at ticks the budget cannot meet otherwise.
+#   (32: in CNNs with long skip/concat chains -- Inception, SENet -- an activation is read
+#   20-30 ops after its allocation; a 16-tick guard evicts it before that read and the
+#   driver faults it back. Only blocks living at least 6 such guards get it: on shorter
+#   ones it merely shrinks the window. Measured with ``benchmarks/bench_planner.py``
+#   against 16, 8, 4, 2: Inception and SENet 1.3-2x faster, the geometric mean over 54
+#   rows ~9% faster, BERT and GPT-2 at 75% on PCIe ~1.2x slower.)
+#   Persistent blocks (weights, optimizer state) have unknown uses: they stay resident
+#   (``remote_fallback``: when the budget cannot be met otherwise, the largest are mapped
+#   host-resident with ``advise_preferred_host`` + ``advise_accessed_by``, where that is
+#   cheaper than the excess; ``"auto"``, the default, does so only when eviction leaves
+#   more than 15% of the budget over it -- weights are read several times per iteration
+#   and remote reads share the link with the prefetches, so a small excess is better left
+#   alone). A block crossing the iteration boundary counts as used at the iteration's last
+#   tick (the plan cannot name the previous iteration's blocks).
+# * ``sampled``: access samples per block (drawn from ground truth with
+#   ``sample_rate``/``noise``, or given as ``samples=``; see ``_sampling`` for the two frame
+#   forms). With *complete* touches (one row per touch, drawn at ``sample_rate=1`` or
+#   given; ``complete_touches=``) every touch tick is a use: a block is idle between two
+#   consecutive touches -- an activation between its forward write, a mid-lifetime read (a
+#   U-Net skip connection read by the decoder) and its backward read; a weight between its
+#   forward and backward reads; the optimizer state from one step to the next -- and each
+#   such gap is a candidate at the guard levels no wider than a sixth of it (the touch is
+#   seen, the guard only absorbs timing slack; ``noise`` sets the narrowest, two standard
+#   deviations). With sparse samples or the summary form only the first and last touch
+#   are trusted: a block of the iteration is used at both (widened by ``guard``) and a
+#   persistent block is busy in between (a sparse draw misses reads: measured, 30% samples
+#   with idle stretches between observed touches gave plans slower than demand paging).
+#   Either way a block's data is dead after its last touch (evicted without coming back;
+#   the FREE still discards it), blocks only read get ``advise_read_mostly`` (their
+#   eviction writes nothing back), and large blocks touched lightly (partial touches,
+#   cheaper read remotely than migrated) are mapped host-resident. Persistent blocks stay
+#   candidates for the remote fallback, priced by their touches
+#   (``touches x bytes / remote_access_Bps``) and, the price being known, at any excess
+#   (``"auto"`` waits for 15% only in oblivious mode). Blocks without samples fall back to
+#   the oblivious rule.
+
 def _tick_durations(pat) -> np.ndarray:
     d = np.asarray(pat.tick_ns, np.float64).copy()
     bad = ~np.isfinite(d) | (d < 0)
@@ -331,6 +292,9 @@ def _tick_durations(pat) -> np.ndarray:
 
 def _problem(pat, prof, samples: dict | None, remote_fallback: bool = False,
              complete: bool = True):
+    """The builder's ``Problem`` for the representative iteration of ``pat`` (use ticks per
+    Note [Use ticks]) and what ``plan`` needs beside it (ordinals, ALLOC sizes, the
+    (tick, block) pairs the budget must hold)."""
     ev = pat.events
     T = int(pat.stop_tick - pat.start_tick)
     dur = _tick_durations(pat)
@@ -445,6 +409,16 @@ def _check_feasible(prob: Problem, info: dict, budget: int) -> None:
         )
 
 
+# Note [Action table]
+# -------------------
+# The schedule's evictions and prefetches (``_core``, Note [Issue points]) plus: a
+# ``discard`` at the FREE event of every freed block of the iteration of at least
+# ``discard_min_bytes`` (dead data is never written back, and the pool's freed ranges stop
+# counting against the budget); a populating ``prefetch_to_device`` at every ALLOC event of
+# the iteration (fresh pages are populated without faults); the remote blocks' advice and
+# ``advise_read_mostly`` for blocks only read. The table's order is the executor's: at one
+# allocator event what releases memory goes before what claims it (``_RANK`` below).
+#
 # Order of the actions issued at one allocator event (the table is sorted by event, stably
 # by this rank): whatever releases device memory first -- discards of freed blocks, then
 # evictions -- so that the populates and prefetches claiming memory at the same event find

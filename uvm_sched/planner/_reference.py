@@ -1,15 +1,17 @@
 """The planner's selection sweep in plain Python: the reference the fast kernel
 (``_fast.select``) is tested against, and the path taken where numba is not installed.
 
-Kept exactly as it was written before the kernel existed: any change to what the sweep
-decides is made here first, then in the kernel, and ``tests/test_planner_fast.py`` checks
-that both give the same plans.
+The definition of the sweep: any change to what it decides is made here first, then in
+the kernel (which has the same helpers: ``_upgrade_ends`` is ``upgrade_ends`` there), and
+``tests/test_planner_fast.py`` checks that both give the same plans.
 """
 from __future__ import annotations
 
 import heapq
 
 import numpy as np
+
+from ._queues import segments as _segments
 
 __all__ = ["select"]
 
@@ -19,8 +21,6 @@ def select(gaps, resident, budget, size, T, q) -> list:
     whose on-time window covers it, the one whose window reaches furthest (next use
     furthest). When none is left, delay a prefetch past the tick (a predicted stall, which
     costs less than the driver evicting and faulting the block back)."""
-    from ._core import _segments  # (the module that calls this one)
-
     starts: dict[int, list] = {}
     late_starts: dict[int, list] = {}
     for gi, g in enumerate(gaps):
@@ -67,16 +67,10 @@ def select(gaps, resident, budget, size, T, q) -> list:
                 c.chosen = False
                 g.chosen = True
                 picked.append(g)
-                for s2, e2 in ((g.t_off, min(c.t_off, g.t_on)), (max(c.t_on, g.t_off), g.t_on)):
-                    if e2 <= s2:
-                        continue
-                    if s2 <= t < e2:
-                        run -= sz
-                        diff[min(e2, T)] += sz
-                        need -= sz
-                    elif s2 > t and s2 < T:
-                        diff[s2] -= sz
-                        diff[min(e2, T)] += sz
+                now = _upgrade_ends(diff, t, T, sz, ((g.t_off, min(c.t_off, g.t_on)),
+                                                     (max(c.t_on, g.t_off), g.t_on)))
+                run -= now
+                need -= now
                 continue
             g.chosen = True
             picked.append(g)
@@ -116,3 +110,20 @@ def select(gaps, resident, budget, size, T, q) -> list:
         for item in keep:
             heapq.heappush(late, item)
     return picked
+
+
+def _upgrade_ends(diff, t: int, T: int, sz: int, ends) -> int:
+    """A chosen sibling upgraded to a narrower guard: its two extra end segments ``ends``
+    save ``sz`` bytes; those ahead of ``t`` go into ``diff``. Returns the bytes saved at
+    ``t`` itself (the caller takes them off ``run`` and ``need``)."""
+    now = 0
+    for s2, e2 in ends:
+        if e2 <= s2:
+            continue
+        if s2 <= t < e2:
+            now += sz
+            diff[min(e2, T)] += sz
+        elif s2 > t and s2 < T:
+            diff[s2] -= sz
+            diff[min(e2, T)] += sz
+    return now

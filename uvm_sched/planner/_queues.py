@@ -1,0 +1,176 @@
+"""The two copy-engine queues: where the chosen gaps' evictions and prefetches run, and the
+bytes each tick saves as a result (``_core``, Note [Timing]; Note [Timeline] for ``C``,
+``q`` and ``tau``). Works on ``_core._Timeline`` and the gaps' fields in place.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from ._core import _Timeline
+
+__all__ = ["segments", "timing", "cyclic_fifo"]
+
+
+def segments(t_off: int, t_on: int, T: int) -> list[tuple[int, int]]:
+    """The cyclic tick segments (in 0..T) of an unrolled window [t_off, t_on)."""
+    if t_on <= t_off:
+        return []
+    if t_on - t_off >= T:
+        return [(0, T)]
+    if t_on <= T:
+        return [(t_off, t_on)]
+    if t_off >= T:
+        return [(t_off - T, t_on - T)]
+    return [(t_off, T), (0, t_on - T)]
+
+
+def timing(chosen, tl: _Timeline) -> np.ndarray:
+    """Place the chosen gaps on the two copy engines (FIFO in issue order) and return the
+    bytes each tick saves (``_core``, Note [Timing]). Evictions go as early as allowed;
+    prefetches as late as their deadline and the prefetches behind them allow (backward
+    list scheduling). A gap the link cannot serve in time is dropped (``bad``); repeated
+    until the choice is stable."""
+    for _ in range(4):
+        live = [g for g in chosen if g.chosen]
+        saved, dropped = _timing_once(live, tl)
+        if not dropped:
+            return saved
+    return saved
+
+
+def _earliest_with_room(resident, tl: _Timeline, sz: int, lo: int, hi: int, cap=4096) -> int:
+    """The earliest control point in [lo, hi] from which the block (``sz`` bytes) can be
+    back on the device until ``hi``'s tick without exceeding the budget; claims the room
+    in ``resident``. Looks back at most ``cap`` ticks. O(ticks looked at), vectorised."""
+    q, T = tl.q, tl.T
+    end = int(q[hi]) + 1
+    start = max(int(q[lo]) + 1, end - cap)
+    if start >= end:
+        return hi
+    ticks = np.arange(start, end)
+    idx = ticks % T if end > T else ticks
+    bad = np.flatnonzero(resident[idx] + sz > tl.budget)
+    first_ok = start if not len(bad) else int(ticks[bad[-1]]) + 1
+    # the earliest control point whose issue tick (q + 1) is at or after first_ok
+    k = int(np.searchsorted(q, first_ok - 1, side="left"))
+    k = min(max(k, lo), hi)
+    s0 = int(q[k]) + 1
+    if s0 < end:
+        sl = np.arange(s0, end)
+        np.add.at(resident, sl % T, sz)
+    return k
+
+
+def cyclic_fifo(issue: np.ndarray, dur: np.ndarray, after: np.ndarray, period: float,
+                 second: np.ndarray) -> np.ndarray:
+    """Start times of copies on one FIFO copy engine in the steady state of a periodic
+    iteration. ``issue``: unrolled issue times (the second iteration's control points are
+    ``period`` later), ``after``: unrolled times a copy may not start before (its block's
+    own eviction), ``second``: the copy is issued in the unrolled second iteration. Every
+    iteration issues all of them, so a copy of the second iteration shares the engine with
+    the first iteration's copies at the same point of the iteration: the queue runs on
+    in-iteration times, twice (the second pass starts with the backlog the first one left
+    over the iteration's end). Returns unrolled start times. O(G log G)."""
+    shift = np.where(second, period, 0.0)
+    r = issue - shift
+    a = after - shift
+    order = np.lexsort((np.arange(len(r)), r))
+    start = np.zeros(len(r))
+    carry = 0.0
+    for _ in range(2):
+        free_at = carry
+        for i in order.tolist():
+            s0 = max(r[i], free_at, a[i])
+            start[i] = s0
+            free_at = s0 + dur[i]
+        carry = max(0.0, free_at - period)
+    return start + shift
+
+
+def _timing_once(chosen, tl: _Timeline):
+    """One timing pass: evictions on the d2h queue, prefetch points by backward list
+    scheduling, prefetches on the h2d queue, then the bytes saved per tick. Returns
+    ``(saved, dropped)``: how many gaps it dropped."""
+    C, q, tau, T, E = tl.C, tl.q, tl.tau, tl.T, tl.E
+    if chosen:
+        ke = np.array([g.ke for g in chosen], np.int64)
+        st = cyclic_fifo(tau[ke], tl.d2h[[g.blk for g in chosen]], np.zeros(len(chosen)),
+                         C[T], ke >= E)
+        for g, s0 in zip(chosen, st.tolist()):
+            g.e_done = s0 + tl.d2h[g.blk]
+    pf = [g for g in chosen if not g.dead]
+    dropped = _prefetch_points(pf, tl, _resident_as_selected(chosen, tl))
+    pf = [g for g in pf if g.chosen]
+    if pf:
+        kp = np.array([g.kp for g in pf], np.int64)
+        st = cyclic_fifo(tau[kp], tl.h2d[[g.blk for g in pf]],
+                         np.array([g.e_done for g in pf]), C[T], kp >= E)
+        for g, s0 in zip(pf, st.tolist()):
+            g.p_start = s0
+            g.t_on = int(q[g.kp]) + 1
+    saved = np.zeros(T + 1, np.int64)
+    for g in chosen:
+        if not g.chosen:
+            continue
+        if g.dead:
+            g.t_on = int(tl.p.live_to[g.blk]) + 1
+        segs = segments(g.t_off, g.t_on, T)
+        if not segs:
+            g.chosen, g.bad = False, True  # the link is too busy for this gap to save anything
+            dropped += 1
+            continue
+        for s, e in segs:
+            saved[s] += tl.size[g.blk]
+            saved[e] -= tl.size[g.blk]
+    return np.cumsum(saved)[:T], dropped
+
+
+def _resident_as_selected(chosen, tl: _Timeline) -> np.ndarray:
+    """Resident bytes per tick if every prefetch were issued where the selection put it."""
+    q, T, nq = tl.q, tl.T, len(tl.q)
+    sv = np.zeros(T + 1, np.int64)
+    for g in chosen:
+        end = int(tl.p.live_to[g.blk]) + 1 if g.dead else \
+            int(q[min(max(g.ke + 1, g.kp_min, g.kp_sel), nq - 1)]) + 1
+        for a, b in segments(g.t_off, end, T):
+            sv[a] += tl.size[g.blk]
+            sv[b] -= tl.size[g.blk]
+    return tl.base - np.cumsum(sv)[:T]
+
+
+def _prefetch_points(pf, tl: _Timeline, resident: np.ndarray) -> int:
+    """Backward list scheduling of the prefetches ``pf`` (``_core``, Note [Timing]): from
+    the latest deadline, each as late as its use and the prefetch behind it allow, then at
+    the control point at or before that. Sets ``kp``; drops (``bad``) a gap whose prefetch
+    has no control point before its use. Returns how many it dropped."""
+    C, q, tau, nq = tl.C, tl.q, tl.tau, len(tl.q)
+    dropped = 0
+    pf.sort(key=lambda g: (-C[g.u2], g.blk))
+    cur = np.inf
+    for g in pf:
+        finish = min(C[g.u2], cur)
+        latest = finish - tl.h2d[g.blk]
+        kp = int(np.searchsorted(tau, latest, side="right")) - 1
+        fe = int(tl.p.free_event[g.blk])
+        if fe >= 0:
+            kp = min(kp, fe - 1)
+        # Never earlier than the selection assumed unless the budget has room for the
+        # block over the extra ticks: bringing it back early claims memory (the driver
+        # would evict something else where there is none); where there is no room a
+        # congested link makes the prefetch late instead (predicted as stall).
+        hi = max(g.ke + 1, g.kp_min, g.kp_sel)
+        lo = max(kp, g.ke + 1, g.kp_min)
+        if lo < hi < nq:
+            kp = _earliest_with_room(resident, tl, int(tl.size[g.blk]), lo, hi)
+        else:
+            kp = max(kp, hi)
+        if kp >= nq or q[kp] >= g.u2 or (fe >= 0 and kp >= fe):
+            g.chosen, g.bad = False, True
+            dropped += 1
+            continue
+        g.kp = kp
+        cur = min(cur, max(latest, tau[kp]))
+    return dropped
