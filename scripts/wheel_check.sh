@@ -72,6 +72,7 @@ export UVM_SCHED_FAKE_CUDA="$src/tests/native/build/libcuda.so.1"
 python -m venv "$work/venv"
 "$work/venv/bin/python" -m pip install -q torch==2.13.0
 "$work/venv/bin/python" -m pip install -q "$wheel[test]"
+echo "wheel_check: wheel built, checked and installed with its test extra in ${SECONDS}s"
 
 # PATH without a C compiler: every tool of the current PATH but the compilers
 nocc="$work/bin"
@@ -105,4 +106,6 @@ PY
 shared="$here/../shared"
 [[ -d "$shared/workloads" ]] && export UVM_SCHED_SHARED="$shared"
 export UVM_SCHED_TEST_INSTALLED="$site"
+start=$SECONDS
 python -m pytest -q -p no:cacheprovider "$@"
+echo "wheel_check: tests against the wheel in $((SECONDS - start))s"
