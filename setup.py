@@ -45,11 +45,12 @@ setup(
             "uvm_sched._native._uvm_sched",
             sources=[f"uvm_sched/_native/{s}" for s in SOURCES],
             depends=["uvm_sched/_native/uvm_sched.h", "uvm_sched/_native/internal.h",
-                     "uvm_sched/_native/pool.h"],
+                     "uvm_sched/_native/pool.h", "uvm_sched/_native/glibc_compat.h"],
             extra_compile_args=["-Wall", "-Wextra", "-Werror", "-O2", "-std=c11", "-pthread",
                                 "-fvisibility=hidden"],
-            extra_link_args=["-pthread"],
-            libraries=["dl"],
+            # libdl.so.2 by name and kept (--no-as-needed): on glibc < 2.34 it holds the
+            # dlopen@GLIBC_2.2.5 that glibc_compat.h binds to (libc holds it from 2.34 on)
+            extra_link_args=["-pthread", "-Wl,--no-as-needed", "-l:libdl.so.2"],
         ),
         # the library PyTorch's CUDAPluggableAllocator loads: turns a refused allocation
         # into a C++ exception (torch checks no NULL); see torch_shim.cpp

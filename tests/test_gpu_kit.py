@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, skip_without_compiler
 
 
 @pytest.fixture(scope="module")
@@ -101,13 +101,11 @@ def test_without_a_fake_driver_the_library_step_runs_on_the_host_backend_and_say
 
 def test_a_fresh_clone_compiles_the_fake_driver_into_the_output(tmp_path, monkeypatch):
     sys.path.insert(0, str(REPO / "scripts"))
-    import os
     import shutil
 
     import gpu_check
 
-    if shutil.which(os.environ.get("CC", "cc")) is None:
-        pytest.skip("no C compiler on PATH (the installed-wheel run has none)")
+    skip_without_compiler("CC", "cc")
     clone = tmp_path / "clone"
     (clone / "tests" / "native").mkdir(parents=True)
     shutil.copy(REPO / "tests" / "native" / "fake_cuda.c", clone / "tests" / "native")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import shutil
 import subprocess
 import sys
 import types
@@ -16,6 +15,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "native"))
 import fakecuda  # noqa: E402
+from conftest import skip_without_compiler  # noqa: E402
 
 import uvm_sched  # noqa: E402
 from uvm_sched import native  # noqa: E402
@@ -27,9 +27,7 @@ HERE = Path(__file__).resolve().parent
 
 @pytest.fixture(scope="module")
 def shim_check(tmp_path_factory):
-    cxx = os.environ.get("CXX", "g++")
-    if shutil.which(cxx) is None:
-        pytest.skip(f"no C++ compiler ({cxx}) for the torch-side check")
+    cxx = skip_without_compiler("CXX", "g++")
     exe = tmp_path_factory.mktemp("shim") / "torch_shim_check"
     subprocess.run([cxx, "-std=c++17", "-Wall", "-Werror", "-o", str(exe),
                     str(HERE / "native" / "torch_shim_check.cpp"), "-ldl"], check=True)

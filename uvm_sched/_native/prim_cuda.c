@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "glibc_compat.h"
 #include "internal.h"
 
 /* The few driver types we need, with the layout of cuda.h. */
