@@ -142,7 +142,9 @@ def _random_plans(draw, trace):
     return Plan(pd.DataFrame(rows), meta)
 
 
-@settings(_SETTINGS, max_examples=40)
+# derandomized: the draws are the same every run, so the paths the next test checks they
+# reached do not depend on the luck of one run (a random run once missed one)
+@settings(_SETTINGS, max_examples=80, derandomize=True)
 @given(data=st.data(), layers=st.integers(1, 4), pct=st.integers(30, 100), opts=_OPTS,
        batch=st.sampled_from([4, 512]))
 def test_compiled_loop_carries_out_random_plans_of_every_action_as_the_reference(
