@@ -194,7 +194,8 @@ def _slope(xs, ys) -> float:
     return num / den if den else float("nan")
 
 
-def main() -> None:
+def _parser() -> argparse.ArgumentParser:
+    """The flags (the hidden ones run one size, or the profile, in a fresh process)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="10000,30000,100000,300000,1000000")
     ap.add_argument("--reference-max", type=int, default=1_000_000,
@@ -211,14 +212,11 @@ def main() -> None:
     ap.add_argument("--profile-one", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--ref", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--sim-ref", action="store_true", help=argparse.SUPPRESS)
-    a = ap.parse_args()
-    if a.one:
-        print(json.dumps(one(a.one, a.hw, a.budget, not a.no_sim, a.ref, a.sim_ref,
-                             not a.no_lp)))
-        return
-    if a.profile_one:
-        print(json.dumps(profile_sim(a.profile_one, a.hw, a.budget)))
-        return
+    return ap
+
+
+def _run_sizes(a: argparse.Namespace) -> list[dict]:
+    """One row per size of ``a.sizes``, each measured by ``one`` in a fresh process."""
     rows = []
     for n in [int(x) for x in a.sizes.split(",")]:
         cmd = [sys.executable, __file__, "--one", str(n), "--hw", a.hw, "--budget", a.budget] \
@@ -232,6 +230,11 @@ def main() -> None:
         r = json.loads(out.stdout.strip().splitlines()[-1])
         rows.append(r)
         print(json.dumps(r), file=sys.stderr)
+    return rows
+
+
+def _columns(rows: list[dict]) -> list[tuple[str, str]]:
+    """(row key, heading) of the stages timed in ``rows``."""
     cols = [("build_s", "build"), ("save_s", "parquet save"), ("load_s", "parquet load"),
             ("analyze_s", "analyze"), ("plan_s", "plan"), ("plan_reference_s",
                                                            "plan (reference sweep)"),
@@ -242,6 +245,12 @@ def main() -> None:
             ("sim_plan_s", "simulate plan"),
             ("sim_plan_reference_s", "simulate plan (reference loop)"), ("lp_s", "LP bound")]
     cols = [c for c in cols if any(c[0] in r for r in rows)]
+    return cols
+
+
+def _stage_table(a: argparse.Namespace, rows: list[dict],
+                 cols: list[tuple[str, str]]) -> list[str]:
+    """The page's head and its table of seconds per stage."""
     lines = [f"# Scale: LLM-shaped traces ({a.hw}, budget {a.budget})", "",
              "Command: `python benchmarks/bench_scale.py --sizes " + a.sizes
              + (" --no-sim" if a.no_sim else "") + f" --reference-max {a.reference_max}"
@@ -265,6 +274,13 @@ def main() -> None:
         lines.append(f"| {r['events']:,} | {r['name']} | " + " | ".join(cells)
                      + f" | {r.get('identical_plan', '')} | {r['peak_rss_bytes'] / 2**20:.0f}"
                      f" | {(r['peak_rss_bytes'] - r['base_rss_bytes']) / r['events']:.0f} |")
+    return lines
+
+
+def _sim_table(rows: list[dict]) -> list[str]:
+    """The simulated iterations per policy, the compiled loop's agreement and the LP bound
+    (nothing when the simulator was left out)."""
+    lines: list[str] = []
     if any("sim_demand_iteration_s" in r for r in rows):
         lines += ["", "Simulated iteration (s) per policy, whether the compiled loop ran and gave "
                   "the plain-Python loop's result in every field (`same`), and the LP bound: "
@@ -288,6 +304,12 @@ def main() -> None:
                 + (f"{r['fast_bound_s']:.4f} | {r.get('lp_ticks_per_slot')} | "
                    f"{r.get('lp_classes')} / {r.get('lp_blocks')} | {r['plan_gap']:.2f} |"
                    if "plan_gap" in r else " | | | |"))
+    return lines
+
+
+def _growth(rows: list[dict], cols: list[tuple[str, str]]) -> list[str]:
+    """Each stage's log-log growth exponent from ~100k events up (nothing below two sizes)."""
+    lines: list[str] = []
     big = [r for r in rows if r["events"] >= 90_000]
     if len(big) >= 2:
         lines += ["", "Growth exponent (log-log slope from ~100k events up):", ""]
@@ -297,6 +319,12 @@ def main() -> None:
             if len(pts) >= 2:
                 x, w, c = zip(*pts)
                 lines.append(f"- {h}: {_slope(x, c):.2f} CPU, {_slope(x, w):.2f} wall")
+    return lines
+
+
+def _targets(rows: list[dict]) -> list[str]:
+    """The targets, met or not, at the largest size."""
+    lines: list[str] = []
     top = max(rows, key=lambda r: r["events"])
     per = 1e5 / top["events"]
     lines += ["", f"At {top['events']:,} events (targets from issue 24):", ""]
@@ -315,6 +343,12 @@ def main() -> None:
     for what, v, lim, unit in checks:
         lines.append(f"- {what}: {v:.2f} {unit} (target <= {lim:g} {unit}): "
                      f"{'met' if v <= lim else 'NOT met, ' + format(v / lim, '.1f') + 'x over'}")
+    return lines
+
+
+def _profile(a: argparse.Namespace) -> list[str]:
+    """Where the simulator's time goes, profiled in a fresh process (nothing when off)."""
+    lines: list[str] = []
     if a.profile_sim and not a.no_sim:
         cmd = [sys.executable, __file__, "--profile-one", str(a.profile_sim), "--hw", a.hw,
                "--budget", a.budget]
@@ -329,6 +363,11 @@ def main() -> None:
             lines += [f"| `{x['function']}` | {x['calls']:,} | {x['own_s']:.2f} | "
                       f"{x['cum_s']:.2f} |" for x in d["rows"]]
             lines.append("")
+    return lines
+
+
+def _write(lines: list[str], rows: list[dict]) -> None:
+    """Prints the page and writes it (scale.md) and the rows (scale.json) to ``OUT``."""
     prov = _provenance()
     lines += ["", f"Run {prov['date']}, commit `{prov['commit']}`, {prov['machine']['platform']}, "
               f"{prov['machine']['cpu_count']} CPUs; command `{prov['command']}`."]
@@ -337,6 +376,22 @@ def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "scale.md").write_text(text)
     (OUT / "scale.json").write_text(json.dumps({"provenance": prov, "rows": rows}, indent=1))
+
+
+def main() -> None:
+    a = _parser().parse_args()
+    if a.one:
+        print(json.dumps(one(a.one, a.hw, a.budget, not a.no_sim, a.ref, a.sim_ref,
+                             not a.no_lp)))
+        return
+    if a.profile_one:
+        print(json.dumps(profile_sim(a.profile_one, a.hw, a.budget)))
+        return
+    rows = _run_sizes(a)
+    cols = _columns(rows)
+    lines = _stage_table(a, rows, cols) + _sim_table(rows) + _growth(rows, cols)
+    lines += _targets(rows) + _profile(a)
+    _write(lines, rows)
 
 
 if __name__ == "__main__":

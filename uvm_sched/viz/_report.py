@@ -553,54 +553,43 @@ def report(trace: Trace, *, plan: Any = None, results: Any = None, title: str | 
     if plotly not in PLOTLY_MODES:
         raise ValueError(f"plotly must be one of {', '.join(PLOTLY_MODES)}, not {plotly!r}")
     _backend("plotly")
-    from plotly import offline  # not `import plotly.offline`: it would rebind `plotly`
-    from plotly.io.json import to_json_plotly
-
-    if plotly == "inline":
-        plotly_js = f'<script type="text/javascript">{offline.get_plotlyjs()}</script>'
-    elif plotly == "file":
-        plotly_js = f'<script src="{plotly_js_name()}" charset="utf-8"></script>'
-    else:  # the version this plotly writes figures for
-        plotly_js = ('<script src="https://cdn.plot.ly/plotly-'
-                     f'{offline.get_plotlyjs_version()}.min.js" charset="utf-8"></script>')
-
+    plotly_js = _plotly_script(plotly)
     sims, frames = _split_results(results)
     pat, why = _data.get_pattern(trace, pattern)
-    pat_arg = pat if pat is not None else None
     main = _primary(sims)
     budget = plan.meta["budget_bytes"] if plan is not None else None
-    name = trace_name(trace)
-    page_title = title or f"uvm_sched report: {name}"
     clock = _Clock(trace)
-    x_range = (0.0, clock.total_ms)
+    top = _top(trace, sims, frames, main, budget, clock)
+    figs = _Figures(clock)
+    kw = {"pattern": pat} if pat is not None else {}
+    _draw(figs, trace, plan, sims, frames, main, budget, kw, max_blocks, max_points)
+    head_meta = _trace_summary(trace)
+    if plan is not None:
+        head_meta += "<br>" + _plan_summary(plan)
+    if why:
+        head_meta += "<br>" + html.escape(why)
+    return _page(title or f"uvm_sched report: {trace_name(trace)}", plotly_js, head_meta,
+                 top, figs)
 
+
+def _plotly_script(plotly: str) -> str:
+    """The page's ``<script>`` that provides plotly.js in mode ``plotly`` (see ``report``)."""
+    from plotly import offline  # not `import plotly.offline`: it would rebind `plotly`
+
+    if plotly == "inline":
+        return f'<script type="text/javascript">{offline.get_plotlyjs()}</script>'
+    if plotly == "file":
+        return f'<script src="{plotly_js_name()}" charset="utf-8"></script>'
+    # the version this plotly writes figures for
+    return ('<script src="https://cdn.plot.ly/plotly-'
+            f'{offline.get_plotlyjs_version()}.min.js" charset="utf-8"></script>')
+
+
+def _top(trace: Trace, sims: list, frames: list, main: Any, budget: Any,
+         clock: "_Clock") -> list[str]:
+    """The page's blocks above the figures: the verdict, the results and policy tables (or
+    a note that no results were given), and what the shared time axis means."""
     top: list[str] = []
-    sections: list[str] = []
-    embeds: list[str] = []
-    templates: list[Any] = []
-
-    def add(heading: str, fig, target: str, note: str = "") -> None:
-        sections.append(f"<h2>{html.escape(heading)}</h2>"
-                        + (f'<p class="note">{html.escape(note)}</p>' if note else "")
-                        + f'<div id="{target}" class="fig"></div>')
-        embed, template = _embed(fig, target)
-        embeds.append(embed)
-        templates.append(template)
-
-    def timed(fig, kind: str, result=None):
-        if not clock.ok:
-            return fig
-        if kind == "copies":
-            _retime_copies(fig, clock, result)
-        elif kind == "stalls":
-            _retime_stalls(fig, clock)
-        else:
-            _retime_ticks(fig, clock, kind)
-            if kind == "memory":
-                _one_hover_box(fig, next((tr for tr in fig.data if tr.stackgroup), None))
-        _axes(fig, clock, x_range)
-        return fig
-
     if sims:
         top.append(_verdict(trace, sims, main, budget))
         top.append("<h2>Results</h2>" + _results_table(sims))
@@ -619,8 +608,50 @@ def report(trace: Trace, *, plan: Any = None, results: Any = None, title: str | 
     else:
         top.append('<p class="note">Some ticks of this trace have no device time, so the '
                    "figures' x axes are in ticks (one kernel each).</p>")
+    return top
 
-    kw = {"pattern": pat_arg} if pat_arg is not None else {}
+
+class _Figures:
+    """The page's figures in order: each one's heading and ``<div>``, its embedding script
+    and its plotly template, all on the trace's one time axis (``clock``)."""
+
+    def __init__(self, clock: "_Clock") -> None:
+        self.clock = clock
+        self.x_range = (0.0, clock.total_ms)
+        self.sections: list[str] = []
+        self.embeds: list[str] = []
+        self.templates: list[Any] = []
+
+    def add(self, heading: str, fig, target: str, note: str = "") -> None:
+        self.sections.append(f"<h2>{html.escape(heading)}</h2>"
+                             + (f'<p class="note">{html.escape(note)}</p>' if note else "")
+                             + f'<div id="{target}" class="fig"></div>')
+        embed, template = _embed(fig, target)
+        self.embeds.append(embed)
+        self.templates.append(template)
+
+    def timed(self, fig, kind: str, result=None):
+        """``fig`` moved from ticks onto the ms axis (when the trace has device times)."""
+        clock = self.clock
+        if not clock.ok:
+            return fig
+        if kind == "copies":
+            _retime_copies(fig, clock, result)
+        elif kind == "stalls":
+            _retime_stalls(fig, clock)
+        else:
+            _retime_ticks(fig, clock, kind)
+            if kind == "memory":
+                _one_hover_box(fig, next((tr for tr in fig.data if tr.stackgroup), None))
+        _axes(fig, clock, self.x_range)
+        return fig
+
+
+def _draw(figs: _Figures, trace: Trace, plan: Any, sims: list, frames: list, main: Any,
+          budget: Any, kw: dict, max_blocks: int, max_points: int) -> None:
+    """Adds the report's figures to ``figs``: memory, lifetimes, then copy engines and
+    stalls of ``main`` and of ``demand``, then a frontier per ``compare`` frame."""
+    add, timed = figs.add, figs.timed
     add("Memory in use",
         timed(memory_timeline(trace, result=main, budget=budget, max_points=max_points, **kw),
               "memory"), "fig-memory",
@@ -640,11 +671,12 @@ def report(trace: Trace, *, plan: Any = None, results: Any = None, title: str | 
         if {"policy", "budget_pct", "slowdown"} <= set(df.columns):
             add("Savings / slowdown frontier", frontier(df), f"fig-frontier-{j}")
 
-    head_meta = _trace_summary(trace)
-    if plan is not None:
-        head_meta += "<br>" + _plan_summary(plan)
-    if why:
-        head_meta += "<br>" + html.escape(why)
+
+def _page(page_title: str, plotly_js: str, head_meta: str, top: list[str],
+          figs: _Figures) -> str:
+    """The HTML page: head, the blocks above the figures, the figures and their scripts."""
+    from plotly.io.json import to_json_plotly
+
     from .. import __version__
 
     return (
@@ -652,11 +684,11 @@ def report(trace: Trace, *, plan: Any = None, results: Any = None, title: str | 
         f"<title>{html.escape(page_title)}</title><style>{_CSS}</style>"
         f"{plotly_js}</head>\n<body>"
         f"<h1>{html.escape(page_title)}</h1><p class=\"meta\">{head_meta}</p>\n"
-        + "\n".join(top + sections)
+        + "\n".join(top + figs.sections)
         + f'\n<p class="note">Made by uvm_sched {html.escape(__version__)}. Simulated figures come '
           "from the simulator's hardware model, not from a GPU run.</p>\n"
-        + "\n".join(embeds)
+        + "\n".join(figs.embeds)
         + '\n<script type="application/json" id="uvm-template">'
-        + _script_json(to_json_plotly(templates[0] if templates else {})) + "</script>"
+        + _script_json(to_json_plotly(figs.templates[0] if figs.templates else {})) + "</script>"
         + f"\n<script>{_LOADER}</script>\n</body></html>\n"
     )
