@@ -1,11 +1,10 @@
 """The command line's layout: every command in the registry with its own module, flags and
-parser; the frontier computed once (in ``uvm_sched.sim``) for the table and the figure; and
-the size rule (no file over 700 lines, no function over 120) checked from the source's AST.
+parser; and the frontier computed once (in ``uvm_sched.sim``) for the table and the figure
+(the size rule for the whole package is ``test_code_size.py``).
 """
 from __future__ import annotations
 
 import argparse
-import ast
 import importlib
 import json
 import math
@@ -17,51 +16,6 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 COMMANDS = ["demo", "record", "analyze", "plan", "simulate", "compare", "report", "export"]
-
-# -- the size rule ----------------------------------------------------------------------------
-MAX_FILE_LINES = 700
-MAX_FUNCTION_LINES = 120
-# the folders held to the size rule (relative to the repository); the rule is meant for the
-# whole package, so widening it is one more entry here
-SIZE_CHECKED = ["uvm_sched/cli"]
-
-
-def oversized(folder: Path, base: Path = REPO) -> list[str]:
-    """Every ``.py`` file under ``folder`` over MAX_FILE_LINES lines and every function or
-    method over MAX_FUNCTION_LINES (its ``def`` line to its last line, decorators left out),
-    as 'path: N lines' / 'path:LINE name(): N lines' with paths relative to ``base``."""
-    found = []
-    for path in sorted(folder.rglob("*.py")):
-        text = path.read_text(encoding="utf-8")
-        rel = path.relative_to(base).as_posix()
-        n = len(text.splitlines())
-        if n > MAX_FILE_LINES:
-            found.append(f"{rel}: {n} lines")
-        for node in ast.walk(ast.parse(text, filename=str(path))):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                length = (node.end_lineno or node.lineno) - node.lineno + 1
-                if length > MAX_FUNCTION_LINES:
-                    found.append(f"{rel}:{node.lineno} {node.name}(): {length} lines")
-    return found
-
-
-@pytest.mark.parametrize("folder", SIZE_CHECKED)
-def test_no_file_over_700_lines_and_no_function_over_120(folder):
-    root = REPO / folder
-    assert any(root.rglob("*.py")), f"{folder} holds no Python file: the check would pass empty"
-    assert oversized(root) == []
-
-
-def test_the_size_check_finds_a_long_method_and_a_long_file(tmp_path):
-    body = "\n".join(f"        x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
-    (tmp_path / "long.py").write_text(f"class C:\n    def long(self):\n{body}\n",
-                                      encoding="utf-8")
-    (tmp_path / "ok.py").write_text("def short():\n    return 1\n" + "#\n" * 10,
-                                    encoding="utf-8")
-    (tmp_path / "big.py").write_text("#\n" * (MAX_FILE_LINES + 1), encoding="utf-8")
-    assert oversized(tmp_path, base=tmp_path) == [
-        f"big.py: {MAX_FILE_LINES + 1} lines", f"long.py:2 long(): {MAX_FUNCTION_LINES + 1} lines"]
-
 
 # -- the registry -----------------------------------------------------------------------------
 def test_registry_lists_every_command_in_help_order():

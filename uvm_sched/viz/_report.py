@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import base64
 import html
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Callable
