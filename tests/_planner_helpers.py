@@ -132,6 +132,32 @@ def training_trace(iters: int = 4, layers: int = 6, act: int = 8 << 20, weight: 
     return tb.build()
 
 
+def tiny_trace(path, unit: int = 1024):
+    """A hand-made 3-iteration trace saved to ``path`` (no recorder needed): one persistent
+    block of 4 ``unit`` bytes, and per iteration an activation of 8 units freed mid-way and
+    one of 16 freed at its end, with MARKs and accesses. Returns ``path``."""
+    from uvm_sched.trace import TraceBuilder
+
+    b = TraceBuilder(source="test", name="tiny")
+    w = b.alloc(4 * unit)
+    for _ in range(3):
+        b.mark()
+        x = b.alloc(8 * unit)
+        b.access(w)
+        b.access(x)
+        b.next_tick(1000.0)
+        y = b.alloc(16 * unit)
+        b.access(x)
+        b.access(y)
+        b.free(x)
+        b.next_tick(2000.0)
+        b.access(y)
+        b.free(y)
+        b.next_tick(500.0)
+    b.build().save(path)
+    return path
+
+
 def host_backend():
     """A fresh native allocator on the host backend for one test (skips where the library
     is not built), torn down (plan disarmed, blocks dropped) after it. Use as a fixture:

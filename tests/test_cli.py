@@ -82,27 +82,9 @@ def cli_tmp(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_trace(cli_tmp) -> Path:
     """A hand-made 3-iteration trace (no recorder needed) for the input-error paths."""
-    from uvm_sched.trace import TraceBuilder
+    from _planner_helpers import tiny_trace as write_tiny
 
-    b = TraceBuilder(source="test", name="tiny")
-    w = b.alloc(4096)
-    for _ in range(3):
-        b.mark()
-        x = b.alloc(8192)
-        b.access(w)
-        b.access(x)
-        b.next_tick(1000.0)
-        y = b.alloc(16384)
-        b.access(x)
-        b.access(y)
-        b.free(x)
-        b.next_tick(2000.0)
-        b.access(y)
-        b.free(y)
-        b.next_tick(500.0)
-    path = cli_tmp / "tiny.parquet"
-    b.build().save(path)
-    return path
+    return write_tiny(cli_tmp / "tiny.parquet")
 
 
 @pytest.fixture(scope="session")

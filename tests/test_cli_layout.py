@@ -88,27 +88,9 @@ def test_frontier_needs_the_compare_columns():
 
 @pytest.fixture()
 def tiny_trace(tmp_path) -> Path:
-    from uvm_sched.trace import TraceBuilder
+    from _planner_helpers import tiny_trace as write_tiny
 
-    b = TraceBuilder(source="test", name="tiny")
-    w = b.alloc(4 << 20)
-    for _ in range(3):
-        b.mark()
-        x = b.alloc(8 << 20)
-        b.access(w)
-        b.access(x)
-        b.next_tick(1000.0)
-        y = b.alloc(16 << 20)
-        b.access(x)
-        b.access(y)
-        b.free(x)
-        b.next_tick(2000.0)
-        b.access(y)
-        b.free(y)
-        b.next_tick(500.0)
-    path = tmp_path / "tiny.parquet"
-    b.build().save(path)
-    return path
+    return write_tiny(tmp_path / "tiny.parquet", unit=1 << 20)
 
 
 def test_compare_prints_and_plots_the_frontier_of_one_function(tiny_trace, tmp_path,

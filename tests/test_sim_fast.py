@@ -79,6 +79,17 @@ _SETTINGS = settings(max_examples=12, deadline=None,
                                             HealthCheck.function_scoped_fixture])
 
 
+def _check_policy(trace, pol, pct, opts, monkeypatch) -> None:
+    """Both loops on ``trace`` under policy ``pol`` at ``pct``% of peak give one result."""
+    try:
+        policy = _policy(trace, pol, pct)
+    except (BudgetError, ValueError):
+        return  # a budget no plan can meet is refused by the planner (not the loop's case)
+    out = _both(trace, policy, f"{pct}%", monkeypatch, **opts)
+    if out:
+        _assert_identical(*out)
+
+
 @_SETTINGS
 @given(layers=st.integers(1, 4), mb=st.integers(1, 3), iters=st.integers(2, 3),
        hidden=st.sampled_from([64, 256, 1024]), pct=st.integers(20, 100), pol=_POLICIES,
@@ -87,13 +98,7 @@ def test_compiled_loop_simulates_llm_traces_as_the_reference(layers, mb, iters, 
                                                              pol, opts, monkeypatch):
     trace = llm_trace(layers=layers, micro_batches=mb, iters=iters, hidden=hidden, seq=64,
                       vocab=4 * hidden)
-    try:
-        policy = _policy(trace, pol, pct)
-    except (BudgetError, ValueError):
-        return  # a budget no plan can meet is refused by the planner (not the loop's case)
-    out = _both(trace, policy, f"{pct}%", monkeypatch, **opts)
-    if out:
-        _assert_identical(*out)
+    _check_policy(trace, pol, pct, opts, monkeypatch)
 
 
 @_SETTINGS
@@ -102,13 +107,7 @@ def test_compiled_loop_simulates_llm_traces_as_the_reference(layers, mb, iters, 
 def test_compiled_loop_simulates_mlp_traces_with_accesses_as_the_reference(
         layers, iters, batch, pct, pol, opts, markers, monkeypatch):
     trace = training_trace(layers=layers, iters=iters, batch=batch, markers=markers)
-    try:
-        policy = _policy(trace, pol, pct)
-    except (BudgetError, ValueError):
-        return  # a budget no plan can meet is refused by the planner (not the loop's case)
-    out = _both(trace, policy, f"{pct}%", monkeypatch, **opts)
-    if out:
-        _assert_identical(*out)
+    _check_policy(trace, pol, pct, opts, monkeypatch)
 
 
 @st.composite
