@@ -1,4 +1,5 @@
-"""Shipped hardware profiles: every number has a source; the G10 profile is the artifact's."""
+"""Shipped hardware profiles: every number has a source and a plausible range; the G10
+profile is the artifact's."""
 from __future__ import annotations
 
 import dataclasses
@@ -19,9 +20,13 @@ def test_all_contract_profiles_are_shipped():
 def test_every_number_has_a_source_and_sane_ordering(name):
     p = load_profile(name)
     numeric = [f.name for f in dataclasses.fields(HardwareProfile)
-               if f.name not in ("name", "description", "sources")]
+               if f.name not in ("name", "description", "sources", "ranges")]
     for f in numeric:
         assert p.sources.get(f, "").strip(), f"{name}: {f} has no source"
+        lo, hi = p.ranges[f]
+        assert lo <= getattr(p, f) <= hi, f"{name}: {f} outside its range"
+        if lo < hi:  # an uncertain constant is measured (with its setting) or assumed
+            assert p.sources[f].startswith(("measured:", "assumed:")), (name, f)
     # fault-driven migration is never faster than a planned copy
     assert p.h2d_fault_Bps <= p.h2d_prefetch_Bps
     assert p.va_block_bytes == 2 * 1024 * 1024

@@ -1,8 +1,13 @@
 """Hardware profiles: the numbers the simulator and planner use for one GPU and its link.
 
 A profile is a TOML file in ``uvm_sched/hw/profiles/`` (or any path). Every number is a
-table ``{value = ..., source = "..."}``: the source names the paper, vendor document or
-our own measurement, or says that it is an estimate and how it was chosen.
+table ``{value = ..., source = "...", low = ..., high = ...}``: the source names the public
+measurement (with its setting) or vendor document it comes from, or begins ``assumed:`` and
+says how it was chosen; ``low``/``high`` (same unit as ``value``) are its plausible range --
+for a measured constant the measurement spread, for an assumed one the span of what is
+published or physically possible. Figures are reported across that range
+(``benchmarks/bench_sensitivity.py``), because until a GPU measures a constant, the range is
+what we know about it.
 """
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ else:  # pragma: no cover
 __all__ = ["HardwareProfile", "load_profile", "profile_names", "ProfileError"]
 
 _DIR = Path(__file__).with_name("profiles")
+_TEXT = ("name", "description", "sources", "ranges")
 
 
 class ProfileError(Error, ValueError):
@@ -51,8 +57,11 @@ class HardwareProfile:
     fault_batch_bytes: int  # bytes migrated per fault batch (a VA-block's worth at most)
     page_bytes: int  # migration granule of the fault path
     va_block_bytes: int  # the driver's VA block (eviction/prefetch unit), 2 MiB
-    copy_engines: int  # independent copy engines usable each way (full duplex link)
+    copy_engines: int  # independent copy engines usable each way
+    duplex_Bps: float  # aggregate bytes/s over both directions while both copy at once
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False)
+    # field -> (low, high), same unit as the value; a field left out has (value, value)
+    ranges: Mapping[str, tuple] = dataclasses.field(default_factory=dict, compare=False)
 
     def transfer_s(self, nbytes: int, direction: str = "h2d", *, fault: bool = False) -> float:
         """Seconds to move ``nbytes`` over the link (``direction`` ``h2d``/``d2h``)."""
@@ -86,11 +95,37 @@ class HardwareProfile:
                 raise ProfileError(f"calibration names unknown profile field {k!r}")
             changes[k] = type(getattr(self, k))(v)
             sources[k] = f"measured: {src} {date}".strip()
-        out = dataclasses.replace(self, **changes, sources=sources)
+        ranges = dict(self.ranges)
+        for k, v in changes.items():  # a measurement outside the range widens it
+            lo, hi = ranges.get(k, (v, v))
+            ranges[k] = (min(lo, v), max(hi, v))
+        out = dataclasses.replace(self, **changes, sources=sources, ranges=ranges)
         out._check()
         return out
 
+    def uncertain(self) -> list[str]:
+        """Names of the numeric fields whose plausible range is wider than one value."""
+        return [k for k, (lo, hi) in self.ranges.items() if lo < hi]
+
+    def with_value(self, key: str, value: float) -> "HardwareProfile":
+        """A copy with field ``key`` set to ``value`` (unit of the field), which must lie
+        in the field's plausible range ``ranges[key]``; the source says so."""
+        if key not in self.ranges:
+            raise ProfileError(f"profile {self.name}: no numeric field {key!r}; fields: "
+                               f"{', '.join(sorted(self.ranges))}")
+        lo, hi = self.ranges[key]
+        if not lo <= value <= hi:
+            raise ProfileError(f"profile {self.name}: {key} = {value!r} is outside its "
+                               f"plausible range [{lo!r}, {hi!r}]; use recalibrated() for a "
+                               f"measured value")
+        v = type(getattr(self, key))(value)
+        sources = {**self.sources, key: f"varied within its range: {value!r}"}
+        return dataclasses.replace(self, **{key: v}, sources=sources)
+
     def __post_init__(self) -> None:
+        full = {f.name: self.ranges.get(f.name, (getattr(self, f.name),) * 2)
+                for f in dataclasses.fields(self) if f.name not in _TEXT}
+        object.__setattr__(self, "ranges", full)
         self._check()  # a profile built by hand is checked as one read from a file
 
     def _check(self) -> None:
@@ -100,7 +135,7 @@ class HardwareProfile:
                 if not isinstance(v, str):
                     raise ProfileError(f"profile {v!r}: {f.name} must be a string")
                 continue
-            if f.name == "sources":
+            if f.name in ("sources", "ranges"):
                 continue
             want_int = f.type in ("int", int)
             if isinstance(v, bool) or not isinstance(v, int if want_int else (int, float)):
@@ -109,6 +144,11 @@ class HardwareProfile:
             if not (v > 0 and math.isfinite(v)):
                 raise ProfileError(f"profile {self.name}: {f.name} must be > 0 and finite, "
                                    f"got {v!r}")
+        for k, (lo, hi) in self.ranges.items():
+            if not (isinstance(lo, (int, float)) and isinstance(hi, (int, float))
+                    and 0 < lo <= hi and math.isfinite(hi)):
+                raise ProfileError(f"profile {self.name}: {k} range must be 0 < low <= high "
+                                   f"(finite numbers), got low={lo!r}, high={hi!r}")
         if self.va_block_bytes % self.page_bytes:
             raise ProfileError(
                 f"profile {self.name}: va_block_bytes {self.va_block_bytes:,} is not a multiple "
@@ -141,32 +181,36 @@ def load_profile(name_or_path: "str | Path | HardwareProfile") -> HardwareProfil
         raise ProfileError(f"{p}: cannot read hardware profile ({e})") from None
     except UnicodeDecodeError:
         raise ProfileError(f"{p}: not a hardware profile (binary, not UTF-8 TOML text)") from None
-    values: dict[str, Any] = {}
+    typed: dict[str, Any] = {}
     sources: dict[str, str] = {}
+    ranges: dict[str, tuple] = {}
     for f in dataclasses.fields(HardwareProfile):
-        if f.name == "sources":
+        if f.name in ("sources", "ranges"):
             continue
         if f.name not in raw:
             raise ProfileError(f"{p}: profile lacks {f.name!r}")
         entry = raw[f.name]
-        if isinstance(entry, dict):
-            if "value" not in entry or not entry.get("source"):
-                raise ProfileError(f"{p}: {f.name} needs both 'value' and 'source'")
-            values[f.name], sources[f.name] = entry["value"], entry["source"]
-        elif f.name in ("name", "description"):
-            values[f.name] = entry
-        else:
-            raise ProfileError(f"{p}: {f.name} must be {{value = ..., source = \"...\"}}")
-    typed = {}
-    for f in dataclasses.fields(HardwareProfile):
-        if f.name == "sources":
+        if f.name in ("name", "description") and not isinstance(entry, dict):
+            typed[f.name] = entry
             continue
-        v = values[f.name]
-        if f.type in ("int", int, "float", float):
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                raise ProfileError(f"{p}: {f.name} value is {v!r}, expected a finite number")
-            if f.type in ("int", int) and v != int(v):
-                raise ProfileError(f"{p}: {f.name} value is {v!r}, expected a whole number")
-            v = int(v) if f.type in ("int", int) else float(v)
-        typed[f.name] = v
-    return HardwareProfile(**typed, sources=sources)  # (checked by __post_init__)
+        if not isinstance(entry, dict) or set(entry) != {"value", "source", "low", "high"} \
+                or not str(entry["source"]).strip():
+            raise ProfileError(f"{p}: {f.name} must be {{value = ..., source = \"...\", "
+                               f"low = ..., high = ...}} (a non-empty source), got {entry!r}")
+        sources[f.name] = entry["source"]
+        v, lo, hi = (_number(p, f, entry[k], k) for k in ("value", "low", "high"))
+        if not lo <= v <= hi:
+            raise ProfileError(f"{p}: {f.name} needs low <= value <= high, got low={lo!r}, "
+                               f"value={v!r}, high={hi!r}")
+        typed[f.name], ranges[f.name] = v, (lo, hi)
+    return HardwareProfile(**typed, sources=sources, ranges=ranges)  # (checked by __post_init__)
+
+
+def _number(p: Path, f: dataclasses.Field, v: Any, key: str) -> "int | float":
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise ProfileError(f"{p}: {f.name} {key} is {v!r}, expected a finite number")
+    if f.type in ("int", int):
+        if v != int(v):
+            raise ProfileError(f"{p}: {f.name} {key} is {v!r}, expected a whole number")
+        return int(v)
+    return float(v)

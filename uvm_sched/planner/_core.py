@@ -168,6 +168,7 @@ class Problem:
     touch_count: np.ndarray  # (n,) touches per iteration where sampled, 0 where unknown
     h2d_Bps: float
     d2h_Bps: float
+    duplex_Bps: float = float("inf")  # both directions together (the link's duplex cap)
     overflow_ns_per_byte: float = 0.0  # what the driver pays per byte left over budget
     remote_min_excess: int = 0  # remote fallback only when the excess left is this large
     touch_guard_min: int = 0  # ticks: the narrowest guard around a sampled touch (noise)
@@ -192,7 +193,7 @@ class Schedule:
 
 
 class _Gap:
-    __slots__ = ("blk", "u1", "u2", "ke", "kp", "e_done", "p_start", "t_off", "t_on",
+    __slots__ = ("blk", "u1", "u2", "ke", "kp", "e_done", "p_start", "p_end", "t_off", "t_on",
                  "t_on_late", "kp_min", "kp_sel", "chosen", "level", "sibs", "dead", "bad")
 
     def __init__(self, blk, u1, u2, ke, dead, level=0, sibs=None):
@@ -200,7 +201,7 @@ class _Gap:
         self.level = level  # 0 = widest guard (safest); siblings are the same gap narrower
         self.sibs = sibs if sibs is not None else []
         self.kp = -1
-        self.e_done = self.p_start = 0.0
+        self.e_done = self.p_start = self.p_end = 0.0
         self.t_off = self.t_on = self.t_on_late = 0
         self.kp_min = ke + 1
         self.kp_sel = ke + 1  # the prefetch's issue point the selection assumed
@@ -222,6 +223,7 @@ class _Timeline:
     d2h: np.ndarray  # (n,) ns an eviction takes on the d2h engine (0: read-only, dropped)
     h2d: np.ndarray  # (n,) ns a prefetch takes on the h2d engine
     base: np.ndarray  # (T,) bytes resident at each tick without a plan
+    duplex_slow: float = 1.0  # a prefetch's rate while evictions run, over its own rate
 
     @property
     def T(self) -> int:
@@ -245,8 +247,10 @@ class _Timeline:
         base = np.zeros(T + 1, np.int64)
         np.add.at(base, p.live_from.astype(np.int64), size)
         np.add.at(base, p.live_to.astype(np.int64) + 1, -size)
+        # evictions are queued first and keep their rate (_engine.copy_end's rule)
+        slow = min(1.0, max(0.0, p.duplex_Bps - p.d2h_Bps) / p.h2d_Bps)
         return cls(p, budget, C, q, C[q + 1], size, d2h, size / p.h2d_Bps * 1e9,
-                   np.cumsum(base)[:T])
+                   np.cumsum(base)[:T], slow)
 
 
 def build_schedule(p: Problem, budget: int, *, guards=(4,), rounds: int = 6) -> Schedule:
@@ -525,7 +529,7 @@ def _prediction(tl: _Timeline, chosen: list[_Gap], remote: list[int], resident: 
                 candidates: int) -> dict[str, Any]:
     """Step 5 (Note [Prediction]): seconds and bytes, as ``meta["predicted"]`` holds them."""
     p, C, T, size, budget = tl.p, tl.C, tl.T, tl.size, tl.budget
-    late_ns = [max(0.0, g.p_start + tl.h2d[g.blk] - C[g.u2]) for g in chosen if not g.dead]
+    late_ns = [max(0.0, g.p_end - C[g.u2]) for g in chosen if not g.dead]
     over = np.maximum(resident - budget, 0)
     wait = _eviction_wait(chosen, resident, tl)
     return {
@@ -580,7 +584,7 @@ def _prefetch_stall(chosen, tl: _Timeline) -> float:
     for g in pf:
         issue_tick = int(np.searchsorted(C, tau[g.kp], side="right")) - 1
         start = max(tau[g.kp] + upto(issue_tick), free_at)
-        free_at = start + h2d[g.blk]
+        free_at = start + (g.p_end - g.p_start)  # its time on the queue (duplex cap included)
         need_at = C[g.u2] + upto(g.u2 - 1)
         if free_at > need_at:
             add(g.u2, free_at - need_at)

@@ -384,6 +384,7 @@ def _problem(pat, prof, samples: dict | None, remote_fallback: bool = False,
         live_from=live_from, live_to=live_to, alloc_event=ae, free_event=fe, uses=uses,
         wrap=wrap, busy_span=busy, end_lo=end_lo, end_hi=end_hi, dead_tail=dead_tail, read_only=read_only, remote_ok=remote_ok,
         remote_cost_ns=remote_cost, touch_count=touch_count, h2d_Bps=prof.h2d_prefetch_Bps, d2h_Bps=prof.d2h_prefetch_Bps,
+        duplex_Bps=prof.duplex_Bps,
         overflow_ns_per_byte=1e9 / prof.d2h_evict_Bps + 1e9 / prof.h2d_fault_Bps,
     )
     live = np.zeros(T + 1, np.int64)

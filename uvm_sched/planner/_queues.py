@@ -11,7 +11,7 @@ import numpy as np
 if TYPE_CHECKING:
     from ._core import _Timeline
 
-__all__ = ["segments", "timing", "cyclic_fifo"]
+__all__ = ["segments", "timing", "cyclic_fifo", "busy_intervals"]
 
 
 def segments(t_off: int, t_on: int, T: int) -> list[tuple[int, int]]:
@@ -65,7 +65,7 @@ def _earliest_with_room(resident, tl: _Timeline, sz: int, lo: int, hi: int, cap=
 
 
 def cyclic_fifo(issue: np.ndarray, dur: np.ndarray, after: np.ndarray, period: float,
-                 second: np.ndarray) -> np.ndarray:
+                 second: np.ndarray, busy=None) -> np.ndarray:
     """Start times of copies on one FIFO copy engine in the steady state of a periodic
     iteration. ``issue``: unrolled issue times (the second iteration's control points are
     ``period`` later), ``after``: unrolled times a copy may not start before (its block's
@@ -73,21 +73,64 @@ def cyclic_fifo(issue: np.ndarray, dur: np.ndarray, after: np.ndarray, period: f
     iteration issues all of them, so a copy of the second iteration shares the engine with
     the first iteration's copies at the same point of the iteration: the queue runs on
     in-iteration times, twice (the second pass starts with the backlog the first one left
-    over the iteration's end). Returns unrolled start times. O(G log G)."""
+    over the iteration's end). ``busy``: ``(starts, ends, slow)``, the other direction's
+    busy intervals (in-iteration ns, sorted, disjoint) during which a copy runs at
+    ``slow`` times its own rate (the link's duplex cap; ``_engine.copy_end``'s rule: the
+    copies placed first keep their times). Returns unrolled start times and the unrolled
+    end times. O(G log G) (plus the busy intervals a copy spans)."""
     shift = np.where(second, period, 0.0)
     r = issue - shift
     a = after - shift
     order = np.lexsort((np.arange(len(r)), r))
     start = np.zeros(len(r))
+    end = np.zeros(len(r))
     carry = 0.0
     for _ in range(2):
         free_at = carry
         for i in order.tolist():
             s0 = max(r[i], free_at, a[i])
             start[i] = s0
-            free_at = s0 + dur[i]
+            free_at = s0 + dur[i] if busy is None else _stretched_end(s0, dur[i], *busy)
+            end[i] = free_at
         carry = max(0.0, free_at - period)
-    return start + shift
+    return start + shift, end + shift
+
+
+def busy_intervals(start: np.ndarray, dur: np.ndarray, period: float):
+    """The merged busy intervals of one copy engine whose copies (in-iteration ``start``
+    ns, ``dur`` ns) repeat every ``period`` ns: this iteration's, the one before and the
+    one after (a copy queued past the iteration's end overlaps the next one's)."""
+    if not len(start):
+        return np.zeros(0), np.zeros(0)
+    s = np.concatenate([start - period, start, start + period])
+    e = s + np.concatenate([dur, dur, dur])
+    o = np.argsort(s, kind="stable")
+    s, e = s[o], np.maximum.accumulate(e[o])
+    new = np.concatenate([[True], s[1:] > e[:-1]])
+    last = np.concatenate([np.flatnonzero(new)[1:] - 1, [len(s) - 1]])
+    return s[new], e[last]
+
+
+def _stretched_end(s0: float, dur: float, bs: np.ndarray, be: np.ndarray,
+                   slow: float) -> float:
+    """End of a copy that starts at ``s0`` and takes ``dur`` ns alone, running at ``slow``
+    times its rate inside the intervals [bs, be) (0: it waits them out)."""
+    if slow >= 1.0:
+        return s0 + dur
+    k = int(np.searchsorted(be, s0, side="right"))
+    t, left = s0, dur
+    while left > 0.0:
+        if k >= len(bs) or t + left <= bs[k]:
+            return t + left
+        if t < bs[k]:  # full rate up to the next busy interval
+            left -= bs[k] - t
+            t = bs[k]
+        if slow > 0.0 and left <= slow * (be[k] - t):
+            return t + left / slow
+        left -= slow * (be[k] - t)
+        t = float(be[k])
+        k += 1
+    return t
 
 
 def _timing_once(chosen, tl: _Timeline):
@@ -95,21 +138,23 @@ def _timing_once(chosen, tl: _Timeline):
     scheduling, prefetches on the h2d queue, then the bytes saved per tick. Returns
     ``(saved, dropped)``: how many gaps it dropped."""
     C, q, tau, T, E = tl.C, tl.q, tl.tau, tl.T, tl.E
+    busy = None
     if chosen:
         ke = np.array([g.ke for g in chosen], np.int64)
-        st = cyclic_fifo(tau[ke], tl.d2h[[g.blk for g in chosen]], np.zeros(len(chosen)),
-                         C[T], ke >= E)
-        for g, s0 in zip(chosen, st.tolist()):
-            g.e_done = s0 + tl.d2h[g.blk]
+        dur = tl.d2h[[g.blk for g in chosen]]
+        st, en = cyclic_fifo(tau[ke], dur, np.zeros(len(chosen)), C[T], ke >= E)
+        for g, e in zip(chosen, en.tolist()):
+            g.e_done = e
+        busy = (*busy_intervals(st - np.where(ke >= E, C[T], 0.0), dur, C[T]), tl.duplex_slow)
     pf = [g for g in chosen if not g.dead]
     dropped = _prefetch_points(pf, tl, _resident_as_selected(chosen, tl))
     pf = [g for g in pf if g.chosen]
     if pf:
         kp = np.array([g.kp for g in pf], np.int64)
-        st = cyclic_fifo(tau[kp], tl.h2d[[g.blk for g in pf]],
-                         np.array([g.e_done for g in pf]), C[T], kp >= E)
-        for g, s0 in zip(pf, st.tolist()):
-            g.p_start = s0
+        st, en = cyclic_fifo(tau[kp], tl.h2d[[g.blk for g in pf]],
+                             np.array([g.e_done for g in pf]), C[T], kp >= E, busy)
+        for g, s0, e in zip(pf, st.tolist(), en.tolist()):
+            g.p_start, g.p_end = s0, e
             g.t_on = int(q[g.kp]) + 1
     saved = np.zeros(T + 1, np.int64)
     for g in chosen:

@@ -14,9 +14,9 @@ import numpy as np
 
 # CLAIMED, ERR, ERR_NEED and DISCARD are read by _fast through this module
 from ._fast_memory import (  # noqa: F401
-    ANY_REMOTE, ANY_RMOSTLY, BD2H, BH2D, C_FAULT, C_REMOTE, CLAIMED, DISCARD, ERR, ERR_NEED,
-    FAULTS, H2D_FREE, L_MIG, L_POP, L_RIN, L_ROUT, NF, NI, NOW, NTR, PEAK, PEND, PN, REC, TD2H,
-    TH2D, _act, _alloc, _claim, _free, _make_room, _push, _retire, _xfer, jit)
+    ANY_REMOTE, ANY_RMOSTLY, BD2H, BH2D, C_FAULT, C_REMOTE, CLAIMED, DISCARD, DUPLEX, ERR,
+    ERR_NEED, FAULTS, H2D_FREE, L_MIG, L_POP, L_RIN, L_ROUT, NF, NI, NOW, NTR, PEAK, PEND, PN,
+    REC, TD2H, TH2D, _act, _alloc, _claim, _free, _make_room, _push, _retire, _xfer, jit)
 
 __all__ = ["run", "plan_table"]
 
@@ -213,6 +213,7 @@ def run(n_ticks, ws, we, to_end, dur, ev_ptr, ev_kind, ev_block, acc_ptr, acc_ch
     nb = len(bsize)
     I = np.zeros(NI, np.int64)
     F = np.zeros(NF, np.float64)
+    F[DUPLEX] = hwf[6]
     led = np.zeros(10, np.int64)
     rb = np.zeros(nc, np.int64)
     oh = np.zeros(nc, np.int64)

@@ -6,7 +6,8 @@ contract is the same: each function mirrors the ``_engine.Engine`` method it nam
 the comments that say *why* live there.
 
 State that the reference keeps in attributes lives in two arrays: ``I`` (int64 scalars,
-indices below) and ``F`` (float64: the clock and the two copy engines' free times); the
+indices below) and ``F`` (float64: the clock, the two copy engines' free times and tail
+rates, and the profile's duplex cap); the
 per-chunk arrays and the pending releases travel together as the tuple ``st`` = (rb, oh,
 ready, hold, alive, dirty, stamp, rmostly, cblock, csize, heap times, heap bytes).
 
@@ -24,7 +25,7 @@ jit = njit(nogil=True, cache=True)
 CLAIMED, DEAD_RES, SEQ, QH, QN, DH, DN, PEAK, BH2D, BD2H, FAULTS, TH2D, TD2H, PEND, PN, NTR, \
     REC, ANY_REMOTE, ANY_RMOSTLY, ERR, ERR_NEED, NI = range(22)
 # F: float64 scalar state
-NOW, H2D_FREE, D2H_FREE, NF = range(4)
+NOW, H2D_FREE, D2H_FREE, H2D_RATE, D2H_RATE, DUPLEX, NF = range(7)
 # the ledger (Engine.led, same order)
 L_POP, L_MIG, L_REUSED_IN, L_EVICTED, L_DISCARDED, L_FREED, L_REUSED_OUT, L_DUP, L_RIN, \
     L_ROUT = range(10)
@@ -99,15 +100,29 @@ def _claim(I, n):  # Engine._claim
 
 
 @jit
+def copy_end(s, nbytes, bw, other_free, other_rate, cap):  # _engine.copy_end
+    if s < other_free and bw + other_rate > cap:
+        r = cap - other_rate
+        if r > 0.0:
+            if nbytes <= r * (other_free - s):
+                return s + nbytes / r
+            return other_free + (nbytes - r * (other_free - s)) / bw
+        return other_free + nbytes / bw
+    return s + nbytes / bw
+
+
+@jit
 def _xfer(I, F, trf, tri, d2h, start, nbytes, bw, cause, block, extra_s):  # Engine._xfer
     if not d2h:
         s = max(start, F[H2D_FREE])
-        e = s + nbytes / bw + extra_s
+        e = copy_end(s, nbytes, bw, F[D2H_FREE], F[D2H_RATE], F[DUPLEX]) + extra_s
         F[H2D_FREE] = e
+        F[H2D_RATE] = bw
     else:
         s = max(start, F[D2H_FREE])
-        e = s + nbytes / bw + extra_s
+        e = copy_end(s, nbytes, bw, F[H2D_FREE], F[H2D_RATE], F[DUPLEX]) + extra_s
         F[D2H_FREE] = e
+        F[D2H_RATE] = bw
     if I[REC] and nbytes > 0:
         if not d2h:
             I[BH2D] += nbytes
