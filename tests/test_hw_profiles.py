@@ -56,3 +56,49 @@ def test_recalibration_from_a_measurement_file(tmp_path):
     assert "measured" in p.sources["h2d_fault_Bps"]
     with pytest.raises(ProfileError, match="unknown profile field"):
         load_profile("h200-pcie5").recalibrated({"fields": {"warp_speed": 1}})
+
+
+def _profile_text(**change):
+    """The shipped h200-pcie5 profile's TOML with ``h2d_fault_Bps``'s keys replaced."""
+    from uvm_sched.hw import _DIR
+    text = (_DIR / "h200-pcie5.toml").read_text()
+    head, rest = text.split("[h2d_fault_Bps]\n", 1)
+    body, tail = rest.split("\n\n", 1)
+    keys = dict(line.split(" = ", 1) for line in body.splitlines())
+    keys.update(change)
+    body = "\n".join(f"{k} = {v}" for k, v in keys.items() if v is not None)
+    return f"{head}[h2d_fault_Bps]\n{body}\n\n{tail}"
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(low=None), r"h2d_fault_Bps must be \{value = \.\.\., source"),
+    (dict(low="13e9"), r"h2d_fault_Bps needs low <= value <= high, got low=13000000000\.0, "
+                       r"value=12000000000\.0, high=30000000000\.0"),
+    (dict(high="true"), r"h2d_fault_Bps high is True, expected a finite number"),
+    (dict(source='"  "'), r"h2d_fault_Bps must be .*a non-empty source"),
+])
+def test_a_profile_without_a_valid_range_or_source_is_refused_by_name(tmp_path, change,
+                                                                       message):
+    f = tmp_path / "bad.toml"
+    f.write_text(_profile_text(**change))
+    with pytest.raises(ProfileError, match=message):
+        load_profile(f)
+    f.write_text(_profile_text())
+    assert load_profile(f).ranges["h2d_fault_Bps"] == (3e9, 30e9)
+
+
+def test_with_value_stays_inside_the_range_and_recalibration_widens_it():
+    p = load_profile("h200-pcie5")
+    assert "duplex_Bps" in p.uncertain() and "va_block_bytes" not in p.uncertain()
+    lo, hi = p.ranges["duplex_Bps"]
+    q = p.with_value("duplex_Bps", lo)
+    assert q.duplex_Bps == lo and q.ranges == p.ranges and "varied" in q.sources["duplex_Bps"]
+    assert p.with_value("fault_batch_bytes", 1 << 20).fault_batch_bytes == 1 << 20
+    with pytest.raises(ProfileError, match=r"h200-pcie5: duplex_Bps = 1000000000000\.0 is outside "
+                                           r"its plausible range \[50000000000\.0, "
+                                           r"100000000000\.0\]"):
+        p.with_value("duplex_Bps", 1e12)
+    with pytest.raises(ProfileError, match="no numeric field 'warp_speed'"):
+        p.with_value("warp_speed", 1)
+    r = p.recalibrated({"fields": {"duplex_Bps": 120e9}})
+    assert r.ranges["duplex_Bps"] == (lo, 120e9)

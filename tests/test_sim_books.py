@@ -266,7 +266,7 @@ def test_no_random_plan_simulates_below_the_bound(case):
     weights, acts, fwd, bwd, rows, frac, pool = case
     t = _build(weights, acts, fwd, bwd)
     hw = _hw(2.0, h2d_prefetch_Bps=1 * MiB / MS, remote_access_Bps=1.5 * MiB / MS,
-             fault_batch_latency_s=0.01 * MS)
+             fault_batch_latency_s=0.01 * MS, duplex_Bps=2.5 * MiB / MS)  # the cap binds
     ws = int(prepare(t, hw.va_block_bytes, hw.page_bytes).ws_bytes.max())
     budget = ws + int((t.peak_bytes - ws) * frac)
     bounds = [simulate(t, "bound", hw, budget).iteration_time_s]
