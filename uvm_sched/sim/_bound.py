@@ -132,6 +132,8 @@ def lower_bound(prep: Prepared, hw, budget: int) -> tuple[float, int, int, int]:
 
     N = needed(np.ones(len(lo), bool))
     N_old = needed(hb)
+    # each way at its fastest path, with no duplex cap: the cap only slows copies, so a
+    # bound that ignores it stays a lower bound
     bw = max(hw.h2d_prefetch_Bps, hw.h2d_fault_Bps, hw.remote_access_Bps)
     bw_out = max(hw.d2h_prefetch_Bps, hw.d2h_evict_Bps, hw.remote_access_Bps)
     cb = np.concatenate([[0.0], np.cumsum(dur)])[:nbnd]  # compute up to and incl. boundary tick

@@ -668,6 +668,9 @@ def lp_bound(prep: Prepared, hw, budget: int, *, max_columns: int = MAX_COLUMNS,
 
 
 def _bandwidths(hw) -> tuple[float, float]:
-    """The fastest path each way (host->device, device->host), MiB per ms."""
+    """The fastest path each way (host->device, device->host), MiB per ms. Each direction
+    gets its own full rate: the LP leaves the link's duplex cap (``duplex_Bps``) out, a
+    relaxation -- every transfer schedule that respects the cap also respects the two
+    one-way rates, so the feasible set only grows and the optimum stays a lower bound."""
     return (max(hw.h2d_prefetch_Bps, hw.h2d_fault_Bps, hw.remote_access_Bps) / MiB / 1e3,
             max(hw.d2h_prefetch_Bps, hw.d2h_evict_Bps, hw.remote_access_Bps) / MiB / 1e3)
