@@ -1,0 +1,58 @@
+"""benchmarks/bench_sensitivity.py: which end of a range is pessimistic, the profiles it
+makes, and that it names every plan slower than demand paging."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from uvm_sched.hw import load_profile
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import bench_sensitivity as bs  # noqa: E402
+
+
+def test_the_pessimistic_corner_slows_every_rate_and_lengthens_every_latency():
+    hw = load_profile("h200-pcie5")
+    keys = hw.uncertain()
+    sets = dict(bs.settings(hw, keys, quick=False))
+    assert len(sets) == 1 + 2 * len(keys) + 2
+    slow = bs.varied(hw, sets["all pessimistic"])
+    fast = bs.varied(hw, sets["all optimistic"])
+    for k in keys:
+        lo, hi = hw.ranges[k]
+        want_slow, want_fast = (hi, lo) if k.endswith("_s") else (lo, hi)
+        assert getattr(slow, k) == want_slow and getattr(fast, k) == want_fast, k
+    one = bs.varied(hw, sets["duplex_Bps low"])
+    assert one.duplex_Bps == hw.ranges["duplex_Bps"][0]
+    assert one.h2d_prefetch_Bps == hw.h2d_prefetch_Bps  # one constant at a time
+    assert list(dict(bs.settings(hw, keys, quick=True))) == ["nominal", "all pessimistic",
+                                                             "all optimistic"]
+
+
+def test_a_plan_slower_than_demand_is_named_with_its_setting():
+    case = SimpleNamespace(group="quality", name="gpt2_small")
+    ok = {"plan": 2.0, "nominal_plan": 3.0, "demand": 3.0}
+    assert bs.violations("nominal", [(case, ok)]) == []
+    bad = {"plan": 2.0, "nominal_plan": 3.5, "demand": 3.0}
+    assert bs.violations("h2d_fault_Bps low", [(case, bad)]) == [
+        "h2d_fault_Bps low: quality gpt2_small: nominal plan 3.500x > demand 3.000x"]
+
+
+def test_a_headline_that_moves_more_than_ten_percent_is_flagged():
+    table = {"nominal": {"a: plan": 2.0, "b: plan": 2.0},
+             "x low": {"a: plan": 2.1, "b: plan": 2.5},
+             "x high": {"a: plan": 1.95, "b: plan": 2.0}}
+    md, ranged = bs.summary_md(table)
+    assert ranged == ["b: plan"]
+    assert "| b: plan | 2.00x | 2.00x (nominal) | 2.50x (x low) | **25%** |" in md
+
+
+@pytest.mark.slow
+def test_the_quick_run_writes_its_report(tmp_path):
+    pytest.importorskip("torch")
+    assert bs.main(["--quick", "--out", str(tmp_path)]) == 0
+    text = (tmp_path / "sensitivity_quick.md").read_text()
+    assert "all pessimistic" in text and "no plan slower than demand" in text
