@@ -28,9 +28,11 @@ shared: a fault whose bytes must cross waits for the copies queued before it, co
 PCIe4 H2D falls from 25 to 11-13 GB/s while D2H runs): a copy issued while the other
 direction is busy gets what its copies leave of that cap until they end, then its own rate
 (``copy_end``); copies already queued keep their times (first come, first served), and the
-other direction's queued copies are taken to run at the rate of its last one. Memory is claimed when a transfer into the device is issued and released
-when a transfer out completes (a fault that needs room waits for pending releases first,
-``eviction`` stall), so the device never holds more than the budget at any instant.
+other direction's queued copies are taken to run at the rate of its last one.
+
+Memory is claimed when a transfer into the device is issued and released when a transfer
+out completes (a fault that needs room waits for pending releases first, ``eviction``
+stall), so the device never holds more than the budget at any instant.
 
 Pool semantics (``pool=True``, our allocator): a FREE does not release device memory; the
 freed range stays resident and "dead". A later ALLOC reuses dead resident bytes first, with
@@ -631,4 +633,5 @@ class Engine:
         return st_fault, st_evict, st_link
 
 
-__all__ = ["Engine", "copy_end", "PREFETCH", "EVICT", "PREF_HOST", "ACCESSED_BY", "READ_MOSTLY", "DISCARD"]
+__all__ = ["Engine", "copy_end", "PREFETCH", "EVICT", "PREF_HOST", "ACCESSED_BY", "READ_MOSTLY",
+           "DISCARD"]
