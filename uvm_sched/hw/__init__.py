@@ -91,7 +91,7 @@ class HardwareProfile:
         changes: dict[str, Any] = {}
         sources = dict(self.sources)
         for k, v in fields.items():
-            if k not in known or k in ("name", "description", "sources"):
+            if k not in known or k in _TEXT:
                 raise ProfileError(f"calibration names unknown profile field {k!r}")
             changes[k] = type(getattr(self, k))(v)
             sources[k] = f"measured: {src} {date}".strip()
