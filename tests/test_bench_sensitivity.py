@@ -56,3 +56,23 @@ def test_the_quick_run_writes_its_report(tmp_path):
     assert bs.main(["--quick", "--out", str(tmp_path)]) == 0
     text = (tmp_path / "sensitivity_quick.md").read_text()
     assert "all pessimistic" in text and "no plan slower than demand" in text
+
+
+@pytest.mark.parametrize("family,seed", [("moe", 0)])
+def test_a_plan_on_a_generated_workload_stays_within_demand_at_both_corners(family, seed):
+    # planned with the nominal h200-pcie5 profile (what a user without a GPU has), run on
+    # hardware at either corner of the constants' ranges, and planned there too
+    pytest.importorskip("torch")
+    from uvm_sched import planner, sim
+    from uvm_sched.trace import zoo
+
+    tr = zoo.record_random(seed, family, iters=3)
+    hw = load_profile("h200-pcie5")
+    nominal = planner.plan(tr, "50%", hw)
+    for label, setting in bs.settings(hw, hw.uncertain(), quick=True)[1:]:
+        corner = bs.varied(hw, setting)
+        demand = sim.simulate(tr, "demand", corner, "50%").iteration_time_s
+        for which, plan in (("nominal", nominal), ("own", planner.plan(tr, "50%", corner))):
+            t = sim.simulate(tr, plan, corner, "50%").iteration_time_s
+            assert t <= demand * 1.01, f"{family}-s{seed} {label}, {which} plan: " \
+                                       f"{t / demand:.3f}x demand paging"
