@@ -52,7 +52,21 @@ class HardwareProfile:
     page_bytes: int  # migration granule of the fault path
     va_block_bytes: int  # the driver's VA block (eviction/prefetch unit), 2 MiB
     copy_engines: int  # independent copy engines usable each way (full duplex link)
+    action_call_s: float  # host time of one cudaMemPrefetchAsync / cudaMemAdvise call
+    access_counter_migration: bool  # the driver migrates remotely read data by access counts
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False)
+
+    @property
+    def remote_read_Bps(self) -> float:
+        """Rate of the device reading host memory in place: the profile's remote rate,
+        never above what the host->device direction of the link carries."""
+        return min(self.remote_access_Bps, self.h2d_prefetch_Bps)
+
+    @property
+    def remote_write_Bps(self) -> float:
+        """Rate of the device writing host memory in place: the remote rate, never above
+        the device->host direction of the link (writes load that direction)."""
+        return min(self.remote_access_Bps, self.d2h_prefetch_Bps)
 
     def transfer_s(self, nbytes: int, direction: str = "h2d", *, fault: bool = False) -> float:
         """Seconds to move ``nbytes`` over the link (``direction`` ``h2d``/``d2h``)."""
@@ -84,7 +98,7 @@ class HardwareProfile:
         for k, v in fields.items():
             if k not in known or k in ("name", "description", "sources"):
                 raise ProfileError(f"calibration names unknown profile field {k!r}")
-            changes[k] = type(getattr(self, k))(v)
+            changes[k] = v if isinstance(getattr(self, k), bool) else type(getattr(self, k))(v)
             sources[k] = f"measured: {src} {date}".strip()
         out = dataclasses.replace(self, **changes, sources=sources)
         out._check()
@@ -101,6 +115,11 @@ class HardwareProfile:
                     raise ProfileError(f"profile {v!r}: {f.name} must be a string")
                 continue
             if f.name == "sources":
+                continue
+            if f.type in ("bool", bool):
+                if not isinstance(v, bool):
+                    raise ProfileError(f"profile {self.name}: {f.name} must be true or false, "
+                                       f"got {v!r}")
                 continue
             want_int = f.type in ("int", int)
             if isinstance(v, bool) or not isinstance(v, int if want_int else (int, float)):
@@ -162,6 +181,8 @@ def load_profile(name_or_path: "str | Path | HardwareProfile") -> HardwareProfil
         if f.name == "sources":
             continue
         v = values[f.name]
+        if f.type in ("bool", bool) and not isinstance(v, bool):
+            raise ProfileError(f"{p}: {f.name} value is {v!r}, expected true or false")
         if f.type in ("int", int, "float", float):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
                 raise ProfileError(f"{p}: {f.name} value is {v!r}, expected a finite number")
