@@ -40,40 +40,28 @@ data usage hints):
 * Access counters (``hw.access_counter_migration``, on where the driver enables them by
   default: ATS systems such as Grace Hopper): a chunk read in place through an AccessedBy
   mapping alone is migrated to the device after the kernel, as the fault path would
-  (``COUNTER_MIN_BYTES``). Under a CPU preferred location the driver's residency choice
-  keeps the data there (the rule quoted above), so such chunks stay.
+  (``COUNTER_MIN_BYTES``). Under a CPU preferred location such chunks stay: the driver
+  services a counter's notification through the same residency choice as a fault, which
+  keeps data in its preferred location when it can be mapped (the rule quoted above) --
+  our reading of the driver's sources, to be checked on a GH200.
 
-Not modelled (each would need driver state the traces cannot inform, or moves figures
-within the fault-path constants' published range): duplicate faults and replays (folded
-into ``fault_batch_latency_s``); the tree prefetcher's levels below a 2 MiB VA block (we
-complete a VA block past 51%, its top level); thrashing detection, throttling and pinning
-(a plan that thrashes is priced as thrashing, which is the planner's concern to avoid);
-host page-table and TLB costs (inside the measured per-batch latency); access-counter
-migration between peer GPUs (one GPU). The per-call host cost of prefetch and advise is
-modelled (``hw.action_call_s``, ``_api._run_reference``).
+Not modelled, and why (CUDA Programming Guide, "Unified Memory"; the driver's sources):
 
-Copy engines: one per direction, FIFO. Planned prefetches (H2D) and evictions (D2H) queue
-on them; so do the fault path's migrations and the driver's write-backs (the link is
-shared: a fault whose bytes must cross waits for the copies queued before it, counted as
-``link`` stall). Memory is claimed when a transfer into the device is issued and released
-when a transfer out completes (a fault that needs room waits for pending releases first,
-``eviction`` stall), so the device never holds more than the budget at any instant.
-
-Pool semantics (``pool=True``, our allocator): a FREE does not release device memory; the
-freed range stays resident and "dead". A later ALLOC reuses dead resident bytes first, with
-no fault (the pool hands out a range that is already mapped); the remainder of the block is
-fresh VA, populated on first touch (a fault: latency, no bytes over the link). Dead ranges
-left in place age in the driver's LRU and, when evicted, are written back like live data
-(the driver cannot know they are dead) -- the cost a caching pool over managed memory pays.
-With ``pool=False`` (``cudaMallocManaged``/``cudaFree`` per tensor) a FREE releases at once.
-We do not model a reused range that had been evicted to the host (its first touch would
-migrate dead bytes back); reuse draws resident dead bytes only, which is optimistic.
-
-Complexity: O(A + E + Q) numpy work over a Python loop of O(T + actions) steps, where T
-ticks, A (tick, chunk) accesses, E allocator events, Q chunk migrations (queue entries);
-the per-tick constant is ~20 numpy calls. This is the definition; users get ``_fast``'s
-compiled twin (same state changes in the same order; ``tests/test_sim_fast.py``), about
-20x faster on LLM-shaped traces (``benchmarks/results/scale.md``).
+* duplicate faults and their replay: a batch's latency (``fault_batch_latency_s``) is
+  measured with them inside it; counting them apart needs per-warp access order, which an
+  allocator trace does not have;
+* the tree prefetcher's levels below a 2 MiB VA block: we model its top decision (a VA
+  block past 51% resident is completed); the lower levels change how many bytes a partial
+  access brings, and our partial accesses are page-rounded already;
+* thrashing detection, throttling and pinning: the driver may throttle a thrashing page
+  or pin it on the host and map it remotely, so a demand run that thrashes may be
+  simulated slower than the driver runs it. The heuristic (open-gpu-kernel-modules
+  uvm_perf_thrashing.c) counts faults per page within time windows, finer than our 2 MiB
+  chunks and our per-tick clock; a plan avoids thrashing rather than relying on it;
+* host page-table and TLB costs: inside the measured per-batch latency and copy rates;
+* access-counter migration between peer GPUs (one GPU is simulated).
+The per-call host cost of a prefetch or advise call is modelled (``hw.action_call_s``,
+``_api._run_reference``).
 """
 from __future__ import annotations
 
