@@ -2,7 +2,9 @@
 
 A profile is a TOML file in ``uvm_sched/hw/profiles/`` (or any path). Every number is a
 table ``{value = ..., source = "..."}``: the source names the paper, vendor document or
-our own measurement, or says that it is an estimate and how it was chosen.
+our own measurement, or says that it is an estimate (``assumed:``) and how it was chosen;
+an entry may add ``low``/``high``, its plausible range. A flag is ``{value = true|false,
+source = "..."}``.
 """
 from __future__ import annotations
 
