@@ -230,3 +230,14 @@ def test_a_profile_entry_may_carry_a_range_and_a_flag_must_be_true_or_false(tmp_
                                 "[access_counter_migration]\nvalue = 1"))
     with pytest.raises(ProfileError, match="access_counter_migration.*true or false"):
         load_profile(bad)
+
+
+def test_read_mostly_overrides_the_remote_advice(monkeypatch):
+    # "If cudaMemAdviseSetReadMostly is also set ..., the policies associated with that
+    # advice will override the policies of this advice": A is faulted in, not read in place
+    rows = [(0, "advise_preferred_host", 0), (0, "advise_accessed_by", 0),
+            (0, "advise_read_mostly", 0), (2, "prefetch_to_host", 0)]
+    r = _run(_host_trace(), _plan(rows, 4, [2 * MiB, 64 * KiB], 8 * MiB), _hw(), 8 * MiB,
+             monkeypatch)
+    assert not _copies(r, "remote")
+    assert ("h2d", "fault", 2 * MiB, 0.5) in _copies(r)  # 0.25 ms copy + 0.25 ms latency

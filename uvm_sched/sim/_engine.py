@@ -37,6 +37,9 @@ data usage hints):
   no fault; a chunk with fresh (never placed) bytes has nothing to map and faults as
   without advice.
 * Both: PreferredLocation's rule, with the mapping always there (no fault).
+* ``advise_read_mostly`` with either: "If cudaMemAdviseSetReadMostly is also set on this
+  memory region or any subset of it, then the policies associated with that advice will
+  override the policies of this advice" -- the block faults in as read-mostly data.
 * Access counters (``hw.access_counter_migration``, on where the driver enables them by
   default: ATS systems such as Grace Hopper): a chunk read in place through an AccessedBy
   mapping alone is migrated to the device after the kernel, as the fault path would
@@ -584,7 +587,7 @@ class Engine:
             # in place: under PreferredLocation = CPU; under AccessedBy alone, a chunk whose
             # missing bytes all live on the host (fresh pages have no place to map yet)
             rem = (self.pref_host[blk] | (self.acc_by[blk] & (self.oh[cc] >= nd - rbc))) & (
-                rbc < nd)
+                rbc < nd) & ~self.rmostly[blk]
             if rem.any():
                 sf_, sl_, now, mig = self._remote(cc[rem], nd[rem], wr[rem], rd[rem], now)
                 st_fault += sf_

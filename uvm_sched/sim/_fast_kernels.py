@@ -106,7 +106,7 @@ def _kernel(I, F, led, st, trf, tri, q, qs, sel, pinned, flags, t, acc_ptr, acc_
             c = cc[i]
             bk = cblock[c]
             rem[i] = (pref_host[bk] or (acc_by[bk] and oh[c] >= nd[i] - rb[c])) and \
-                rb[c] < nd[i]
+                rb[c] < nd[i] and not rmostly[bk]
         if rem.any():
             x, y, now, mig = _remote(I, F, led, st, trf, tri, flags, cc[rem], nd[rem],
                                      wr[rem], rd[rem], now, hwf, fbb)
