@@ -18,11 +18,14 @@ MS = 1e-3
 
 def _hw(**kw):
     """Round numbers so the cases can be worked by hand: 4 MiB/ms eviction, 8 MiB/ms fault
-    migration, 0.25 ms per 2 MiB fault batch, 4 MiB/ms prefetch."""
+    migration, 0.25 ms per 2 MiB fault batch, 4 MiB/ms prefetch; a prefetch/advise call
+    costs 1 fs (next to nothing: these cases time copies and faults; the call cost has its
+    own in test_sim_advice.py)."""
     base = dict(
         h2d_prefetch_Bps=4 * MiB / MS, d2h_prefetch_Bps=8 * MiB / MS, h2d_fault_Bps=8 * MiB / MS,
         d2h_evict_Bps=4 * MiB / MS, remote_access_Bps=1 * MiB / MS, fault_batch_latency_s=0.25 * MS,
         fault_batch_bytes=2 * MiB, page_bytes=64 * 1024, va_block_bytes=2 * MiB,
+        action_call_s=1e-15,
     )
     base.update(kw)
     return dataclasses.replace(load_profile("h200-pcie5"), name="test", **base)

@@ -40,21 +40,21 @@ def _assert_identical(ref, fast):
             assert a == b, f"{f.name}: reference {a!r}, compiled {b!r}"
 
 
-def _both(trace, policy, budget, monkeypatch, **opts):
+def _both(trace, policy, budget, monkeypatch, hw=HW, **opts):
     """(reference result, compiled result), checking the compiled loop ran; None when the
     budget is below a tick's working set (both refuse it alike)."""
     with monkeypatch.context() as m:
         m.setenv("UVM_SCHED_SIM_KERNEL", "python")
         before = _fast.calls()
         try:
-            ref = simulate(trace, policy, HW, budget, **opts)
+            ref = simulate(trace, policy, hw, budget, **opts)
         except BudgetError as e:
             with pytest.raises(BudgetError, match=str(e)[:40]):
-                simulate(trace, policy, HW, budget, **opts)
+                simulate(trace, policy, hw, budget, **opts)
             return None
         assert _fast.calls() == before
     before = _fast.calls()
-    fast = simulate(trace, policy, HW, budget, **opts)
+    fast = simulate(trace, policy, hw, budget, **opts)
     if policy not in ("ideal", "bound"):
         assert _fast.calls() == before + 1, "the compiled loop was not used"
     return ref, fast
@@ -130,9 +130,10 @@ def _random_plans(draw, trace):
         row = {"tick": tick, "action": action, "block": j,
                "persistent": draw(st.booleans()), "offset": off, "bytes": nbytes}
         rows.append(row)
-        # the advice that only acts in pairs: zero-copy needs both; a read-mostly copy is
-        # dropped (not written back) when it leaves the device clean
-        if action == "advise_preferred_host":
+        # advice alone and in pairs (zero-copy: preferred host with or without accessed
+        # by); a read-mostly copy is dropped (not written back) when it leaves the device
+        # clean
+        if action == "advise_preferred_host" and tick % 2 == 0:  # (no draw: same examples)
             rows.append(dict(row, action="advise_accessed_by"))
         elif action == "advise_read_mostly":
             later = draw(st.integers(tick, meta["period_events"] - 1))
@@ -145,26 +146,30 @@ def _random_plans(draw, trace):
 # reached do not depend on the luck of one run (a random run once missed one)
 @settings(_SETTINGS, max_examples=80, derandomize=True)
 @given(data=st.data(), layers=st.integers(1, 4), pct=st.integers(30, 100), opts=_OPTS,
-       batch=st.sampled_from([4, 512]))
+       batch=st.sampled_from([4, 512]), hw=st.sampled_from([HW, "gh200-c2c"]))
 def test_compiled_loop_carries_out_random_plans_of_every_action_as_the_reference(
-        data, layers, pct, opts, batch, monkeypatch):
+        data, layers, pct, opts, batch, hw, monkeypatch):
     trace = training_trace(layers=layers, iters=3, batch=batch, markers=True)
     p = data.draw(_random_plans(trace))
-    out = _both(trace, p, f"{pct}%", monkeypatch, **opts)
+    out = _both(trace, p, f"{pct}%", monkeypatch, hw=hw, **opts)
     if out:
         _assert_identical(*out)
         _reached.update(k for k in ("ledger_remote_in", "ledger_discarded", "ledger_dropped_dup")
                         if out[1].counters[k] > 0)
+        tr = out[1].transfers
+        if tr is not None and (tr.cause == "counter").any():
+            _reached.add("counter")
 
 
 _reached: set = set()
 
 
-def test_random_plans_reached_zero_copy_discard_and_read_mostly_paths():
+def test_random_plans_reached_zero_copy_discard_read_mostly_and_counter_paths():
     # (runs after the property above, in file order): its draws used the engine's rarer paths
     if not _reached:
         pytest.skip("run with the random-plan property above")
-    assert _reached == {"ledger_remote_in", "ledger_discarded", "ledger_dropped_dup"}
+    assert _reached == {"ledger_remote_in", "ledger_discarded", "ledger_dropped_dup",
+                        "counter"}
 
 
 @pytest.mark.parametrize("seed", [5, 11])

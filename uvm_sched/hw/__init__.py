@@ -8,6 +8,7 @@ for a measured constant the measurement spread, for an assumed one the span of w
 published or physically possible. Figures are reported across that range
 (``benchmarks/bench_sensitivity.py``), because until a GPU measures a constant, the range is
 what we know about it.
+A flag (``access_counter_migration``) is ``{value = true|false, source = "..."}``.
 """
 from __future__ import annotations
 
@@ -59,9 +60,23 @@ class HardwareProfile:
     va_block_bytes: int  # the driver's VA block (eviction/prefetch unit), 2 MiB
     copy_engines: int  # independent copy engines usable each way
     duplex_Bps: float  # aggregate bytes/s over both directions while both copy at once
+    action_call_s: float  # host time of one cudaMemPrefetchAsync / cudaMemAdvise call
+    access_counter_migration: bool  # the driver migrates remotely read data by access counts
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False)
     # field -> (low, high), same unit as the value; a field left out has (value, value)
     ranges: Mapping[str, tuple] = dataclasses.field(default_factory=dict, compare=False)
+
+    @property
+    def remote_read_Bps(self) -> float:
+        """Rate of the device reading host memory in place: the profile's remote rate,
+        never above what the host->device direction of the link carries."""
+        return min(self.remote_access_Bps, self.h2d_prefetch_Bps)
+
+    @property
+    def remote_write_Bps(self) -> float:
+        """Rate of the device writing host memory in place: the remote rate, never above
+        the device->host direction of the link (writes load that direction)."""
+        return min(self.remote_access_Bps, self.d2h_prefetch_Bps)
 
     def transfer_s(self, nbytes: int, direction: str = "h2d", *, fault: bool = False) -> float:
         """Seconds to move ``nbytes`` over the link (``direction`` ``h2d``/``d2h``)."""
@@ -93,7 +108,7 @@ class HardwareProfile:
         for k, v in fields.items():
             if k not in known or k in _TEXT:
                 raise ProfileError(f"calibration names unknown profile field {k!r}")
-            changes[k] = type(getattr(self, k))(v)
+            changes[k] = v if isinstance(getattr(self, k), bool) else type(getattr(self, k))(v)
             sources[k] = f"measured: {src} {date}".strip()
         ranges = dict(self.ranges)
         for k, v in changes.items():  # a measurement outside the range widens it
@@ -124,7 +139,8 @@ class HardwareProfile:
 
     def __post_init__(self) -> None:
         full = {f.name: self.ranges.get(f.name, (getattr(self, f.name),) * 2)
-                for f in dataclasses.fields(self) if f.name not in _TEXT}
+                for f in dataclasses.fields(self)
+                if f.name not in _TEXT and f.type not in ("bool", bool)}  # a flag has no range
         object.__setattr__(self, "ranges", full)
         self._check()  # a profile built by hand is checked as one read from a file
 
@@ -136,6 +152,11 @@ class HardwareProfile:
                     raise ProfileError(f"profile {v!r}: {f.name} must be a string")
                 continue
             if f.name in ("sources", "ranges"):
+                continue
+            if f.type in ("bool", bool):
+                if not isinstance(v, bool):
+                    raise ProfileError(f"profile {self.name}: {f.name} must be true or false, "
+                                       f"got {v!r}")
                 continue
             want_int = f.type in ("int", int)
             if isinstance(v, bool) or not isinstance(v, int if want_int else (int, float)):
@@ -192,6 +213,13 @@ def load_profile(name_or_path: "str | Path | HardwareProfile") -> HardwareProfil
         entry = raw[f.name]
         if f.name in ("name", "description") and not isinstance(entry, dict):
             typed[f.name] = entry
+            continue
+        if f.type in ("bool", bool):  # a flag has no range
+            if not isinstance(entry, dict) or set(entry) != {"value", "source"} \
+                    or not str(entry["source"]).strip() or not isinstance(entry["value"], bool):
+                raise ProfileError(f"{p}: {f.name} must be {{value = true|false, source = "
+                                   f"\"...\"}} (a non-empty source), got {entry!r}")
+            sources[f.name], typed[f.name] = entry["source"], entry["value"]
             continue
         if not isinstance(entry, dict) or set(entry) != {"value", "source", "low", "high"} \
                 or not str(entry["source"]).strip():

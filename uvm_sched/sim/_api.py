@@ -325,11 +325,17 @@ def _run_reference(prep, hw, B, sched: Schedule, pool: bool, zero_fill: bool,
     books = None
 
     def issue(t: int, stage: str) -> None:
-        """Act on the schedule's actions due at this stage of tick ``t`` (and log them)."""
+        """Act on the schedule's actions due at this stage of tick ``t`` (and log them).
+        The host issues them one call after another, ``hw.action_call_s`` each, so the
+        ``j``-th takes effect no earlier than ``j + 1`` calls after the stage begins (the
+        kernels are launched ahead of the GPU, so the calls delay the actions, not the
+        compute stream)."""
+        j = 0
         for a in sched.at(t, stage):
             code, b, lo, hi = a[:4]
             if _executes(code, b, eng.alive[bchunk0[b]], sched, prep):
-                eng.act(code, b, lo, hi, eng.now, eng.pinned)
+                j += 1
+                eng.act(code, b, lo, hi, eng.now + j * hw.action_call_s, eng.pinned)
                 if log is not None:
                     log.append((t, stage, code, b, a[4]))
 

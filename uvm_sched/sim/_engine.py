@@ -17,9 +17,8 @@ every other byte of a live chunk is fresh (never written) and may be populated o
 device without crossing the link. A byte reaches the device only by a migration that moves
 ``oh`` bytes over the link, by population of fresh bytes, or by pool reuse (new block).
 An eviction adds the bytes it writes back to those already on the host. A zero-copy
-access (``advise_preferred_host`` + ``advise_accessed_by``) uses the non-resident bytes in
-place: reads cross host->device, writes device->host (both for a read-write access), and
-the bytes then live on the host.
+access (Note [Advice]) uses the non-resident bytes in place: reads cross host->device,
+writes device->host (both for a read-write access), and the bytes then live on the host.
 
 Copy engines: one per direction, FIFO. Planned prefetches (H2D) and evictions (D2H) queue
 on them; so do the fault path's migrations and the driver's write-backs (the link is
@@ -49,6 +48,52 @@ ticks, A (tick, chunk) accesses, E allocator events, Q chunk migrations (queue e
 the per-tick constant is ~20 numpy calls. This is the definition; users get ``_fast``'s
 compiled twin (same state changes in the same order; ``tests/test_sim_fast.py``), about
 20x faster on LLM-shaped traces (``benchmarks/results/scale.md``).
+
+Note [Advice] -- what each advice does to a kernel's access of non-resident bytes, as the
+driver does it (CUDA Runtime API, cudaMemAdvise; CUDA Programming Guide, "Unified Memory",
+data usage hints):
+
+* ``advise_preferred_host`` (``cudaMemAdviseSetPreferredLocation``, CPU): "If the data is
+  already in its preferred location and the faulting processor can establish a mapping
+  without requiring the data to be migrated, then data migration will be avoided." The
+  first access faults (one fault-batch latency per batch of the bytes), the GPU maps the
+  pages and reads/writes them in place; later accesses use the mapping (``mapped``) until
+  the pages move (a prefetch, an eviction). Fresh pages are populated on the host.
+* ``advise_accessed_by`` (``cudaMemAdviseSetAccessedBy``, the GPU): "it causes the data to
+  always be mapped in the specified processor's page tables, as long as the location of
+  the data permits a mapping to be established. If the data gets migrated for any reason,
+  the mappings are updated accordingly." Bytes living on the host are used in place with
+  no fault; a chunk with fresh (never placed) bytes has nothing to map and faults as
+  without advice.
+* Both: PreferredLocation's rule, with the mapping always there (no fault).
+* ``advise_read_mostly`` with either: "If cudaMemAdviseSetReadMostly is also set on this
+  memory region or any subset of it, then the policies associated with that advice will
+  override the policies of this advice" -- the block faults in as read-mostly data.
+* Access counters (``hw.access_counter_migration``, on where the driver enables them by
+  default: ATS systems such as Grace Hopper): a chunk read in place through an AccessedBy
+  mapping alone is migrated to the device after the kernel, as the fault path would
+  (``COUNTER_MIN_BYTES``). Under a CPU preferred location such chunks stay: the driver
+  services a counter's notification through the same residency choice as a fault, which
+  keeps data in its preferred location when it can be mapped (the rule quoted above) --
+  our reading of the driver's sources, to be checked on a GH200.
+
+Not modelled, and why (CUDA Programming Guide, "Unified Memory"; the driver's sources):
+
+* duplicate faults and their replay: a batch's latency (``fault_batch_latency_s``) is
+  measured with them inside it; counting them apart needs per-warp access order, which an
+  allocator trace does not have;
+* the tree prefetcher's levels below a 2 MiB VA block: we model its top decision (a VA
+  block past 51% resident is completed); the lower levels change how many bytes a partial
+  access brings, and our partial accesses are page-rounded already;
+* thrashing detection, throttling and pinning: the driver may throttle a thrashing page
+  or pin it on the host and map it remotely, so a demand run that thrashes may be
+  simulated slower than the driver runs it. The heuristic (open-gpu-kernel-modules
+  uvm_perf_thrashing.c) counts faults per page within time windows, finer than our 2 MiB
+  chunks and our per-tick clock; a plan avoids thrashing rather than relying on it;
+* host page-table and TLB costs: inside the measured per-batch latency and copy rates;
+* access-counter migration between peer GPUs (one GPU is simulated).
+The per-call host cost of a prefetch or advise call is modelled (``hw.action_call_s``,
+``_api._run_reference``).
 """
 from __future__ import annotations
 
@@ -63,6 +108,11 @@ _ALLOC = int(EventKind.ALLOC)
 
 # actions the engine executes (a Plan's names, plus the same for baselines)
 PREFETCH, EVICT, PREF_HOST, ACCESSED_BY, READ_MOSTLY, DISCARD = range(6)
+# Access counters: a notification takes 256 remote accesses to one 2 MiB region (the
+# driver's default threshold and granularity, open-gpu-kernel-modules
+# uvm_gpu_access_counters.c); a GPU request moves at most 128 bytes, so a kernel that reads
+# this many bytes of a chunk in place has surely raised one.
+COUNTER_MIN_BYTES = 256 * 128
 
 
 def copy_end(s: float, nbytes: int, bw: float, other_free: float, other_rate: float,
@@ -105,6 +155,7 @@ class Engine:
         self.rmostly = np.zeros(nb, bool)
         self.pref_host = np.zeros(nb, bool)
         self.acc_by = np.zeros(nb, bool)
+        self.mapped = np.zeros(nc, bool)  # the GPU maps the chunk's host pages (Note [Advice])
         self.any_remote = False
         self.any_rmostly = False
         # LRU queue (lazy deletion: an entry is valid while its stamp matches the chunk's)
@@ -292,6 +343,7 @@ class Engine:
         self.stamp[ch] = -1
         self.hold[ch] = end
         self.dirty[ch] = False
+        self.mapped[ch] = False  # the pages moved: a mapping of their old place is gone
         # the memory is free once the copy has landed (a dropped duplicate: at once)
         heapq.heappush(self.pending, (end, total))
         return end, wb
@@ -354,6 +406,7 @@ class Engine:
         live = cc[~dead]
         self.oh[live] = np.minimum(self.p.csize[live], self.oh[live] + ex[~dead])
         self.hold[cc] = np.maximum(self.hold[cc], end)
+        self.mapped[cc] = False
         heapq.heappush(self.pending, (end, tot))
         return end
 
@@ -475,64 +528,91 @@ class Engine:
             self._evict_chunks(ch, at, self.hw.d2h_prefetch_Bps, "plan", b)
             return
         if action == PREFETCH:
-            miss = p.csize[ch] - self.rb[ch]
-            ch = ch[miss > 0]
-            if not len(ch):
-                return
-            miss = p.csize[ch] - self.rb[ch]
-            if int(miss.sum()) + int(self.rb[ch].sum()) > self.B:
-                # more than the whole budget: the driver can hold only what fits, so the
-                # prefetch moves its leading chunks that do
-                fit = np.cumsum(miss) + int(self.rb[ch].sum()) <= self.B
-                ch, miss = ch[fit], miss[fit]
-                if not len(ch):
-                    return
-            need = int(miss.sum())
-            pin[ch] = True
-            t = self._make_room(need, at, pin, "evict")
-            pin[ch] = False
-            self._claim(need)
-            xb = int(np.minimum(miss, self.oh[ch]).sum())
-            self.led["migrated_in"] += xb
-            self.led["populated"] += need - xb
-            t = max(t, float(self.hold[ch].max()))
-            end = self._xfer("h2d", t, xb, self.hw.h2d_prefetch_Bps, "plan", b) if xb else t
-            self.rb[ch] = p.csize[ch]
-            keep = self.rmostly[b]
-            if not keep:
-                self.oh[ch] = 0
-            self.ready[ch] = end
-            self._push(ch)
+            self._bring_in(ch, at, pin, self.hw.h2d_prefetch_Bps, "plan", b)
             return
         raise ValueError(f"unknown action code {action}")
 
+    def _bring_in(self, ch: np.ndarray, at: float, pin: np.ndarray, bw: float, cause: str,
+                  block: int) -> None:
+        """Make chunks ``ch`` wholly resident from ``at`` (those that fit the budget): room is
+        made, their host bytes cross at ``bw``, fresh ones are populated. The kernel does
+        not wait; the chunks are ready when the copy lands. "By default, any mappings to the
+        previous location of the migrated pages are removed" (CUDA Runtime API,
+        cudaMemPrefetchAsync)."""
+        p = self.p
+        miss = p.csize[ch] - self.rb[ch]
+        ch = ch[miss > 0]
+        if not len(ch):
+            return
+        miss = p.csize[ch] - self.rb[ch]
+        if int(miss.sum()) + int(self.rb[ch].sum()) > self.B:
+            # more than the whole budget: the driver can hold only what fits, so the
+            # migration moves the leading chunks that do
+            fit = np.cumsum(miss) + int(self.rb[ch].sum()) <= self.B
+            ch, miss = ch[fit], miss[fit]
+            if not len(ch):
+                return
+        need = int(miss.sum())
+        pin[ch] = True
+        t = self._make_room(need, at, pin, "evict")
+        pin[ch] = False
+        self._claim(need)
+        xb = int(np.minimum(miss, self.oh[ch]).sum())
+        self.led["migrated_in"] += xb
+        self.led["populated"] += need - xb
+        t = max(t, float(self.hold[ch].max()))
+        end = self._xfer("h2d", t, xb, bw, cause, block) if xb else t
+        self.rb[ch] = p.csize[ch]
+        keep = self.rmostly[p.cblock[ch]]
+        self.oh[ch] = np.where(keep, self.oh[ch], 0)
+        self.ready[ch] = end
+        self.mapped[ch] = False
+        self._push(ch)
+
     # -- the kernel of one tick ---------------------------------------------------------
     def _remote(self, rc: np.ndarray, rn: np.ndarray, rw: np.ndarray, rr: np.ndarray,
-                now: float) -> tuple[float, float]:
-        """Zero-copy access of chunks ``rc`` (needing ``rn`` bytes each) from the kernel
-        starting at ``now``: the bytes not resident are used in place on the host. Reads
-        cross host->device, writes device->host (a write does not read; a read-write access
+                now: float) -> tuple[float, float, float]:
+        """Access of chunks ``rc`` (needing ``rn`` bytes each) in place on the host, from the
+        kernel starting at ``now`` (Note [Advice]): a chunk with ``PreferredLocation = CPU``
+        and no mapping faults once (one fault-batch latency per batch of its bytes) and is
+        mapped; reads then cross host->device at ``hw.remote_read_Bps``, writes
+        device->host at ``hw.remote_write_Bps`` (a write does not read; a read-write access
         crosses both ways), each on its own copy engine; the bytes then live on the host (a
         first touch of fresh pages populates them there), so a later migration moves them.
-        Returns (link stall s, time the accesses are done)."""
+        Returns (fault stall s, link stall s, time the accesses are done, the chunks whose
+        access counters fire: read through an ``AccessedBy`` mapping alone, on a profile
+        with ``access_counter_migration``)."""
         t0 = now
         # data still on its way in or out lands before the kernel uses it
         now = max(now, float(self.ready[rc].max()), float(self.hold[rc].max()))
         far = rn - self.rb[rc]
+        blk = self.p.cblock[rc]
+        ph = self.pref_host[blk]
+        ab = self.acc_by[blk]
+        # PreferredLocation alone: the first access faults and the driver maps the pages
+        unm = ph & ~ab & ~self.mapped[rc]
+        batches = int((-(-far[unm] // self.hw.fault_batch_bytes)).sum())
+        lat = batches * self.hw.fault_batch_latency_s
+        if self.recording:
+            self.faults += batches
+        self.mapped[rc[ph]] = True
+        now += lat
         rbytes = int(far[rr].sum())
         wbytes = int(far[rw].sum())
-        bw = self.hw.remote_access_Bps
         end = now
         if rbytes:
-            end = max(end, self._xfer("h2d", now, rbytes, bw, "remote", -1))
+            end = max(end, self._xfer("h2d", now, rbytes, self.hw.remote_read_Bps, "remote", -1))
         if wbytes:
-            end = max(end, self._xfer("d2h", now, wbytes, bw, "remote", -1))
+            end = max(end, self._xfer("d2h", now, wbytes, self.hw.remote_write_Bps, "remote",
+                                      -1))
         self.led["remote_in"] += rbytes
         self.led["remote_out"] += wbytes
         self.oh[rc] = np.maximum(self.oh[rc], far)
         w = rc[rw]
         self.dirty[w] |= self.rb[w] > 0  # the resident part was written too
-        return end - t0, end
+        mig = rc[ab & ~ph & (far >= COUNTER_MIN_BYTES)] if self.hw.access_counter_migration \
+            else rc[:0]
+        return lat, end - t0 - lat, end, mig
 
     def kernel(self, t: int) -> tuple[float, float, float]:
         """Run tick ``t``'s kernel's memory accesses; returns (fault, evict, link) stall s."""
@@ -548,12 +628,18 @@ class Engine:
         t0 = self.now
         now = t0
         st_link = st_fault = st_evict = 0.0
+        mig = cc[:0]
         if self.any_remote:
             blk = p.cblock[cc]
-            rem = self.pref_host[blk] & self.acc_by[blk] & (self.rb[cc] < nd)
+            rbc = self.rb[cc]
+            # in place: under PreferredLocation = CPU; under AccessedBy alone, a chunk whose
+            # missing bytes all live on the host (fresh pages have no place to map yet)
+            rem = (self.pref_host[blk] | (self.acc_by[blk] & (self.oh[cc] >= nd - rbc))) & (
+                rbc < nd) & ~self.rmostly[blk]
             if rem.any():
-                st, now = self._remote(cc[rem], nd[rem], wr[rem], rd[rem], now)
-                st_link += st
+                sf_, sl_, now, mig = self._remote(cc[rem], nd[rem], wr[rem], rd[rem], now)
+                st_fault += sf_
+                st_link += sl_
                 keepm = ~rem
                 cc, nd, wr = cc[keepm], nd[keepm], wr[keepm]
         # data in flight to the device: the kernel waits for it
@@ -629,6 +715,10 @@ class Engine:
                 # bytes is stale, that of the others (not resident) is their only copy
                 w = w[self.rmostly[p.cblock[w]]]
                 self.oh[w] = np.minimum(self.oh[w], p.csize[w] - self.rb[w])
+        if len(mig):
+            # the driver services the counters' notifications after the kernel's accesses,
+            # migrating as the fault path does; the kernel does not wait for it
+            self._bring_in(mig, now, self.pinned, hw.h2d_fault_Bps, "counter", -1)
         self.now = now
         return st_fault, st_evict, st_link
 

@@ -31,7 +31,7 @@ logger = logging.getLogger(__name__)
 
 _mod: Any = None  # _fast_kernels, once imported
 _state = {"checked": False, "calls": 0}
-CAUSES = np.asarray(["plan", "evict", "fault", "remote"], dtype=object)
+CAUSES = np.asarray(["plan", "evict", "fault", "remote", "counter"], dtype=object)
 DIRECTIONS = np.asarray(["h2d", "d2h"], dtype=object)
 LEDGER = ("populated", "migrated_in", "reused_in", "evicted_out", "discarded", "freed",
           "reused_out", "dropped_dup", "remote_in", "remote_out")  # Engine.led's order
@@ -148,8 +148,9 @@ def run(prep: Prepared, hw, B: int, sched, pool: bool, zero_fill: bool, to_end: 
     end_t = prep.n_ticks if to_end else we
     ptr, code, blk, lo, hi, ev, flag, div = action_table(sched, prep, end_t)
     hwf = np.array([hw.fault_batch_latency_s, hw.h2d_fault_Bps, hw.d2h_evict_Bps,
-                    hw.remote_access_Bps, hw.d2h_prefetch_Bps, hw.h2d_prefetch_Bps,
-                    hw.duplex_Bps], float)
+                    hw.remote_read_Bps, hw.d2h_prefetch_Bps, hw.h2d_prefetch_Bps,
+                    hw.remote_write_Bps, hw.action_call_s,
+                    float(hw.access_counter_migration), hw.duplex_Bps], float)
     I, outf, outi, rows_f, rows_i, trf, tri, ran = _mod.run(
         prep.n_ticks, ws, we, to_end, np.ascontiguousarray(prep.dur_s, float), prep.ev_ptr,
         prep.ev_kind, prep.ev_block, prep.acc_ptr, prep.acc_chunk, prep.acc_need,

@@ -12,18 +12,22 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._engine import COUNTER_MIN_BYTES
 # CLAIMED, ERR, ERR_NEED and DISCARD are read by _fast through this module
 from ._fast_memory import (  # noqa: F401
-    ANY_REMOTE, ANY_RMOSTLY, BD2H, BH2D, C_FAULT, C_REMOTE, CLAIMED, DISCARD, DUPLEX, ERR,
-    ERR_NEED, FAULTS, H2D_FREE, L_MIG, L_POP, L_RIN, L_ROUT, NF, NI, NOW, NTR, PEAK, PEND, PN,
-    REC, TD2H, TH2D, _act, _alloc, _claim, _free, _make_room, _push, _retire, _xfer, jit)
+    ANY_REMOTE, ANY_RMOSTLY, BD2H, BH2D, C_COUNTER, C_FAULT, C_REMOTE, CLAIMED, DISCARD, DUPLEX,
+    ERR, ERR_NEED, FAULTS, H2D_FREE, L_MIG, L_POP, L_RIN, L_ROUT, NF, NI, NOW, NTR, PEAK, PEND,
+    PN, REC, TD2H, TH2D, _act, _alloc, _bring_in, _claim, _free, _make_room, _push, _retire,
+    _xfer, jit)
 
 __all__ = ["run", "plan_table"]
 
 
 @jit
-def _remote(I, F, led, st, trf, tri, rc, rn, rw, rr, now, bw):  # Engine._remote
-    (rb, oh, ready, hold, alive, dirty, stamp, rmostly, cblock, csize, ht, hb) = st
+def _remote(I, F, led, st, trf, tri, flags, rc, rn, rw, rr, now, hwk, fbb):  # Engine._remote
+    (rb, oh, ready, hold, alive, dirty, stamp, rmostly, cblock, csize, ht, hb, mapped) = st
+    pref_host, acc_by = flags
+    lat_s, bw_read, bw_write, counters = hwk[0], hwk[3], hwk[4], hwk[5]
     t0 = now
     rmax = ready[rc[0]]
     hmax = hold[rc[0]]
@@ -33,34 +37,56 @@ def _remote(I, F, led, st, trf, tri, rc, rn, rw, rr, now, bw):  # Engine._remote
         if hold[c] > hmax:
             hmax = hold[c]
     now = max(now, rmax, hmax)
+    far = np.empty(len(rc), np.int64)
+    batches = 0
+    for i in range(len(rc)):
+        c = rc[i]
+        far[i] = rn[i] - rb[c]
+        bk = cblock[c]
+        if pref_host[bk] and not acc_by[bk] and not mapped[c]:
+            batches += -(-far[i] // fbb)
+    lat = batches * lat_s
+    if I[REC]:
+        I[FAULTS] += batches
+    for c in rc:
+        if pref_host[cblock[c]]:
+            mapped[c] = True
+    now += lat
     rbytes = 0
     wbytes = 0
     for i in range(len(rc)):
-        far = rn[i] - rb[rc[i]]
         if rr[i]:
-            rbytes += far
+            rbytes += far[i]
         if rw[i]:
-            wbytes += far
+            wbytes += far[i]
     end = now
     if rbytes:
-        end = max(end, _xfer(I, F, trf, tri, 0, now, rbytes, bw, C_REMOTE, -1, 0.0))
+        end = max(end, _xfer(I, F, trf, tri, 0, now, rbytes, bw_read, C_REMOTE, -1, 0.0))
     if wbytes:
-        end = max(end, _xfer(I, F, trf, tri, 1, now, wbytes, bw, C_REMOTE, -1, 0.0))
+        end = max(end, _xfer(I, F, trf, tri, 1, now, wbytes, bw_write, C_REMOTE, -1, 0.0))
     led[L_RIN] += rbytes
     led[L_ROUT] += wbytes
     for i in range(len(rc)):
         c = rc[i]
-        oh[c] = max(oh[c], rn[i] - rb[c])
+        oh[c] = max(oh[c], far[i])
     for i in range(len(rc)):
         if rw[i] and rb[rc[i]] > 0:
             dirty[rc[i]] = True
-    return end - t0, end
+    nm = 0
+    mig = np.empty(len(rc), np.int64)
+    if counters:
+        for i in range(len(rc)):
+            bk = cblock[rc[i]]
+            if acc_by[bk] and not pref_host[bk] and far[i] >= COUNTER_MIN_BYTES:
+                mig[nm] = rc[i]
+                nm += 1
+    return lat, end - t0 - lat, end, mig[:nm]
 
 
 @jit
 def _kernel(I, F, led, st, trf, tri, q, qs, sel, pinned, flags, t, acc_ptr, acc_chunk,
             acc_need, acc_write, acc_read, B, hwf, fbb, zero_fill):  # Engine.kernel
-    (rb, oh, ready, hold, alive, dirty, stamp, rmostly, cblock, csize, ht, hb) = st
+    (rb, oh, ready, hold, alive, dirty, stamp, rmostly, cblock, csize, ht, hb, mapped) = st
     pref_host, acc_by = flags
     s, e = acc_ptr[t], acc_ptr[t + 1]
     if s == e:
@@ -69,20 +95,24 @@ def _kernel(I, F, led, st, trf, tri, q, qs, sel, pinned, flags, t, acc_ptr, acc_
     nd = acc_need[s:e]
     wr = acc_write[s:e]
     rd = acc_read[s:e]
-    lat_s, bw_fault, bw_evict, bw_remote = hwf[0], hwf[1], hwf[2], hwf[3]
+    lat_s, bw_fault, bw_evict = hwf[0], hwf[1], hwf[2]
     now = F[NOW]
     st_link = 0.0
     st_fault = 0.0
     st_evict = 0.0
+    mig = cc[:0]
     if I[ANY_REMOTE]:
         rem = np.zeros(len(cc), np.bool_)
         for i in range(len(cc)):
-            bk = cblock[cc[i]]
-            rem[i] = pref_host[bk] and acc_by[bk] and rb[cc[i]] < nd[i]
+            c = cc[i]
+            bk = cblock[c]
+            rem[i] = (pref_host[bk] or (acc_by[bk] and oh[c] >= nd[i] - rb[c])) and \
+                rb[c] < nd[i] and not rmostly[bk]
         if rem.any():
-            x, now = _remote(I, F, led, st, trf, tri, cc[rem], nd[rem], wr[rem], rd[rem], now,
-                             bw_remote)
-            st_link += x
+            x, y, now, mig = _remote(I, F, led, st, trf, tri, flags, cc[rem], nd[rem],
+                                     wr[rem], rd[rem], now, hwf, fbb)
+            st_fault += x
+            st_link += y
             keepm = ~rem
             cc, nd, wr = cc[keepm], nd[keepm], wr[keepm]
     if len(cc):
@@ -102,6 +132,9 @@ def _kernel(I, F, led, st, trf, tri, q, qs, sel, pinned, flags, t, acc_ptr, acc_
             dirty[c] = True
             if I[ANY_RMOSTLY] and rmostly[cblock[c]]:
                 oh[c] = min(oh[c], csize[c] - rb[c])
+    if len(mig):
+        _bring_in(I, F, led, st, trf, tri, q, qs, sel, pinned, mig, now, B, bw_evict,
+                  bw_fault, C_COUNTER, -1)
     F[NOW] = now
     return st_fault, st_evict, st_link
 
@@ -111,7 +144,7 @@ def _fault(I, F, led, st, trf, tri, q, qs, sel, pinned, cc, nd, now, st_link, st
            st_evict, B, lat_s, bw_fault, bw_evict, fbb, zero_fill):
     """Engine.kernel's demand faults: the chunks short of what the kernel needs come in
     (after room is made); returns (now, link, fault, evict stalls)."""
-    (rb, oh, ready, hold, alive, dirty, stamp, rmostly, cblock, csize, ht, hb) = st
+    (rb, oh, ready, hold, alive, dirty, stamp, rmostly, cblock, csize, ht, hb, mapped) = st
     nm = 0
     for i in range(len(cc)):
         if rb[cc[i]] < nd[i]:
@@ -213,7 +246,7 @@ def run(n_ticks, ws, we, to_end, dur, ev_ptr, ev_kind, ev_block, acc_ptr, acc_ch
     nb = len(bsize)
     I = np.zeros(NI, np.int64)
     F = np.zeros(NF, np.float64)
-    F[DUPLEX] = hwf[6]
+    F[DUPLEX] = hwf[9]
     led = np.zeros(10, np.int64)
     rb = np.zeros(nc, np.int64)
     oh = np.zeros(nc, np.int64)
@@ -241,9 +274,12 @@ def run(n_ticks, ws, we, to_end, dur, ev_ptr, ev_kind, ev_block, acc_ptr, acc_ch
     rows_f = np.zeros((max(W, 0), 6))  # start, compute, stall, fault, evict, link
     rows_i = np.zeros((max(W, 0), 3), np.int64)  # resident (claimed), h2d, d2h
     ran = np.zeros(len(a_code), np.bool_)
+    mapped = np.zeros(nc, np.bool_)
     flags = (pref_host, acc_by)
     bws = (hwf[2], hwf[4], hwf[5])
-    kw = np.array([hwf[0], hwf[1], hwf[2], hwf[3]])
+    # fault latency, fault and eviction rates, remote read and write rates, access counters
+    kw = np.array([hwf[0], hwf[1], hwf[2], hwf[3], hwf[6], hwf[8]])
+    call_s = hwf[7]
     # window figures: T, sf, se, sl | claimed, pending, resident, bytes_h2d, bytes_d2h,
     # faults, peak, n transfers, ledger (10)
     outf = np.zeros(5)
@@ -263,7 +299,7 @@ def run(n_ticks, ws, we, to_end, dur, ev_ptr, ev_kind, ev_block, acc_ptr, acc_ch
             _retire(I, ht, hb, F[NOW])
             I[PEAK] = I[CLAIMED]
         ht, hb, trf, tri = _room(I, ht, hb, trf, tri, a_ptr[2 * t + 2] - a_ptr[2 * t])
-        st = (rb, oh, ready, hold, alive, dirty, stamp, rmostly, cblock, csize, ht, hb)
+        st = (rb, oh, ready, hold, alive, dirty, stamp, rmostly, cblock, csize, ht, hb, mapped)
         tick_start = F[NOW]
         I[TH2D] = 0
         I[TD2H] = 0
@@ -272,11 +308,14 @@ def run(n_ticks, ws, we, to_end, dur, ev_ptr, ev_kind, ev_block, acc_ptr, acc_ch
             if ev_kind[i] == 0:
                 _alloc(I, led, st, q, qs, dq, dqs, sel, ev_block[i], bchunk0, bnchunk, bsize,
                        pool)
+        k = 0  # calls issued at this stage (_api._run_reference's issue)
         for j in range(a_ptr[2 * t], a_ptr[2 * t + 1]):
             b = a_block[j]
             if _executes(a_code[j], b, alive[bchunk0[b]], a_flag[j], bsize, discard_min):
+                k += 1
                 _act(I, F, led, st, trf, tri, q, qs, sel, pinned, flags, a_code[j], b,
-                     a_lo[j], a_hi[j], F[NOW], B, V, bchunk0, bnchunk, bsize, bws)
+                     a_lo[j], a_hi[j], F[NOW] + k * call_s, B, V, bchunk0, bnchunk, bsize,
+                     bws)
                 ran[j] = True
         f, v, l_ = _kernel(I, F, led, st, trf, tri, q, qs, sel, pinned, flags, t, acc_ptr,
                            acc_chunk, acc_need, acc_write, acc_read, B, kw, fbb, zero_fill)
@@ -284,11 +323,14 @@ def run(n_ticks, ws, we, to_end, dur, ev_ptr, ev_kind, ev_block, acc_ptr, acc_ch
         for i in range(s, e):
             if ev_kind[i] == 1:
                 _free(I, led, st, dq, dqs, sel, ev_block[i], bchunk0, bnchunk, pool)
+        k = 0
         for j in range(a_ptr[2 * t + 1], a_ptr[2 * t + 2]):
             b = a_block[j]
             if _executes(a_code[j], b, alive[bchunk0[b]], a_flag[j], bsize, discard_min):
+                k += 1
                 _act(I, F, led, st, trf, tri, q, qs, sel, pinned, flags, a_code[j], b,
-                     a_lo[j], a_hi[j], F[NOW], B, V, bchunk0, bnchunk, bsize, bws)
+                     a_lo[j], a_hi[j], F[NOW] + k * call_s, B, V, bchunk0, bnchunk, bsize,
+                     bws)
                 ran[j] = True
         _retire(I, ht, hb, F[NOW])
         if I[ERR]:
@@ -315,7 +357,8 @@ def run(n_ticks, ws, we, to_end, dur, ev_ptr, ev_kind, ev_block, acc_ptr, acc_ch
 @jit
 def _room(I, ht, hb, trf, tri, na):
     """The release heap and the copy log, grown to hold what one tick can add: per action
-    at most 2 releases and 3 copies, the kernel 2 and 5."""
+    at most 2 releases and 3 copies, the kernel 3 and 7 (remote 2, faults 3, the access
+    counters' migration 2)."""
     if I[PN] + 2 * na + 8 > len(ht):
         sz = 2 * (I[PN] + 2 * na + 8)
         ht2 = np.zeros(sz)

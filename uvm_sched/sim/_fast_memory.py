@@ -30,7 +30,7 @@ NOW, H2D_FREE, D2H_FREE, H2D_RATE, D2H_RATE, DUPLEX, NF = range(7)
 L_POP, L_MIG, L_REUSED_IN, L_EVICTED, L_DISCARDED, L_FREED, L_REUSED_OUT, L_DUP, L_RIN, \
     L_ROUT = range(10)
 # causes of a copy (the transfers table's names, _fast.CAUSES)
-C_PLAN, C_EVICT, C_FAULT, C_REMOTE = range(4)
+C_PLAN, C_EVICT, C_FAULT, C_REMOTE, C_COUNTER = range(5)
 # engine action codes (_engine)
 PREFETCH, EVICT, PREF_HOST, ACCESSED_BY, READ_MOSTLY, DISCARD = range(6)
 
@@ -210,7 +210,7 @@ def _take_lru(I, stamp, q, qs, rb, pin, need, sel):  # Engine._take_lru; count i
 @jit
 def _evict_chunks(I, F, led, st, trf, tri, ch, n, start, bw, cause, block):
     """Engine._evict_chunks over ch[:n]: (end of the write-back, bytes written)."""
-    (rb, oh, ready, hold, alive, dirty, stamp, rmostly, cblock, csize, ht, hb) = st
+    (rb, oh, ready, hold, alive, dirty, stamp, rmostly, cblock, csize, ht, hb, mapped) = st
     if n == 0:
         return start, 0
     wb = 0
@@ -248,13 +248,14 @@ def _evict_chunks(I, F, led, st, trf, tri, ch, n, start, bw, cause, block):
         stamp[c] = -1
         hold[c] = end
         dirty[c] = False
+        mapped[c] = False
     _heap_push(I, ht, hb, end, total)
     return end, wb
 
 
 @jit
 def _trim(I, F, led, st, trf, tri, cc, nd, short, t, bw):  # Engine._trim
-    (rb, oh, ready, hold, alive, dirty, stamp, rmostly, cblock, csize, ht, hb) = st
+    (rb, oh, ready, hold, alive, dirty, stamp, rmostly, cblock, csize, ht, hb, mapped) = st
     m = 0
     cum = 0
     for i in range(len(cc)):
@@ -299,6 +300,7 @@ def _trim(I, F, led, st, trf, tri, cc, nd, short, t, bw):  # Engine._trim
         if alive[c] != 2:
             oh[c] = min(csize[c], oh[c] + ex[i])
         hold[c] = max(hold[c], end)
+        mapped[c] = False
     _heap_push(I, ht, hb, end, tot)
     return end
 
@@ -306,7 +308,7 @@ def _trim(I, F, led, st, trf, tri, cc, nd, short, t, bw):  # Engine._trim
 @jit
 def _make_room(I, F, led, st, trf, tri, q, qs, pin, sel, need, at, B, bw_evict,
                has_trim, cc, nd):  # Engine._make_room
-    (rb, oh, ready, hold, alive, dirty, stamp, rmostly, cblock, csize, ht, hb) = st
+    (rb, oh, ready, hold, alive, dirty, stamp, rmostly, cblock, csize, ht, hb, mapped) = st
     _retire(I, ht, hb, at)
     t = at
     deficit = I[CLAIMED] + need - B
@@ -336,7 +338,7 @@ def _make_room(I, F, led, st, trf, tri, q, qs, pin, sel, need, at, B, bw_evict,
 
 @jit
 def _alloc(I, led, st, q, qs, dq, dqs, sel, b, bchunk0, bnchunk, bsize, pool):  # Engine.alloc
-    (rb, oh, ready, hold, alive, dirty, stamp, rmostly, cblock, csize, ht, hb) = st
+    (rb, oh, ready, hold, alive, dirty, stamp, rmostly, cblock, csize, ht, hb, mapped) = st
     c0, nch = bchunk0[b], bnchunk[b]
     for c in range(c0, c0 + nch):
         alive[c] = 1
@@ -389,7 +391,7 @@ def _alloc(I, led, st, q, qs, dq, dqs, sel, b, bchunk0, bnchunk, bsize, pool):  
 
 @jit
 def _free(I, led, st, dq, dqs, sel, b, bchunk0, bnchunk, pool):  # Engine.free
-    (rb, oh, ready, hold, alive, dirty, stamp, rmostly, cblock, csize, ht, hb) = st
+    (rb, oh, ready, hold, alive, dirty, stamp, rmostly, cblock, csize, ht, hb, mapped) = st
     c0, nch = bchunk0[b], bnchunk[b]
     n = 0
     tot = 0
@@ -416,7 +418,7 @@ def _free(I, led, st, dq, dqs, sel, b, bchunk0, bnchunk, pool):  # Engine.free
 @jit
 def _act(I, F, led, st, trf, tri, q, qs, sel, pin, flags, action, b, lo, hi, at, B, V,
          bchunk0, bnchunk, bsize, bws):  # Engine.act
-    (rb, oh, ready, hold, alive, dirty, stamp, rmostly, cblock, csize, ht, hb) = st
+    (rb, oh, ready, hold, alive, dirty, stamp, rmostly, cblock, csize, ht, hb, mapped) = st
     pref_host, acc_by = flags
     bw_evict, bw_d2h_pf, bw_h2d_pf = bws
     if action == PREF_HOST:
@@ -471,56 +473,69 @@ def _act(I, F, led, st, trf, tri, q, qs, sel, pin, flags, action, b, lo, hi, at,
         return
     if action == PREFETCH:
         n = 0
-        rsum = 0
-        msum = 0
         for c in range(a, z):
-            if csize[c] - rb[c] > 0:
-                sel[n] = c
-                n += 1
-                rsum += rb[c]
-                msum += csize[c] - rb[c]
-        if n == 0:
-            return
-        if msum + rsum > B:
-            k = 0
-            cum = 0
-            for i in range(n):
-                cum += csize[sel[i]] - rb[sel[i]]
-                if cum + rsum <= B:
-                    k += 1
-                else:
-                    break
-            n = k
-            if n == 0:
-                return
-        ch = sel[:n].copy()
-        need = 0
-        for c in ch:
-            need += csize[c] - rb[c]
-        for c in ch:
-            pin[c] = True
-        t = _make_room(I, F, led, st, trf, tri, q, qs, pin, sel, need, at, B, bw_evict,
-                       False, ch, ch)
-        for c in ch:
-            pin[c] = False
-        _claim(I, need)
-        xb = 0
-        hmax = hold[ch[0]]
-        for c in ch:
-            xb += min(csize[c] - rb[c], oh[c])
-            if hold[c] > hmax:
-                hmax = hold[c]
-        led[L_MIG] += xb
-        led[L_POP] += need - xb
-        t = max(t, hmax)
-        end = _xfer(I, F, trf, tri, 0, t, xb, bw_h2d_pf, C_PLAN, b, 0.0) if xb else t
-        keep = rmostly[b]
-        for c in ch:
-            rb[c] = csize[c]
-            if not keep:
-                oh[c] = 0
-            ready[c] = end
-        _push(I, stamp, q, qs, ch, n)
+            sel[n] = c
+            n += 1
+        _bring_in(I, F, led, st, trf, tri, q, qs, sel, pin, sel[:n].copy(), at, B, bw_evict,
+                  bw_h2d_pf, C_PLAN, b)
         return
     I[ERR] = 2  # unknown action code
     I[ERR_NEED] = action
+
+
+@jit
+def _bring_in(I, F, led, st, trf, tri, q, qs, sel, pin, cand, at, B, bw_evict, bw, cause,
+              block):  # Engine._bring_in
+    (rb, oh, ready, hold, alive, dirty, stamp, rmostly, cblock, csize, ht, hb, mapped) = st
+    ch = np.empty(len(cand), np.int64)
+    n = 0
+    rsum = 0
+    msum = 0
+    for c in cand:
+        if csize[c] - rb[c] > 0:
+            ch[n] = c
+            n += 1
+            rsum += rb[c]
+            msum += csize[c] - rb[c]
+    if n == 0:
+        return
+    if msum + rsum > B:
+        k = 0
+        cum = 0
+        for i in range(n):
+            cum += csize[ch[i]] - rb[ch[i]]
+            if cum + rsum <= B:
+                k += 1
+            else:
+                break
+        n = k
+        if n == 0:
+            return
+    ch = ch[:n]
+    need = 0
+    for c in ch:
+        need += csize[c] - rb[c]
+    for c in ch:
+        pin[c] = True
+    t = _make_room(I, F, led, st, trf, tri, q, qs, pin, sel, need, at, B, bw_evict,
+                   False, ch, ch)
+    for c in ch:
+        pin[c] = False
+    _claim(I, need)
+    xb = 0
+    hmax = hold[ch[0]]
+    for c in ch:
+        xb += min(csize[c] - rb[c], oh[c])
+        if hold[c] > hmax:
+            hmax = hold[c]
+    led[L_MIG] += xb
+    led[L_POP] += need - xb
+    t = max(t, hmax)
+    end = _xfer(I, F, trf, tri, 0, t, xb, bw, cause, block, 0.0) if xb else t
+    for c in ch:
+        rb[c] = csize[c]
+        if not rmostly[cblock[c]]:
+            oh[c] = 0
+        ready[c] = end
+        mapped[c] = False
+    _push(I, stamp, q, qs, ch, n)
