@@ -15,9 +15,10 @@ import numpy as np
 from ._engine import COUNTER_MIN_BYTES
 # CLAIMED, ERR, ERR_NEED and DISCARD are read by _fast through this module
 from ._fast_memory import (  # noqa: F401
-    ANY_REMOTE, ANY_RMOSTLY, BD2H, BH2D, C_COUNTER, C_FAULT, C_REMOTE, CLAIMED, DISCARD, ERR, ERR_NEED,
-    FAULTS, H2D_FREE, HOST, L_MIG, L_POP, L_RIN, L_ROUT, NF, NI, NOW, NTR, PEAK, PEND, PN, REC, TD2H,
-    TH2D, _act, _alloc, _bring_in, _claim, _free, _make_room, _push, _retire, _xfer, jit)
+    ANY_REMOTE, ANY_RMOSTLY, BD2H, BH2D, C_COUNTER, C_FAULT, C_REMOTE, CLAIMED, DISCARD, ERR,
+    ERR_NEED, FAULTS, H2D_FREE, HOST, L_MIG, L_POP, L_RIN, L_ROUT, NF, NI, NOW, NTR, PEAK, PEND,
+    PN, REC, TD2H, TH2D, _act, _alloc, _bring_in, _claim, _free, _make_room, _push, _retire,
+    _xfer, jit)
 
 __all__ = ["run", "plan_table"]
 
