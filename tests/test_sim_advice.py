@@ -24,7 +24,8 @@ _NUMBA = importlib.util.find_spec("numba") is not None
 
 def _hw(**kw):
     """Every path at 8 MiB/ms (2 MiB in 0.25 ms), a 0.25 ms fault batch of up to 2 MiB,
-    5 us per call, no access counters; ``kw`` overrides."""
+    5 us per call (made long before the GPU needs them here), no access counters; ``kw``
+    overrides."""
     bw = 8 * MiB / MS
     base = dict(h2d_prefetch_Bps=bw, d2h_prefetch_Bps=bw, h2d_fault_Bps=bw, d2h_evict_Bps=bw,
                 remote_access_Bps=bw, fault_batch_latency_s=0.25 * MS, fault_batch_bytes=2 * MiB,
@@ -168,14 +169,14 @@ def test_access_counters_migrate_data_read_through_an_accessed_by_mapping(monkey
     rows = [(0, "advise_accessed_by", 0), (2, "prefetch_to_host", 0)]
     p = _plan(rows, 4, [2 * MiB, 64 * KiB], 8 * MiB)
     off = _run(t, p, _hw(), 8 * MiB, monkeypatch)
-    # t0: A is populated by fault (0.25 ms); the plan's eviction is the first call after
-    # the kernel (0.005 ms) and takes 0.25 ms; t1 waits for it (0.255 ms) and reads A in
-    # place (0.25 ms); t2 writes A in place (0.25 ms) -- without access counters
-    assert off.iteration_time_s == pytest.approx((0.26 + 0.505 + 1.0 + 0.26) * MS)
+    # t0: A is populated by fault (0.25 ms); the plan evicts it after the kernel (0.25 ms);
+    # t1 waits for that (0.25 ms) and reads A in place (0.25 ms); t2 writes A in place
+    # (0.25 ms) -- without access counters
+    assert off.iteration_time_s == pytest.approx((0.26 + 0.5 + 1.0 + 0.26) * MS)
     on = _run(t, p, _hw(access_counter_migration=True), 8 * MiB, monkeypatch)
     # with them, t1's read fires A's counters: the driver migrates A as the fault path
     # does (0.25 ms) while t1 computes (1 ms), so t2 writes a resident A
-    assert on.iteration_time_s == pytest.approx((0.26 + 0.505 + 1.0 + 0.01) * MS)
+    assert on.iteration_time_s == pytest.approx((0.26 + 0.5 + 1.0 + 0.01) * MS)
     assert ("h2d", "counter", 2 * MiB, 0.25) in _copies(on)
     # under a CPU preferred location the data stays where it is preferred
     pref = [(0, "advise_preferred_host", 0), (0, "advise_accessed_by", 0)] + rows[1:]
@@ -184,10 +185,9 @@ def test_access_counters_migrate_data_read_through_an_accessed_by_mapping(monkey
     assert not _copies(stay, "counter")
 
 
-def test_each_prefetch_or_advise_call_costs_host_time_before_the_next_takes_effect(
-        monkeypatch):
-    # three evictions after t0's kernel, behind one advice: the k-th call takes effect k
-    # calls (1 ms each here) after the stage begins, so the copies start 2, 3 and 4 ms in
+def _calls_trace(first_tick_ms: float):
+    """Per iteration: t0 writes three 2 MiB blocks (three population faults, 0.75 ms) and
+    computes ``first_tick_ms``, then frees a scratch block (event 4); t1 frees the three."""
     b = TraceBuilder(name="calls")
     for _ in range(2):
         b.mark()
@@ -196,16 +196,27 @@ def test_each_prefetch_or_advise_call_costs_host_time_before_the_next_takes_effe
         for x in blocks:
             b.access(x, W)
         b.free(s)  # event 4
-        b.next_tick(0.01e6)
+        b.next_tick(first_tick_ms * 1e6)
         for x in blocks:
             b.free(x)  # events 5-7
         b.next_tick(10e6)
+    return b.build()
+
+
+@pytest.mark.parametrize("first_tick_ms, starts_ms", [
+    # the GPU is at 0.76 ms when it reaches the calls; the host made them at 1, 2, 3 and
+    # 4 ms of the iteration (1 ms each): the evictions start at 2, 3 and 4 ms
+    (0.01, [2.0, 3.0, 4.0]),
+    # the GPU reaches them at 10.75 ms, long after the host made them: no delay, the copies
+    # queue one after another on the device->host engine (0.25 ms each)
+    (10.0, [10.75, 11.0, 11.25])])
+def test_prefetch_and_advise_calls_cost_host_time_that_delays_them_only_past_the_gpu(
+        first_tick_ms, starts_ms, monkeypatch):
     rows = [(4, "advise_read_mostly", 0)] + [(4, "prefetch_to_host", j) for j in range(3)]
     p = _plan(rows, 8, [2 * MiB] * 3 + [64 * KiB], 8 * MiB)
-    r = _run(b.build(), p, _hw(action_call_s=1 * MS), 8 * MiB, monkeypatch)
+    r = _run(_calls_trace(first_tick_ms), p, _hw(action_call_s=1 * MS), 8 * MiB, monkeypatch)
     tr = r.transfers[r.transfers.cause == "plan"]
-    kernel_end = 3 * 0.25 * MS + 0.01 * MS  # three population faults, then compute
-    assert list((tr.start_s - kernel_end) / MS) == pytest.approx([2.0, 3.0, 4.0])
+    assert list(tr.start_s / MS) == pytest.approx(starts_ms)
 
 
 def test_shipped_profiles_enable_access_counter_migration_only_on_grace_hopper():

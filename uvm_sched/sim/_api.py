@@ -319,6 +319,7 @@ def _run_reference(prep, hw, B, sched: Schedule, pool: bool, zero_fill: bool,
     div0 = 0
     ev_ptr, ev_kind, ev_block, dur = prep.ev_ptr, prep.ev_kind, prep.ev_block, prep.dur_s
     bchunk0 = prep.bchunk0
+    starts = set(int(x) for x in prep.iter_starts)
     sf = se = sl = 0.0
     # the plan actions carried out (what reached eng.act), over the whole run
     log: list | None = [] if sched.plan_events else None
@@ -326,16 +327,14 @@ def _run_reference(prep, hw, B, sched: Schedule, pool: bool, zero_fill: bool,
 
     def issue(t: int, stage: str) -> None:
         """Act on the schedule's actions due at this stage of tick ``t`` (and log them).
-        The host issues them one call after another, ``hw.action_call_s`` each, so the
-        ``j``-th takes effect no earlier than ``j + 1`` calls after the stage begins (the
-        kernels are launched ahead of the GPU, so the calls delay the actions, not the
-        compute stream)."""
-        j = 0
+        Note [Host calls]: the host makes them one after another, ``hw.action_call_s``
+        each, on its own clock ``eng.host``; an action takes effect when both the GPU has
+        reached it and the host has made its call."""
         for a in sched.at(t, stage):
             code, b, lo, hi = a[:4]
             if _executes(code, b, eng.alive[bchunk0[b]], sched, prep):
-                j += 1
-                eng.act(code, b, lo, hi, eng.now + j * hw.action_call_s, eng.pinned)
+                eng.host += hw.action_call_s
+                eng.act(code, b, lo, hi, max(eng.now, eng.host), eng.pinned)
                 if log is not None:
                     log.append((t, stage, code, b, a[4]))
 
@@ -361,6 +360,8 @@ def _run_reference(prep, hw, B, sched: Schedule, pool: bool, zero_fill: bool,
             div0 = sched.divergences
             eng._retire(eng.now)
             eng.peak = eng.claimed
+        if t == 0 or t in starts:
+            eng.host = eng.now  # Note [Host calls]
         tick_start = eng.now
         eng.tick_h2d = eng.tick_d2h = 0
         s, e = ev_ptr[t], ev_ptr[t + 1]

@@ -92,8 +92,15 @@ Not modelled, and why (CUDA Programming Guide, "Unified Memory"; the driver's so
   chunks and our per-tick clock; a plan avoids thrashing rather than relying on it;
 * host page-table and TLB costs: inside the measured per-batch latency and copy rates;
 * access-counter migration between peer GPUs (one GPU is simulated).
-The per-call host cost of a prefetch or advise call is modelled (``hw.action_call_s``,
-``_api._run_reference``).
+The per-call host cost of a prefetch or advise call is modelled (Note [Host calls]).
+
+Note [Host calls] -- the host makes each prefetch/advise call, ``hw.action_call_s`` each
+(an assumed constant with a range, see the profiles), one after another on its own clock
+``host``, while it launches kernels asynchronously ahead of the GPU: an action takes effect
+at the later of the GPU's time and the host's time after its call. The host's clock is set
+to the GPU's at the start of every iteration (a training loop reads its loss, a
+synchronisation, once a step), so the calls cost the GPU time only where they outpace it
+within an iteration (many calls at its start, or more host time than GPU time).
 """
 from __future__ import annotations
 
@@ -170,6 +177,7 @@ class Engine:
         self.dead_res = 0
         self.pending: list[tuple[float, int]] = []  # (time, bytes) outbound releases
         self.now = 0.0
+        self.host = 0.0  # the host's clock of prefetch/advise calls (Note [Host calls])
         self.h2d_free = 0.0
         self.d2h_free = 0.0
         self.h2d_rate = 0.0  # bytes/s of the last copy queued each way (its tail rate)

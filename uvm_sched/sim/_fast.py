@@ -101,6 +101,14 @@ def action_table(sched, prep: Prepared, end_t: int):
     return _from_items(items, end_t, div)
 
 
+def _starts(prep: Prepared) -> np.ndarray:
+    """Per tick: does an iteration start there (Note [Host calls] in ``_engine``)."""
+    s = np.zeros(max(prep.n_ticks, 1), bool)
+    m = np.asarray(prep.iter_starts, np.int64)
+    s[m[(m >= 0) & (m < prep.n_ticks)]] = True
+    return s
+
+
 def _ptr(key: np.ndarray, end_t: int) -> np.ndarray:
     return np.searchsorted(key, np.arange(2 * end_t + 1)).astype(np.int64)
 
@@ -156,7 +164,8 @@ def run(prep: Prepared, hw, B: int, sched, pool: bool, zero_fill: bool, to_end: 
         prep.ev_kind, prep.ev_block, prep.acc_ptr, prep.acc_chunk, prep.acc_need,
         prep.acc_write, prep.acc_read, prep.bchunk0, prep.bnchunk, prep.bsize, prep.csize,
         prep.cblock, ptr, code, blk, lo, hi, flag, int(B), int(hw.va_block_bytes),
-        int(hw.fault_batch_bytes), hwf, bool(pool), bool(zero_fill), int(discard_min))
+        int(hw.fault_batch_bytes), hwf, bool(pool), bool(zero_fill), int(discard_min),
+        _starts(prep))
     _state["calls"] += 1
     if I[_mod.ERR] == 1:
         raise RuntimeError(

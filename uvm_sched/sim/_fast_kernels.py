@@ -16,8 +16,8 @@ from ._engine import COUNTER_MIN_BYTES
 # CLAIMED, ERR, ERR_NEED and DISCARD are read by _fast through this module
 from ._fast_memory import (  # noqa: F401
     ANY_REMOTE, ANY_RMOSTLY, BD2H, BH2D, C_COUNTER, C_FAULT, C_REMOTE, CLAIMED, DISCARD, DUPLEX,
-    ERR, ERR_NEED, FAULTS, H2D_FREE, L_MIG, L_POP, L_RIN, L_ROUT, NF, NI, NOW, NTR, PEAK, PEND,
-    PN, REC, TD2H, TH2D, _act, _alloc, _bring_in, _claim, _free, _make_room, _push, _retire,
+    ERR, ERR_NEED, FAULTS, H2D_FREE, HOST, L_MIG, L_POP, L_RIN, L_ROUT, NF, NI, NOW, NTR, PEAK,
+    PEND, PN, REC, TD2H, TH2D, _act, _alloc, _bring_in, _claim, _free, _make_room, _push, _retire,
     _xfer, jit)
 
 __all__ = ["run", "plan_table"]
@@ -239,7 +239,7 @@ def _executes(code, b, alive_b, flag, bsize, discard_min):  # _api._executes
 @jit
 def run(n_ticks, ws, we, to_end, dur, ev_ptr, ev_kind, ev_block, acc_ptr, acc_chunk,
         acc_need, acc_write, acc_read, bchunk0, bnchunk, bsize, csize, cblock, a_ptr, a_code,
-        a_block, a_lo, a_hi, a_flag, B, V, fbb, hwf, pool, zero_fill, discard_min):
+        a_block, a_lo, a_hi, a_flag, B, V, fbb, hwf, pool, zero_fill, discard_min, is_start):
     """The whole run (``_api._run``'s loop): returns the state arrays, the window's
     timeline, its copies, which table actions ran, and the figures at the window's end."""
     nc = len(csize)
@@ -300,6 +300,8 @@ def run(n_ticks, ws, we, to_end, dur, ev_ptr, ev_kind, ev_block, acc_ptr, acc_ch
             I[PEAK] = I[CLAIMED]
         ht, hb, trf, tri = _room(I, ht, hb, trf, tri, a_ptr[2 * t + 2] - a_ptr[2 * t])
         st = (rb, oh, ready, hold, alive, dirty, stamp, rmostly, cblock, csize, ht, hb, mapped)
+        if t == 0 or is_start[t]:
+            F[HOST] = F[NOW]  # Note [Host calls]
         tick_start = F[NOW]
         I[TH2D] = 0
         I[TD2H] = 0
@@ -308,13 +310,12 @@ def run(n_ticks, ws, we, to_end, dur, ev_ptr, ev_kind, ev_block, acc_ptr, acc_ch
             if ev_kind[i] == 0:
                 _alloc(I, led, st, q, qs, dq, dqs, sel, ev_block[i], bchunk0, bnchunk, bsize,
                        pool)
-        k = 0  # calls issued at this stage (_api._run_reference's issue)
         for j in range(a_ptr[2 * t], a_ptr[2 * t + 1]):
             b = a_block[j]
             if _executes(a_code[j], b, alive[bchunk0[b]], a_flag[j], bsize, discard_min):
-                k += 1
+                F[HOST] += call_s  # _api._run_reference's issue
                 _act(I, F, led, st, trf, tri, q, qs, sel, pinned, flags, a_code[j], b,
-                     a_lo[j], a_hi[j], F[NOW] + k * call_s, B, V, bchunk0, bnchunk, bsize,
+                     a_lo[j], a_hi[j], max(F[NOW], F[HOST]), B, V, bchunk0, bnchunk, bsize,
                      bws)
                 ran[j] = True
         f, v, l_ = _kernel(I, F, led, st, trf, tri, q, qs, sel, pinned, flags, t, acc_ptr,
@@ -323,13 +324,12 @@ def run(n_ticks, ws, we, to_end, dur, ev_ptr, ev_kind, ev_block, acc_ptr, acc_ch
         for i in range(s, e):
             if ev_kind[i] == 1:
                 _free(I, led, st, dq, dqs, sel, ev_block[i], bchunk0, bnchunk, pool)
-        k = 0
         for j in range(a_ptr[2 * t + 1], a_ptr[2 * t + 2]):
             b = a_block[j]
             if _executes(a_code[j], b, alive[bchunk0[b]], a_flag[j], bsize, discard_min):
-                k += 1
+                F[HOST] += call_s
                 _act(I, F, led, st, trf, tri, q, qs, sel, pinned, flags, a_code[j], b,
-                     a_lo[j], a_hi[j], F[NOW] + k * call_s, B, V, bchunk0, bnchunk, bsize,
+                     a_lo[j], a_hi[j], max(F[NOW], F[HOST]), B, V, bchunk0, bnchunk, bsize,
                      bws)
                 ran[j] = True
         _retire(I, ht, hb, F[NOW])

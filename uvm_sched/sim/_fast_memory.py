@@ -25,7 +25,7 @@ jit = njit(nogil=True, cache=True)
 CLAIMED, DEAD_RES, SEQ, QH, QN, DH, DN, PEAK, BH2D, BD2H, FAULTS, TH2D, TD2H, PEND, PN, NTR, \
     REC, ANY_REMOTE, ANY_RMOSTLY, ERR, ERR_NEED, NI = range(22)
 # F: float64 scalar state
-NOW, H2D_FREE, D2H_FREE, H2D_RATE, D2H_RATE, DUPLEX, NF = range(7)
+NOW, H2D_FREE, D2H_FREE, H2D_RATE, D2H_RATE, DUPLEX, HOST, NF = range(8)
 # the ledger (Engine.led, same order)
 L_POP, L_MIG, L_REUSED_IN, L_EVICTED, L_DISCARDED, L_FREED, L_REUSED_OUT, L_DUP, L_RIN, \
     L_ROUT = range(10)
