@@ -11,13 +11,14 @@ the table says how far that profile is from the device.
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from . import _args, _inputs
-from ._output import EXIT_OK, Out, UsageError, clean, part, table
+from ._output import EXIT_OK, Out, UsageError, clean, part, table, writable, write_text
 
 EXAMPLES = ("  uvm-sched sidebyside                              # simulated column alone\n"
-            "  uvm-sched sidebyside --measured calibration.json --hw h200-pcie5\n")
+            "  uvm-sched sidebyside --measured calibration.json --hw h200-pcie5 -o sbs.json\n")
 
 NO_GPU = "no GPU"
 # unit of a twin -> (how it is shown, the factor from the twin's unit)
@@ -31,6 +32,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     _args.hw_arg(p)
     p.add_argument("--gib", type=float, default=None,
                    help="buffer size of the twins in GiB (default: the measurement's, else 1)")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="also write the table as JSON (the --json document) to FILE")
 
 
 def _figure(v, unit: str) -> str:
@@ -42,6 +45,7 @@ def _figure(v, unit: str) -> str:
 
 def run(args: argparse.Namespace, out: Out) -> int:
     hw = _inputs.profile(args.hw)
+    dest = writable(args.output, args.measured) if args.output else None
     side_by_side = part("uvm_sched.sim", "side_by_side", "the simulator's twins")
     measured = None
     if args.measured is not None:
@@ -58,9 +62,13 @@ def run(args: argparse.Namespace, out: Out) -> int:
     except ValueError as e:  # a buffer too small for the twins
         raise UsageError(str(e)) from None
     source = (measured.get("source") or args.measured) if measured else NO_GPU
+    doc = clean({"hw": hw.name, "measured_source": source, "measured_file": args.measured,
+                 "rows": rows})
+    if dest is not None:
+        write_text(dest, json.dumps(doc, indent=1) + "\n")
+        out.note(f"wrote {dest}")
     if out.json:
-        out.emit_json(clean({"hw": hw.name, "measured_source": source,
-                             "measured_file": args.measured, "rows": rows}))
+        out.emit_json(doc)
         return EXIT_OK
     out.stdout.print(f"simulated on {hw.name}; measured: {source}", markup=False)
     cells = []
