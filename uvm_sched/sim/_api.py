@@ -203,7 +203,7 @@ def _simulate(trace, policy, hw, budget, **opts) -> SimResult:
             from ..planner import PlanMismatchWarning
 
             warnings.warn(str(e).split(" Plan for this trace")[0], PlanMismatchWarning,
-                          stacklevel=2)
+                          stacklevel=3)  # the caller of simulate
         sched: Schedule = PlanSchedule(policy, prep)
     elif name == "demand":
         sched = Schedule()
