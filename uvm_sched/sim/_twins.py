@@ -40,6 +40,7 @@ import numpy as np
 from ..hw import HardwareProfile, load_profile
 from ..planner import Plan
 from ..trace import AccessMode, TraceBuilder
+from ._api import simulate
 
 __all__ = ["Twin", "TWINS", "side_by_side", "simulate_twin", "DEFAULT_BYTES"]
 
@@ -91,8 +92,6 @@ class _Stage:
 
     def run(self, hw: HardwareProfile, budget: int | None = None):
         """The trace simulated under the plan; ``budget`` default: every byte fits."""
-        from ._api import simulate
-
         trace = self.b.build()
         rows = [a + (0, 0) if len(a) == 3 else a for a in self.acts]
         plan = Plan({"tick": [r[0] for r in rows], "action": [r[1] for r in rows],
