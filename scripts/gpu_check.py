@@ -327,13 +327,20 @@ def summary_markdown(doc: dict) -> str:
                          f"{'' if r is None else f'{r:.2f}'} |")
     pred = [s for s in doc["steps"] if s["name"] in ("predict", "predict:all") and s["data"]]
     if pred:
+        # predicted with the roofline as compute, and with the default run's measured
+        # iteration times as compute (where that run was made)
         lines += ["", "## Simulator prediction beside measurement", "",
-                  "| run | predicted ms | measured ms | ratio |", "|---|---|---|---|"]
+                  "| run | predicted ms | measured ms | ratio | predicted ms, measured compute "
+                  "| ratio |", "|---|---|---|---|---|---|"]
         for row in pred[-1]["data"].get("rows", []):
             m, p = row.get("measured_ms"), row["predicted_ms"]
+            q = row.get("predicted_ms_measured_compute")
             measured = "" if m is None else f"{m:.2f}"
             ratio = "" if m is None else f"{p / m:.2f}"
-            lines.append(f"| {row['run']} | {p:.2f} | {measured} | {ratio} |")
+            timed = "" if q is None else f"{q:.2f}"
+            ratio_q = "" if m is None or q is None else f"{q / m:.2f}"
+            lines.append(f"| {row['run']} | {p:.2f} | {measured} | {ratio} | {timed} | "
+                         f"{ratio_q} |")
     return "\n".join(lines) + "\n"
 
 

@@ -123,7 +123,7 @@ def test_a_trace_that_cannot_take_or_give_an_iteration_time_is_refused_saying_wh
     b.next_tick(1e6)
     b.free(blk)
     b.next_tick(1e6)
-    with pytest.raises(TraceError, match=r"'flat' has no complete iteration"):
+    with pytest.raises(TraceError, match=r"'flat' has no iteration marker"):
         b.build().with_compute_times([0.01])
     t = _recorded()
     tns = t.tick_ns.copy()

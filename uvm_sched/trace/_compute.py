@@ -4,8 +4,10 @@ The rule (one, for every source): a measured *iteration* time replaces the trace
 estimate of it, and is spread over the ticks in proportion to the trace's own per-tick
 times (the roofline of a recorded trace). Every tick is scaled by one factor,
 
-    scale = median measured iteration time / median iteration time of the trace,
+    scale = median measured iteration time / median iteration time of the trace
 
+(the trace's iterations run from each marker to the next, the last to the end of the
+trace; a measured trace's, from marker to marker: complete ones only),
 so the shape of an iteration (which op is long, which is short) stays the roofline's and
 its length becomes the device's. Why the median and one factor: a measured run and a
 recorded trace rarely have the same iterations one to one (warm-up, a partial last batch,
@@ -39,9 +41,13 @@ from ._model import CPU_WALL_CLOCK, EventKind, Trace, TraceError
 __all__ = ["with_compute_times", "measured_iterations"]
 
 
-def _iteration_bounds(trace: Trace) -> list[tuple[int, int]]:
-    """(start, stop) ticks of the trace's complete iterations: from one MARK to the next."""
+def _iteration_bounds(trace: Trace, to_end: bool = False) -> list[tuple[int, int]]:
+    """(start, stop) ticks of the trace's iterations: from one MARK to the next, and with
+    ``to_end`` from the last MARK to the end of the trace too (the iteration the simulator
+    measures when it is complete)."""
     m = [int(x) for x in trace.iteration_starts]
+    if to_end and m:
+        m.append(trace.n_ticks)
     return [(a, b) for a, b in zip(m, m[1:]) if b > a]
 
 
@@ -99,9 +105,9 @@ def with_compute_times(trace: Trace, measured: "Trace | Sequence[float]") -> Tra
         raise TraceError(f"measured iteration {i} takes {float(secs[i])!r} s ({where}); every "
                          "iteration time must be a positive number of seconds")
     name = trace.meta.get("name") or "trace"
-    its = _iteration_bounds(trace)
+    its = _iteration_bounds(trace, to_end=True)
     if not its:
-        raise TraceError(f"trace {name!r} has no complete iteration (two markers) to give the "
+        raise TraceError(f"trace {name!r} has no iteration marker: no iteration to give the "
                          "measured iteration time to")
     tns = np.asarray(trace.tick_ns, np.float64)
     if not np.isfinite(tns).all():
