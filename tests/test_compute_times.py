@@ -172,3 +172,33 @@ def test_the_cli_takes_compute_times_from_a_file_and_prints_their_source(tmp_pat
     secs.write_text("[0.01, -2]")
     r = run_cli("simulate", tr, "--compute-times", secs)
     assert r.returncode == 2 and "measured iteration 1 takes -2.0 s" in r.stderr
+
+
+def test_a_scheduler_trace_times_iterations_by_its_own_markers():
+    # the runtime's marker timings, end to end: a Scheduler on the host backend records a
+    # loop whose iterations take >= 20 ms of wall time each
+    import time
+
+    pytest.importorskip("uvm_sched.trace._native")
+    from _planner_helpers import host_backend
+
+    from uvm_sched import native
+    from uvm_sched.runtime import Scheduler
+
+    gen = host_backend()
+    next(gen)
+    try:
+        with Scheduler(budget="60%", warmup_iters=50, hook=False) as s:
+            for _ in range(4):
+                s.step()
+                p = native.malloc(MiB)
+                time.sleep(0.02)
+                native.free(p)
+            s.step()
+            run = s.trace()
+    finally:
+        gen.close()
+    m = _recorded().with_compute_times(run)
+    ct = m.meta["compute_times"]
+    assert ct["iterations"] == 4 and 0.02 <= ct["measured_iteration_s"] < 1.0
+    assert ct["source"] == "wall time between the markers of 'uvm_sched.Scheduler'"
