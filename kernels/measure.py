@@ -15,14 +15,20 @@ faults: one thread reads one word per 2 MiB VA block, each load waiting for the 
 before, so every fault is a batch of its own; the time includes migrating one small page)
 and, with ``--oversubscribe`` only, d2h_evict_Bps (it needs more managed memory than the
 device has free, which some shared machines forbid). ``extra`` holds first-touch cost,
-the parallel sparse-fault time per VA block (faults batched together) and the effect of
-discard.
+the parallel sparse-fault time per VA block (faults batched together), the effect of
+discard, both copies at once (``bidir_prefetch_Bps``: a prefetch each way on two streams,
+bytes of both over the wall time), remote reads and writes of every word under each advice
+(``remote_Bps``: ``read_both``, ``read_preferred_host``, ``read_accessed_by``, the same for
+``write``; ``read_both`` is ``remote_access_Bps``) and, with ``--oversubscribe``, a kernel
+reading host-resident data twice the free device memory (``oversubscribed_fault_Bps``).
+``uvm-sched sidebyside --measured calibration.json`` puts each beside its simulator twin.
 
 Importing this module needs no GPU; running it needs the cuda backend and a device.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import datetime as _dt
 import json
@@ -62,6 +68,9 @@ class Bench:
         if not self.handle:
             raise RuntimeError("numba gave the legacy default stream; the benchmark needs "
                                "a stream of its own")
+        # a second stream: the copy each way at once (bidirectional) needs two
+        self.stream2 = cuda.stream()
+        self.handle2 = native.stream_handle(self.stream2)
         self.repeats = repeats
 
     # -- buffers ---------------------------------------------------------------------------
@@ -161,6 +170,7 @@ def measure(gib: float, repeats: int, oversubscribe: bool) -> dict:
         else:
             b.to_host(ptr, nbytes)
     fields["d2h_prefetch_Bps"] = nbytes / b.timed(pf_d2h, "prefetch to host")
+    extra["bidir_prefetch_Bps"] = _bidirectional(b, ptr, host, nbytes)
 
     # Demand faults: a kernel reading one word per page of host-resident data (the
     # driver migrates the pages, growing 4 KiB faults to bigger chunks).
@@ -190,21 +200,22 @@ def measure(gib: float, repeats: int, oversubscribe: bool) -> dict:
     extra["parallel_sparse_fault_s_per_va_block"] = (
         b.timed(sparse_faults, "parallel sparse faults") / n_blocks)
 
-    # Remote access: preferred location host + accessed by the device, every word read.
-    b.native.advise(ptr, nbytes, "advise_preferred_host")
-    b.native.advise(ptr, nbytes, "advise_accessed_by")
-
-    def remote(setup):
-        if setup:
-            b.to_host(ptr, nbytes)
-        else:
-            read_pages(dev, 1, out, b.stream)
-    try:
-        fields["remote_access_Bps"] = nbytes / b.timed(remote, "remote read")
-    finally:
-        # advice outlives a free: the pool would hand the range out again still advised
-        b.native.advise(ptr, nbytes, "advise_accessed_by", unset=True)
-        b.native.advise(ptr, nbytes, "advise_preferred_host", unset=True)
+    # Remote access: every word read (or written) of host-resident data under each advice.
+    remote = {}
+    for label, pref, acc in (("both", True, True), ("preferred_host", True, False),
+                             ("accessed_by", False, True)):
+        with _advice(b, ptr, nbytes, pref, acc):
+            for op in ("read", "write"):
+                def fn(setup, op=op):
+                    if setup:
+                        b.to_host(ptr, nbytes)
+                    elif op == "read":
+                        read_pages(dev, 1, out, b.stream)
+                    else:
+                        touch_pages(dev, 1, 2.0, b.stream)
+                remote[f"{op}_{label}"] = nbytes / b.timed(fn, f"remote {op} ({label})")
+    fields["remote_access_Bps"] = remote["read_both"]
+    extra["remote_Bps"] = remote
     b.u.free(ptr)
     b.native.release_cached()  # the next buffers are fresh reservations
 
@@ -235,7 +246,7 @@ def measure(gib: float, repeats: int, oversubscribe: bool) -> dict:
     b.native.release_cached()
 
     if oversubscribe:
-        fields["d2h_evict_Bps"] = _evict_bandwidth(b, nbytes)
+        fields["d2h_evict_Bps"], extra["oversubscribed_fault_Bps"] = _oversubscribed(b, nbytes)
     extra["buffer_bytes"] = nbytes
     extra["repeats"] = repeats
     extra["direct_calls"] = {k: v for k, v in b.u.stats().items() if k.startswith("direct_")}
@@ -244,10 +255,63 @@ def measure(gib: float, repeats: int, oversubscribe: bool) -> dict:
             "date": _dt.date.today().isoformat()}
 
 
-def _evict_bandwidth(b: Bench, nbytes: int) -> float:
-    """Touch 2x ``nbytes`` on the device with only ``nbytes`` free: the second half evicts
-    the first. Eviction bandwidth = bytes evicted / (time beyond two eviction-free halves).
-    The rest of the device is held by a plain cuMemAlloc block (never evicted)."""
+@contextlib.contextmanager
+def _advice(b: Bench, ptr: int, nbytes: int, preferred_host: bool, accessed_by: bool):
+    """The range advised for the block's duration, unset after (advice outlives a free:
+    the pool would hand the range out again still advised)."""
+    if preferred_host:
+        b.native.advise(ptr, nbytes, "advise_preferred_host")
+    if accessed_by:
+        b.native.advise(ptr, nbytes, "advise_accessed_by")
+    try:
+        yield
+    finally:
+        if accessed_by:
+            b.native.advise(ptr, nbytes, "advise_accessed_by", unset=True)
+        if preferred_host:
+            b.native.advise(ptr, nbytes, "advise_preferred_host", unset=True)
+
+
+def _bidirectional(b: Bench, ptr: int, host, nbytes: int) -> float:
+    """Bytes per second both ways together: ``ptr`` (host-resident) prefetched to the
+    device on the benchmark's stream while a second buffer (dirty on the device) is
+    prefetched to the host on another, both released by one event; 2 x ``nbytes`` over the
+    time until both are done (median of the repeats)."""
+    from kernels.calib import touch_pages
+
+    p2, d2, _ = b.buffer(nbytes)
+    times = []
+    try:
+        for _ in range(b.repeats):
+            b.host_resident(ptr, nbytes, host)
+            b.to_device(p2, nbytes)
+            touch_pages(d2, PAGE_ELEMS, 1.0, b.stream)
+            b.stream.synchronize()
+            go, other_done, done = b.cuda.event(), b.cuda.event(), b.cuda.event()
+            go.record(b.stream)
+            go.wait(b.stream2)
+            b.to_device(ptr, nbytes)
+            b.native.prefetch(p2, nbytes, to="host", stream=b.handle2)
+            other_done.record(b.stream2)
+            other_done.wait(b.stream)
+            done.record(b.stream)
+            done.synchronize()
+            times.append(b.elapsed(go, done))
+    finally:
+        b.u.free(p2)
+    t = statistics.median(times)
+    if not t > 0:
+        raise RuntimeError(f"copy both ways: measured {t} s (times {times})")
+    return 2 * nbytes / t
+
+
+def _oversubscribed(b: Bench, nbytes: int) -> tuple[float, float]:
+    """With only ``nbytes`` of the device free (the rest held by a plain cuMemAlloc block,
+    never evicted): (eviction bandwidth, fault-path rate of a kernel reading 2 x ``nbytes``
+    of host-resident data). Eviction: touch 2x ``nbytes`` fresh, the second half evicting
+    the first; bytes evicted / (time beyond two eviction-free halves)."""
+    from kernels.calib import read_pages
+
     free, _total = b.cuda.current_context().get_memory_info()
     cu = ctypes.CDLL("libcuda.so.1")
     cu.cuMemAlloc_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]
@@ -261,13 +325,26 @@ def _evict_bandwidth(b: Bench, nbytes: int) -> float:
     try:
         both = b.touch_fresh(2 * nbytes)
         half = b.touch_fresh(nbytes)
+        big, dev, host = b.buffer(2 * nbytes)
+        out = b.cuda.to_device(np.zeros(1, np.float32), stream=b.stream)
+
+        def fault_read(setup):
+            if setup:
+                b.host_resident(big, 2 * nbytes, host)
+            else:
+                read_pages(dev, PAGE_ELEMS, out, b.stream)
+        try:
+            fault_Bps = 2 * nbytes / b.timed(fault_read, "demand-fault read, oversubscribed")
+        finally:
+            b.u.free(big)
+            b.native.release_cached()
     finally:
         if reserve > 0:
             cu.cuMemFree_v2(hold.value)
     extra_time = both - 2 * half
     if extra_time <= 0:
         raise RuntimeError(f"no eviction cost measured (both halves {both:.4f} s, one {half:.4f} s)")
-    return nbytes / extra_time
+    return nbytes / extra_time, fault_Bps
 
 
 def main(argv=None) -> int:

@@ -19,8 +19,10 @@ Steps, in the order they run: the ones that prove the product come first, so a l
 short still brings them back: build, library (loads the library and makes each direct
 driver call once: the backend and its reason are recorded), e2e (first GPT with PyTorch's
 allocator, then GPT under the Scheduler, at half its memory with ``--oversubscribe``),
-predict (the simulator's prediction beside those runs); then gpu-tests, calibrate, the
-rest of the e2e matrix and a final predict over every run.  ``LIMITS`` holds each step's
+predict (the simulator's prediction beside those runs); then gpu-tests, calibrate,
+sidebyside (``uvm-sched sidebyside``: each calibration microbenchmark beside its simulator
+twin, in ``OUTDIR/sidebyside.json``; on CPU, and in a dry run, the simulated column alone),
+the rest of the e2e matrix and a final predict over every run.  ``LIMITS`` holds each step's
 time limit (the proving steps fit the default deadline together).  ``--only
 library,predict`` runs those alone; ``--deadline`` (seconds, default 480) bounds the whole
 kit: a step's time limit is cut to what is left, and a step that would get under 10 s is
@@ -65,19 +67,20 @@ E2E_MODELS = ("gpt", "resnet")
 E2E_MODES = ("default", "uvm", "uvm-oblivious", "uvm-sampled")
 
 
-STEPS = ("build", "library", "gpu-tests", "calibrate", "e2e", "predict")
+STEPS = ("build", "library", "gpu-tests", "calibrate", "sidebyside", "e2e", "predict")
 
 # Time limit of each step (seconds), before the deadline cuts it.  The proving steps
 # (build, library, the first two e2e runs, predict) add up to 360 s, inside the default
 # 480 s deadline; test_gpu_kit checks that sum.
 LIMITS = {"build": 120, "library": 30, "e2e": 60, "e2e-budget": 90, "predict": 60,
-          "gpu-tests": 90, "calibrate": 120}
+          "gpu-tests": 90, "calibrate": 120, "sidebyside": 60}
 PROVING = ("build", "library", "e2e", "e2e-budget", "predict")
 
 # The packages each step imports (beyond the standard library and numpy); a step whose
 # packages are missing is skipped and says which.
 NEEDS = {"build": ("pip", "setuptools"), "library": (), "gpu-tests": ("pytest", "torch"),
-         "calibrate": ("numba",), "e2e": ("torch",), "predict": ("torch", "pandas")}
+         "calibrate": ("numba",), "sidebyside": ("pandas", "rich"), "e2e": ("torch",),
+         "predict": ("torch", "pandas")}
 
 # The gpu-marked tests live in these modules; collecting only them keeps a module that
 # needs hypothesis or pandas from stopping the collection (and the rest run even so:
@@ -310,15 +313,34 @@ def summary_markdown(doc: dict) -> str:
         lines += ["", "## Calibration", "", "| field | value |", "|---|---|"]
         for k, v in cal[0]["data"].get("fields", {}).items():
             lines.append(f"| {k} | {v:.4g} |")
+    sbs = [s for s in doc["steps"] if s["name"] == "sidebyside" and s["data"]]
+    if sbs:
+        lines += ["", "## Microbenchmarks beside their simulator twins "
+                  f"(measured: {sbs[0]['data'].get('measured_source')})", "",
+                  "| scenario | unit | measured | simulated | ratio |", "|---|---|---|---|---|"]
+        gpu = sbs[0]["data"].get("measured_file") is not None
+        for row in sbs[0]["data"].get("rows", []):
+            m, r = row.get("measured"), row.get("ratio")
+            shown = f"{m:.4g}" if m is not None else "not measured" if gpu else "no GPU"
+            lines.append(f"| {row['scenario']} | {row['unit']} | {shown} | "
+                         f"{row['simulated']:.4g} | "
+                         f"{'' if r is None else f'{r:.2f}'} |")
     pred = [s for s in doc["steps"] if s["name"] in ("predict", "predict:all") and s["data"]]
     if pred:
+        # predicted with the roofline as compute, and with the default run's measured
+        # iteration times as compute (where that run was made)
         lines += ["", "## Simulator prediction beside measurement", "",
-                  "| run | predicted ms | measured ms | ratio |", "|---|---|---|---|"]
+                  "| run | predicted ms | measured ms | ratio | predicted ms, measured compute "
+                  "| ratio |", "|---|---|---|---|---|---|"]
         for row in pred[-1]["data"].get("rows", []):
             m, p = row.get("measured_ms"), row["predicted_ms"]
+            q = row.get("predicted_ms_measured_compute")
             measured = "" if m is None else f"{m:.2f}"
             ratio = "" if m is None else f"{p / m:.2f}"
-            lines.append(f"| {row['run']} | {p:.2f} | {measured} | {ratio} |")
+            timed = "" if q is None else f"{q:.2f}"
+            ratio_q = "" if m is None or q is None else f"{q / m:.2f}"
+            lines.append(f"| {row['run']} | {p:.2f} | {measured} | {ratio} | {timed} | "
+                         f"{ratio_q} |")
     return "\n".join(lines) + "\n"
 
 
@@ -512,6 +534,17 @@ class Steps:
                          + (["--oversubscribe"] if self.args.oversubscribe else []),
                          LIMITS["calibrate"], self.env, json_out=self.cal_path)
 
+    def sidebyside(self) -> None:
+        # each kernels/ microbenchmark beside its simulator twin (runs on CPU too: without
+        # a calibration the measured column reads "no GPU")
+        if self.kit.skip_without_packages("sidebyside"):
+            return
+        dest = self.args.out / "sidebyside.json"
+        cmd = [sys.executable, "-m", "uvm_sched", "sidebyside", "-o", str(dest)]
+        if self.cal_path.exists():
+            cmd += ["--measured", str(self.cal_path)]
+        self.kit.command_step("sidebyside", cmd, LIMITS["sidebyside"], self.env, json_out=dest)
+
     def plan(self) -> list[tuple[str, str, Any, tuple]]:
         """(name, the step it belongs to, function, arguments) in the order they run: the
         proving steps first, then the GPU tests, calibration and the rest of the e2e matrix."""
@@ -524,7 +557,8 @@ class Steps:
                   (first, "uvm-oblivious")),
                  ("predict", "predict", self.predict, ("predict",))]
         plan += [("gpu-tests", "gpu-tests", self.gpu_tests, ()),
-                 ("calibrate", "calibrate", self.calibrate, ())]
+                 ("calibrate", "calibrate", self.calibrate, ()),
+                 ("sidebyside", "sidebyside", self.sidebyside, ())]
         for model in E2E_MODELS:
             for mode in E2E_MODES:
                 if (model, mode) != (first, "default"):

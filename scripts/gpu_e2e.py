@@ -201,8 +201,33 @@ def run(args) -> dict:
     return res
 
 
+def _run_doc(results: Path | None, key: str, mode: str, sizes: dict) -> dict | None:
+    """The result of the kit's run ``key:mode`` when it ran the same workload, else None."""
+    f = results / f"e2e_{key}_{mode.replace(':', '_')}.json" if results is not None else None
+    if f is None or not f.exists():
+        return None
+    doc = json.loads(f.read_text())
+    return doc if doc.get("sizes") == sizes else None
+
+
+def measured_compute(trace, default_run: dict | None):
+    """``trace`` with the default run's measured iteration times (PyTorch's allocator, all
+    resident: its wall time per step is the compute) in place of the roofline
+    (``Trace.with_compute_times``), or (None, why not)."""
+    secs = [ms / 1e3 for ms in (default_run or {}).get("iter_ms", [])[WARMUP_STEPS:]]
+    if not secs:
+        return None, "no default run of this workload with steps after warm-up"
+    try:
+        return trace.with_compute_times(secs), ""
+    except ValueError as e:  # TraceError: said in the result, the roofline rows stand
+        return None, str(e)
+
+
 def predict(args) -> dict:
-    """Simulate the kit's runs with the (recalibrated) h200-pcie5 profile."""
+    """Simulate the kit's runs with the (recalibrated) h200-pcie5 profile: with the
+    roofline (``predicted_ms``) and, where the default run measured its iterations, with
+    those times as the compute (``predicted_ms_measured_compute``; ``compute_times`` per
+    model says where each time came from)."""
     from uvm_sched import sim
     from uvm_sched.hw import load_profile
     from uvm_sched.trace import zoo
@@ -211,10 +236,13 @@ def predict(args) -> dict:
     if args.calibration and Path(args.calibration).exists():
         hw = hw.recalibrated(args.calibration)
     results = Path(args.results) if args.results else None
-    rows = []
+    rows, sources = [], {}
     for key, (name, sizes) in MODELS.items():
         trace = zoo.record(name, iters=3, hw="h200-pcie5", **sizes)
         ideal = sim.simulate(trace, "ideal", hw)
+        timed, why = measured_compute(trace, _run_doc(results, key, "default", sizes))
+        sources[key] = {"roofline": trace.time_source,
+                        "measured": timed.time_source if timed is not None else why}
         # (measured run, policy, budget, planning mode)
         runs = [("default", "ideal", None, None), ("uvm", "demand", None, None),
                 ("uvm-oblivious", "uvm-sched", None, "oblivious"),
@@ -224,19 +252,17 @@ def predict(args) -> dict:
         for mode, policy, budget, plan_mode in runs:
             opts = {"mode": plan_mode} if plan_mode else {}
             r = ideal if policy == "ideal" else sim.simulate(trace, policy, hw, budget, **opts)
-            measured = None
-            if results is not None:
-                f = results / f"e2e_{key}_{mode.replace(':', '_')}.json"
-                if f.exists():
-                    doc = json.loads(f.read_text())
-                    if doc.get("sizes") == sizes:  # only a run of the same workload
-                        measured = doc.get("iter_ms_median")
+            doc = _run_doc(results, key, mode, sizes)  # only a run of the same workload
+            measured = doc.get("iter_ms_median") if doc else None
+            timed_ms = (sim.simulate(timed, policy, hw, budget, **opts).iteration_time_s * 1e3
+                        if timed is not None else None)
             rows.append({"run": f"{key}:{mode}", "model": name, "sizes": sizes,
                          "policy": policy, "budget": budget, "plan_mode": plan_mode,
                          "predicted_ms": r.iteration_time_s * 1e3, "measured_ms": measured,
+                         "predicted_ms_measured_compute": timed_ms,
                          "predicted_slowdown": r.slowdown(ideal)})
     return {"hw": hw.name, "calibrated": bool(args.calibration and Path(args.calibration).exists()),
-            "rows": rows}
+            "compute_times": sources, "rows": rows}
 
 
 def main(argv=None) -> int:

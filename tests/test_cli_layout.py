@@ -15,7 +15,8 @@ import pandas as pd
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-COMMANDS = ["demo", "record", "analyze", "plan", "simulate", "compare", "report", "export"]
+COMMANDS = ["demo", "record", "analyze", "plan", "simulate", "compare", "report", "export",
+            "sidebyside"]
 
 # -- the registry -----------------------------------------------------------------------------
 def test_registry_lists_every_command_in_help_order():

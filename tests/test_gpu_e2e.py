@@ -91,3 +91,48 @@ def test_a_gpt_run_under_uvm_sched_on_the_gpu(tmp_path):
     assert res["stats"]["backend"] == "cuda" and res["stats"]["marks"] == 3
     assert res["stats"]["n_malloc"] > 0 and res["peak_device_bytes"] > 0
     assert res["stats"]["errors_double_free"] == res["stats"]["errors_unknown_pointer"] == 0
+
+
+def test_predict_uses_the_default_runs_measured_iterations_as_compute(tmp_path, monkeypatch):
+    # a tiny workload in place of the kit's two: the default run measured 40 ms per step
+    # after warm-up; the prediction with measured compute puts the ideal at exactly that
+    import argparse
+
+    from uvm_sched.trace import AccessMode, TraceBuilder, zoo
+
+    def record(name, iters, hw, **sizes):  # iterations of four 1 ms ticks, 2 blocks
+        b = TraceBuilder(name=name, source="recorder", hw=hw)
+        for _ in range(iters):
+            b.mark()
+            x = b.alloc(2 << 20)
+            b.access(x, AccessMode.WRITE)
+            b.next_tick(1e6)
+            y = b.alloc(2 << 20)
+            b.access(y, AccessMode.WRITE)
+            b.next_tick(1e6)
+            for blk in (x, y):
+                b.access(blk)
+                b.free(blk)
+                b.next_tick(1e6)
+        return b.build()
+
+    sizes = {"batch": 2, "image": 16}
+    monkeypatch.setattr(gpu_e2e, "MODELS", {"tiny": ("tiny", sizes)})
+    monkeypatch.setattr(zoo, "record", record)
+    steps = [500.0] * gpu_e2e.WARMUP_STEPS + [40.0, 42.0, 38.0]
+    (tmp_path / "e2e_tiny_default.json").write_text(
+        json.dumps({"sizes": sizes, "iter_ms": steps, "iter_ms_median": 40.0}))
+    out = gpu_e2e.predict(argparse.Namespace(calibration=None, results=str(tmp_path)))
+    rows = {r["run"]: r for r in out["rows"]}
+    ideal = rows["tiny:default"]
+    assert ideal["predicted_ms_measured_compute"] == pytest.approx(40.0)
+    assert ideal["measured_ms"] == 40.0 and ideal["predicted_ms"] == pytest.approx(4.0)
+    assert all(r["predicted_ms_measured_compute"] >= 40.0 - 1e-9 for r in rows.values())
+    src = out["compute_times"]["tiny"]
+    assert src["roofline"].startswith("roofline") and src["measured"].startswith(
+        "measured: 40 ms per iteration (median of 3, seconds given per iteration)")
+    # without a default run of the same workload: the roofline alone, and why
+    (tmp_path / "e2e_tiny_default.json").write_text(json.dumps({"sizes": {"batch": 4}}))
+    assert gpu_e2e._run_doc(tmp_path, "tiny", "default", sizes) is None
+    timed, why = gpu_e2e.measured_compute(None, None)
+    assert timed is None and why.startswith("no default run")

@@ -49,6 +49,20 @@ def test_dry_run_loads_the_library_and_predicts(dry_run):
     assert all(r["predicted_ms"] > 0 for r in rows)
 
 
+def test_dry_run_puts_each_microbenchmark_beside_its_simulated_twin(dry_run):
+    from uvm_sched.sim import TWINS
+
+    _, out = dry_run
+    steps = {s["name"]: s for s in json.loads((out / "results.json").read_text())["steps"]}
+    sbs = steps["sidebyside"]
+    assert sbs["status"] == "ok", sbs["log_tail"]
+    assert sbs["data"] == json.loads((out / "sidebyside.json").read_text())
+    rows = sbs["data"]["rows"]
+    assert [r["scenario"] for r in rows] == [t.name for t in TWINS]
+    assert all(r["measured"] is None and r["simulated"] > 0 for r in rows)
+    assert "| copy h2d alone | B/s | no GPU | 5e+10 |  |" in (out / "summary.md").read_text()
+
+
 def test_usage_error_without_outdir():
     r = subprocess.run(["bash", "scripts/gpu_check.sh"], cwd=REPO, capture_output=True, text=True)
     assert r.returncode == 2 and "usage" in r.stderr
@@ -208,6 +222,18 @@ def test_calibration_without_libnvvm_is_skipped_with_the_reason(pretend_gpu, mon
     cal = _steps(out)["calibrate"]
     assert cal["status"] == "skipped" and "libNVVM" in cal["reason"]
     assert not any("kernels.measure" in c for c, _ in ran)
+
+
+def test_sidebyside_reads_the_calibration_when_the_kit_made_one(pretend_gpu):
+    gpu_check, ran, _, out = pretend_gpu
+    gpu_check.main([str(out), "--only", "sidebyside"])
+    (cmd, _), = ran
+    assert cmd[1:4] == ["-m", "uvm_sched", "sidebyside"] and "--measured" not in cmd
+    (out / "calibration.json").write_text("{}")
+    ran.clear()
+    gpu_check.main([str(out), "--only", "sidebyside"])
+    (cmd, _), = ran
+    assert cmd[cmd.index("--measured") + 1] == str(out / "calibration.json")
 
 
 def test_a_timed_out_step_is_killed_with_its_children(tmp_path):

@@ -63,6 +63,9 @@ COMMANDS: dict[str, CommandInfo] = {
     "report": CommandInfo(
         "uvm_sched.cli._report", "write an interactive HTML timeline of a trace and its plan"),
     "export": CommandInfo("uvm_sched.cli._export", "convert a trace for other viewers"),
+    "sidebyside": CommandInfo(
+        "uvm_sched.cli._sidebyside",
+        "the GPU kit's microbenchmarks beside their simulator twins (measured | simulated)"),
 }
 
 MAIN_EPILOG = """\
@@ -75,6 +78,7 @@ examples:
   uvm-sched compare gpt2.parquet --budget 75%,50%,30% --hw gh200-c2c
   uvm-sched report gpt2.parquet --plan plan.json -o report.html
   uvm-sched export snapshot.pickle --to perfetto -o trace.json
+  uvm-sched sidebyside --measured calibration.json   # the simulator against a GPU
 
 TRACE is any file or folder uvm_sched.trace.load reads: a uvm_sched Parquet trace, a
 torch.cuda.memory._dump_snapshot pickle, a Kineto/profiler JSON, a G10-style kernels folder.

@@ -64,6 +64,16 @@ def hw_arg(p: argparse.ArgumentParser, default: str = DEFAULT_HW) -> None:
                         "a100-40gb-g10")
 
 
+def compute_times_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--compute-times", metavar="FILE", default=None,
+                   help="measured compute times in place of the trace's own (its roofline): "
+                        "a GPU profile with kernel times and ProfilerStep marks, a "
+                        "Scheduler's saved trace (wall time between its markers), or JSON "
+                        "seconds per iteration ([0.12, 0.11] or {\"iteration_s\": [...]}); "
+                        "the median iteration is spread over the ticks in proportion to "
+                        "their own times, and the output says so")
+
+
 def plotly_arg(p: argparse.ArgumentParser, default: str) -> None:
     p.add_argument("--plotly", choices=("inline", "file", "cdn"), default=default,
                    help="how the page gets plotly.js: inline (in the page, one ~5 MB file), "

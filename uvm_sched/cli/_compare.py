@@ -28,6 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"comma-separated budgets (default "
                         f"{DEFAULT_COMPARE_BUDGETS.replace('%', '%%')})")
     _args.hw_arg(p)
+    _args.compute_times_arg(p)
     _args.mode_arg(p)
     _args.tune_arg(p)
     p.add_argument("--policies", help="comma-separated subset of the policies (default all)")
@@ -47,7 +48,8 @@ def frontier_points(df) -> list[dict[str, Any]]:
 
 def run(args: argparse.Namespace, out: Out) -> int:
     # bad input first, before any missing part
-    trace = _inputs.load_trace(args.trace, args.device, args.assume_tick_us)
+    trace = _inputs.load_trace(args.trace, args.device, args.assume_tick_us,
+                                args.compute_times)
     hw = _inputs.profile(args.hw)
     specs = _inputs.budget_list(args.budget)
     _inputs.check_budget_syntax(specs)

@@ -9,6 +9,7 @@ is running out of memory or an interrupt, which are not the input's fault.
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -45,10 +46,12 @@ def read_input(path: str, what: str, reader):
         raise UsageError(f"cannot read {what}: {msg}") from e
 
 
-def load_trace(path: str, device: str | None = None, assume_tick_us: float | None = None):
+def load_trace(path: str, device: str | None = None, assume_tick_us: float | None = None,
+               compute_times: str | None = None):
     """The trace at ``path`` (any format ``uvm_sched.trace.load`` reads, file or folder);
     ``device`` ("cpu", "cuda", "cuda:N"): whose events to read, for formats with several;
-    ``assume_tick_us``: device time assumed for ticks the trace has no time for."""
+    ``assume_tick_us``: device time assumed for ticks the trace has no time for;
+    ``compute_times``: the file of measured compute times (``--compute-times``)."""
     load = part("uvm_sched.trace", "load", "trace loading")
     if device is None:
         trace = read_input(path, "trace", load)
@@ -58,7 +61,30 @@ def load_trace(path: str, device: str | None = None, assume_tick_us: float | Non
         if not assume_tick_us > 0:
             raise UsageError(f"--assume-tick-us must be > 0, got {assume_tick_us}")
         trace = trace.assume_tick_ns(assume_tick_us * 1e3)
+    if compute_times is not None:
+        trace = trace.with_compute_times(measured_times(compute_times, load))
     return trace
+
+
+# a JSON list of seconds is small; a larger file is a trace (a profiler JSON), read as one
+_SECONDS_FILE_MAX = 1 << 20
+
+
+def measured_times(path: str, load):
+    """``--compute-times FILE``: JSON seconds per iteration (a list, or an object with an
+    ``iteration_s`` list), else a trace ``load`` reads (a GPU profile, a saved Scheduler
+    trace)."""
+    p = Path(path)
+    if p.is_file() and p.stat().st_size <= _SECONDS_FILE_MAX:
+        try:
+            doc = json.loads(p.read_bytes())
+        except (ValueError, UnicodeDecodeError):
+            doc = None  # not JSON: a trace file
+        secs = doc.get("iteration_s") if isinstance(doc, dict) else doc
+        if isinstance(secs, list) and secs and all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) for x in secs):
+            return [float(x) for x in secs]
+    return read_input(path, "compute-times trace", load)
 
 
 def load_plan(path: str):

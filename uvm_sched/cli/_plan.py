@@ -27,6 +27,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budget", default=_args.DEFAULT_BUDGET,
                    help="device memory budget (default 50%%)")
     _args.hw_arg(p)
+    _args.compute_times_arg(p)
     _args.mode_arg(p)
     p.add_argument("--sample-rate", type=_args.fraction, metavar="P",
                    help="sampled mode: probability that one access is observed, in (0, 1] "
@@ -50,7 +51,8 @@ def _fmt_any(key: str, v: Any) -> str:
 
 def run(args: argparse.Namespace, out: Out) -> int:
     # bad input first, before any missing part
-    trace = _inputs.load_trace(args.trace, args.device, args.assume_tick_us)
+    trace = _inputs.load_trace(args.trace, args.device, args.assume_tick_us,
+                                args.compute_times)
     hw = _inputs.profile(args.hw)
     _inputs.check_budget_syntax([args.budget])
     dest = writable(args.output, args.trace) if args.output else None

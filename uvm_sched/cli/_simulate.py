@@ -26,13 +26,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     _args.force_arg(p)
     p.add_argument("--budget", help="device memory budget (default: the plan's, else 50%%)")
     _args.hw_arg(p)
+    _args.compute_times_arg(p)
     _args.mode_arg(p)
     _args.tune_arg(p)
 
 
 def run(args: argparse.Namespace, out: Out) -> int:
     # bad input first, before any missing part
-    trace = _inputs.load_trace(args.trace, args.device, args.assume_tick_us)
+    trace = _inputs.load_trace(args.trace, args.device, args.assume_tick_us,
+                                args.compute_times)
     hw = _inputs.profile(args.hw)
     if args.budget is not None:
         _inputs.check_budget_syntax([args.budget])

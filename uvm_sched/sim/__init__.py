@@ -4,7 +4,8 @@ plans (and the baselines) without a GPU.
 ``simulate(trace, policy, hw, budget) -> SimResult``; ``compare(trace, hw, budgets,
 policies) -> DataFrame``; ``savings_frontier(compare_frame)`` (which budgets of a policy no
 other beats: the one definition the CLI prints and ``viz.frontier`` draws); ``POLICIES``;
-``BudgetError``. The model: ``_engine`` (driver
+``BudgetError``; ``side_by_side`` and ``TWINS`` (``_twins``: the GPU kit's microbenchmarks
+rebuilt as tiny traces, measured beside simulated). The model: ``_engine`` (driver
 residency, faults, eviction, copy engines, pool reuse), ``_prep`` (layout of blocks in
 2 MiB VA blocks, accesses), ``_policies`` (baselines and the Plan executor), ``_bound``
 (the fast lower bound and its argument), ``_lp`` (the LP lower bound, ``"lp-bound"``),
@@ -15,6 +16,7 @@ plain-Python loop runs).
 from ._api import LP_BOUND, POLICIES, compare, simulate
 from ._frontier import savings_frontier
 from ._result import BudgetError, SimResult
+from ._twins import TWINS, side_by_side
 
 __all__ = ["simulate", "compare", "savings_frontier", "SimResult", "BudgetError", "POLICIES",
-           "LP_BOUND"]
+           "LP_BOUND", "TWINS", "side_by_side"]

@@ -126,7 +126,20 @@ def simulate(trace, policy: "str | Plan", hw: Any = "h200-pcie5", budget: Any = 
     ``planner.PlanMismatchWarning``. Raises ``BudgetError`` when the budget is below one
     tick's working set. Times in s,
     sizes in bytes; the measured window is the last complete iteration.
+
+    ``compute_times``: measured compute times in place of the trace's own
+    (``Trace.with_compute_times``: a GPU profile's kernel times, the runtime's marker
+    timings, or seconds per iteration); ``SimResult.time_source`` says which a figure used.
     """
+    ct = opts.pop("compute_times", None)
+    if ct is not None:
+        trace = trace.with_compute_times(ct)
+    result = _simulate(trace, policy, hw, budget, **opts)
+    result.time_source = trace.time_source
+    return result
+
+
+def _simulate(trace, policy, hw, budget, **opts) -> SimResult:
     hw = load_profile(hw)
     cache = opts.pop("_cache", None)
     pool = bool(opts.pop("pool", True))
@@ -190,7 +203,7 @@ def simulate(trace, policy: "str | Plan", hw: Any = "h200-pcie5", budget: Any = 
             from ..planner import PlanMismatchWarning
 
             warnings.warn(str(e).split(" Plan for this trace")[0], PlanMismatchWarning,
-                          stacklevel=2)
+                          stacklevel=3)  # the caller of simulate
         sched: Schedule = PlanSchedule(policy, prep)
     elif name == "demand":
         sched = Schedule()
@@ -407,12 +420,15 @@ def compare(trace, hw: Any = "h200-pcie5", budgets: Iterable[Any] = ("100%", "75
             policies: Iterable[Any] | None = None, **opts) -> pd.DataFrame:
     """One row per (budget, policy): ``budget_bytes, budget_pct`` (of the trace's peak),
     ``policy, iteration_time_s, slowdown`` (over ``ideal``), ``stall_time_s, bytes_h2d,
-    bytes_d2h, faults``. ``policies`` default to ``POLICIES`` (``uvm-sched`` left out with
-    a warning when the planner is not installed). A budget below a tick's working set gives
+    bytes_d2h, faults``; ``compute_times`` as for ``simulate``. ``policies`` default to
+    ``POLICIES`` (``uvm-sched`` left out with a warning when the planner is not installed). A budget below a tick's working set gives
     a row with NaN figures and the BudgetError text in ``error``."""
     import pandas as pd
 
     hw = load_profile(hw)
+    ct = opts.pop("compute_times", None)
+    if ct is not None:  # once: simulate's cache is keyed by the trace
+        trace = trace.with_compute_times(ct)
     if policies is None:
         from .. import planner
 

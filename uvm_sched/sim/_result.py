@@ -29,6 +29,8 @@ class SimResult:
     its kernel; ``"post"``: after its kernel and frees), ``action`` (a name from
     ``uvm_sched.planner.ACTIONS``), ``block`` (trace block id), ``event`` (the allocator-event
     ordinal within the iteration the action follows, i.e. the plan row's tick).
+    ``time_source``: where the compute time of the run came from (the trace's
+    ``time_source``: a GPU trace, a roofline, measured times spread over a roofline...).
     """
 
     policy: str
@@ -47,6 +49,7 @@ class SimResult:
     transfers: Any = dataclasses.field(repr=False, default=None)
     counters: dict = dataclasses.field(default_factory=dict, repr=False)
     actions: Any = dataclasses.field(repr=False, default=None)
+    time_source: str = ""  # where the compute time came from (Trace.time_source)
 
     def slowdown(self, ideal: "SimResult") -> float:
         """``iteration_time_s`` over ``ideal``'s (1.0 = no slowdown)."""

@@ -340,6 +340,16 @@ class Trace:
         meta = dict(self.meta, clock=f"assumed {float(ns):g} ns per tick")
         return Trace(self._cols, tick_ns=tns, meta=meta, validate=False)
 
+    def with_compute_times(self, measured: Any) -> "Trace":
+        """This trace with measured compute times in place of its own estimate (the
+        roofline of a recorded trace): every tick scaled so that the median iteration takes
+        the median measured one. ``measured``: a Trace with kernel times (a GPU profile)
+        or with timed markers (``Scheduler.trace()``), or seconds per iteration. The rule
+        and why: ``_compute``; ``time_source`` says where the time then comes from."""
+        from ._compute import with_compute_times
+
+        return with_compute_times(self, measured)
+
     # -- validation ----------------------------------------------------------------------
     def validate(self) -> None:
         """Raise ``TraceError`` naming the first bad row: negative size or one over
