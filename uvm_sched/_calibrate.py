@@ -96,8 +96,8 @@ def profile_from(fig: dict[str, Any], base: Any) -> HardwareProfile:
     both = (f"; both ways at once {fig['duplex_Bps'] / 1e9:.2f} GB/s in all (h2d "
             f"{fig['duplex_h2d_Bps'] / 1e9:.2f}, d2h {fig['duplex_d2h_Bps'] / 1e9:.2f})")
     measured = {  # field: (value, how)
-        "h2d_prefetch_Bps": (fig["h2d_Bps"], f"cuMemPrefetchAsync of {fig['region_bytes'] / mb:,.0f}"
-                             f" MiB to the device{both}"),
+        "h2d_prefetch_Bps": (fig["h2d_Bps"], f"cuMemPrefetchAsync of "
+                             f"{fig['region_bytes'] / mb:,.0f} MiB to the device{both}"),
         "d2h_prefetch_Bps": (fig["d2h_Bps"], f"cuMemPrefetchAsync of "
                              f"{2 * fig['region_bytes'] / mb:,.0f} MiB to the host{both}"),
         "fault_batch_latency_s": (fig["fault_batch_s"], f"{fig['fault_batches']} one-byte "

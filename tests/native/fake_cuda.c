@@ -66,6 +66,7 @@ typedef struct handle {
 } handle;
 
 enum { OK = 0, INVALID_VALUE = 1, OUT_OF_MEMORY = 2, NOT_INITIALIZED = 3, NO_DEVICE = 100,
+       INVALID_DEVICE = 101,
        INVALID_CONTEXT = 201, INVALID_HANDLE = 400, NOT_FOUND = 500, NOT_READY = 600 };
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -264,6 +265,7 @@ static CUresult f_error_name(CUresult e, const char **s) {
     case OUT_OF_MEMORY: *s = "CUDA_ERROR_OUT_OF_MEMORY"; break;
     case NOT_INITIALIZED: *s = "CUDA_ERROR_NOT_INITIALIZED"; break;
     case NO_DEVICE: *s = "CUDA_ERROR_NO_DEVICE"; break;
+    case INVALID_DEVICE: *s = "CUDA_ERROR_INVALID_DEVICE"; break;
     case INVALID_CONTEXT: *s = "CUDA_ERROR_INVALID_CONTEXT"; break;
     case INVALID_HANDLE: *s = "CUDA_ERROR_INVALID_HANDLE"; break;
     case NOT_FOUND: *s = "CUDA_ERROR_NOT_FOUND"; break;
@@ -721,7 +723,8 @@ static CUresult f_mem_get_info(size_t *free_bytes, size_t *total) {
 
 static CUresult f_device_get_name(char *name, int len, int dev) {
     ENTER("cuDeviceGetName");
-    if (!r_ && (!name || len <= 0 || dev < 0 || dev >= devices)) r_ = INVALID_VALUE;
+    if (!r_ && (!name || len <= 0)) r_ = INVALID_VALUE;
+    if (!r_ && (dev < 0 || dev >= devices)) r_ = INVALID_DEVICE;
     if (!r_) snprintf(name, (size_t)len, "Fake GPU %d", dev);
     LEAVE("cuDeviceGetName dev=%d -> %d", dev, r_);
 }

@@ -49,6 +49,18 @@ typedef struct probe {
     uint64_t buf_bytes;
 } probe;
 
+/* v with thousands separators ("{:,}" in Python), into buf (>= 32 bytes) */
+static const char *commas(uint64_t v, char *buf) {
+    char tmp[32];
+    int n = snprintf(tmp, sizeof tmp, "%llu", (unsigned long long)v), o = 0;
+    for (int i = 0; i < n; i++) {
+        if (i && (n - i) % 3 == 0) buf[o++] = ',';
+        buf[o++] = tmp[i];
+    }
+    buf[o] = 0;
+    return buf;
+}
+
 static uint64_t down(double v) {
     return v < (double)BLOCK ? 0 : (uint64_t)(v / (double)BLOCK) * BLOCK;
 }
@@ -79,11 +91,11 @@ static int size_region(probe *q, double budget_s, uvm_calibration *c, uint64_t *
                        int *k_out) {
     uint64_t room = c->free_bytes / 2 > PILOT ? (c->free_bytes / 2 - PILOT) / 3 : 0;
     if (room < 4 * BLOCK) {
-        uvm_set_error("calibrate: device %d has %llu bytes free; the probe needs %llu (3 x %llu "
-                      "bytes + an %llu-byte pilot, at most half of what is free)",
-                      q->dev, (unsigned long long)c->free_bytes,
-                      (unsigned long long)(2 * (12 * BLOCK + PILOT)),
-                      (unsigned long long)(4 * BLOCK), (unsigned long long)PILOT);
+        char f[32], need[32];
+        uvm_set_error("calibrate: device %d has %s bytes free; the probe needs %s (three "
+                      "regions of at least 8 MiB and an 8 MiB pilot, in at most half of what "
+                      "is free)", q->dev, commas(c->free_bytes, f),
+                      commas(2 * (12 * BLOCK + PILOT), need));
         return UVM_ENOMEM;
     }
     TRY(q->p->alloc_managed(q->dev, PILOT, (void **)&q->pilot));
@@ -109,7 +121,16 @@ static int size_region(probe *q, double budget_s, uvm_calibration *c, uint64_t *
     double left = budget_s - spent - 2 * *k_out * FAULT_GUESS_S;
     uint64_t n = down(0.7 * (left > 0 ? left : 0) / per_byte);
     if (n > down((double)room)) n = down((double)room);
-    if (n < 4 * BLOCK) n = 4 * BLOCK; /* a tiny budget still measures something whole */
+    if (n < 4 * BLOCK) { /* the smallest whole probe: does it fit? */
+        n = 4 * BLOCK;
+        double need = spent + 2 * *k_out * FAULT_GUESS_S + n * per_byte;
+        if (need > budget_s) {
+            uvm_set_error("calibrate: a budget of %.0f ms is too small for this device's link "
+                          "(pilot: h2d %.2f GB/s, d2h %.2f GB/s); the smallest probe needs "
+                          "about %.0f ms", budget_s * 1e3, rh / 1e9, rd / 1e9, need * 1e3);
+            return UVM_EINVAL;
+        }
+    }
     *n_out = n;
     return UVM_OK;
 }
