@@ -162,3 +162,65 @@ def test_the_measured_profile_plans_and_simulates(tmp_path):
     slow = uvm_sched.sim.simulate(tr, "demand", prof, budget="90%")
     shipped = uvm_sched.sim.simulate(tr, "demand", "h200-pcie5", budget="90%")
     assert slow.iteration_time_s > 1.5 * shipped.iteration_time_s  # 200 us fault batches
+
+
+# ---- the Scheduler's first learn ------------------------------------------------------------
+
+def _loop(s, iters: int, weights: list[int]) -> None:
+    for _ in range(iters):
+        s.step()
+        acts = [native.malloc(4 * MiB) for _ in range(4)]
+        for a in reversed(acts):
+            native.free(a)
+
+
+def _scheduler_run(calibrate):
+    from uvm_sched.runtime import Scheduler
+
+    weights = [native.malloc(4 * MiB) for _ in range(4)]
+    try:
+        with Scheduler(budget="80%", warmup_iters=2, hook=False, worker="thread",
+                       calibrate=calibrate) as s:
+            _loop(s, 3, weights)
+            assert s.wait_planned(120), s.last_error
+            _loop(s, 2, weights)
+            return s.stats(), s.plan
+    finally:
+        for w in weights:
+            native.free(w)
+
+
+def test_the_scheduler_calibrates_once_at_its_first_learn_and_plans_with_it():
+    with fakecuda.backend("fake", **_env(*LINKS[0])) as fake:
+        st, plan = _scheduler_run(True)
+        probes = len(fake.calls("cuMemGetInfo"))  # once per probe
+    cal = st["calibration"]
+    assert cal["status"] == "measured" and cal["profile"] == "h200-pcie5-calibrated"
+    assert cal["h2d_Bps"] == pytest.approx(25e9, rel=2e-3)
+    assert cal["fault_batch_s"] > 0 and cal["device_name"] == "Fake GPU 0"
+    assert plan.meta["hw"] == "h200-pcie5-calibrated"
+    assert probes == 1  # the Scheduler measured once
+
+
+def test_auto_calibration_is_off_on_the_host_backend_and_says_why():
+    with fakecuda.backend("host"):
+        st, plan = _scheduler_run("auto")
+    assert st["calibration"]["status"] == "off"
+    assert "host backend has no device" in st["calibration"]["why"]
+    assert plan.meta["hw"] == "h200-pcie5"
+
+
+def test_a_failed_calibration_plans_with_the_configured_profile(caplog):
+    with fakecuda.backend("fake", FAKE_CUDA_FREE_BYTES=str(16 * MiB)):
+        st, plan = _scheduler_run("auto")
+    assert st["calibration"]["status"] == "failed"
+    assert "bytes free" in st["calibration"]["error"]
+    assert plan.meta["hw"] == "h200-pcie5"
+    assert "calibration failed" in caplog.text
+
+
+def test_the_scheduler_refuses_a_calibrate_option_it_does_not_know():
+    from uvm_sched.runtime import Scheduler
+
+    with pytest.raises(ValueError, match="calibrate must be 'auto', True or False"):
+        Scheduler(calibrate="yes")
