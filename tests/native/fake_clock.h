@@ -22,9 +22,11 @@
  * (bytes / the direction's rate; pages that live nowhere are populated at the destination).
  * A device access (cuMemsetD8Async, cuMemcpyDtoDAsync) of a host-resident page migrates it
  * to the device, one fault batch per 256 faulting pages, unless the page is mapped for the
- * device: AccessedBy, or PreferredLocation = host after its first fault ("the GPU will
- * establish a direct mapping" rather than migrate, CUDA Programming Guide, data usage
- * hints), in which case its bytes go over the link in place at the remote rate.
+ * device: AccessedBy ("the data to always be mapped in the specified processor's page
+ * tables", cuda.h cuMemAdvise), or PreferredLocation = host after its first fault ("If
+ * the data is already in its preferred location and the faulting processor can establish
+ * a mapping without requiring the data to be migrated, then data migration will be
+ * avoided"), in which case its bytes go over the link in place at the remote rate.
  *
  * Duplex: a prefetch that starts while a prefetch the other way is moving on another
  * stream shares the link with it: while both move, each runs at its rate times

@@ -19,8 +19,13 @@
  *   device-resident blocks (the launch cost).  Like kernels.measure's isolated faults,
  *   the figure includes migrating the one small page.
  * - remote access: cuMemcpyDtoDAsync from host-resident data advised PreferredLocation =
- *   host and AccessedBy = the device (the guide: the device keeps a mapping and reads the
- *   data in place over the link, no migration) into device-resident memory.
+ *   host and AccessedBy = the device into device-resident memory.  cuda.h (cuMemAdvise):
+ *   AccessedBy "does not cause data migration ... it causes the data to always be mapped in
+ *   the specified processor's page tables, as long as the location of the data permits a
+ *   mapping to be established"; PreferredLocation: "If the data is already in its preferred
+ *   location and the faulting processor can establish a mapping without requiring the data
+ *   to be migrated, then data migration will be avoided".  So the copy reads the host's
+ *   pages in place over the link, as a kernel under the same advice does.
  * The kit (scripts/gpu_check.py) compares each figure with kernels/measure.py's, which uses
  * kernels of its own: that is the check that these stand-ins measure the same thing.
  *
