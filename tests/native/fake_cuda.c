@@ -548,6 +548,7 @@ static CUresult f_stream_destroy(void *s) {
         handle *h = s;
         slot_clock[h->slot] = h->vc[h->slot];
         slot_used[h->slot] = 0;
+        xfer[h->slot].live = 0; /* its clock goes with it */
         for (unsigned long i = 0; i < MAX_OPS; i++) /* its work is no one's to race now */
             if (ops[i].slot == h->slot) ops[i].kind = 0;
         forget(s);
@@ -704,8 +705,10 @@ static CUresult f_memcpy_dtod_async(CUdeviceptr dst, CUdeviceptr src, size_t n, 
     if (!r_ && (i < 0 || j < 0)) r_ = INVALID_VALUE;
     if (!r_) r_ = range_op('p', stream, (uintptr_t)src, (uintptr_t)src + n);
     if (!r_) r_ = range_op('p', stream, (uintptr_t)dst, (uintptr_t)dst + n);
-    if (!r_) clock_queue(stream, n ? clock_device_access(i, src, n) + clock_device_access(j, dst, n)
-                                   : 0);
+    /* a copy engine reads and writes at once: the slower side sets the pace */
+    double rd = !r_ && n ? clock_device_access(i, src, n) : 0;
+    double wr = !r_ && n ? clock_device_access(j, dst, n) : 0;
+    if (!r_) clock_queue(stream, rd > wr ? rd : wr);
     LEAVE("cuMemcpyDtoDAsync dst=0x%llx src=0x%llx bytes=%zu stream=s%d -> %d", dst, src, n,
           hid(stream), r_);
 }
