@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "native"))
 import fakecuda  # noqa: E402
@@ -66,6 +68,35 @@ def test_the_probe_stays_within_its_budget_of_device_time(budget_ms, link):
     assert 0 < f["device_s"] <= budget_ms / 1e3
     if budget_ms >= 200 and link[0] >= 25:
         assert f["device_s"] >= 0.25 * budget_ms / 1e3  # and uses a fair part of it
+
+
+@settings(max_examples=25, deadline=None)
+@given(h2d=st.floats(1, 500), d2h=st.floats(1, 500), cap=st.floats(0.5, 1.0),
+       remote=st.floats(0.2, 1.0), fault_us=st.floats(5, 300), budget_ms=st.integers(20, 2000),
+       free_mib=st.integers(16, 65536))
+def test_on_any_link_the_probe_recovers_it_within_budget_and_memory_or_says_why(
+        h2d, d2h, cap, remote, fault_us, budget_ms, free_mib):
+    env = _env(h2d, d2h, max(h2d, d2h) + cap * min(h2d, d2h), remote * min(h2d, d2h), fault_us,
+               min(h2d, d2h) / 2, FAKE_CUDA_FREE_BYTES=free_mib * MiB)
+    with fakecuda.backend("fake", **env) as fake:
+        try:
+            f = measure(0, budget_ms)
+        except (ValueError, native.UvmSchedError) as e:  # too small a budget, or memory
+            assert re.search(r"budget of \d+ ms is too small|bytes free; the probe needs",
+                             str(e)), e
+            assert fake.live_allocations() == 0
+            return
+        asked = sum(c["bytes"] for c in fake.calls("cuMemAllocManaged") if c["rc"] == 0)
+        assert fake.live_allocations() == 0
+    assert asked <= free_mib * MiB // 2
+    assert 0 < f["device_s"] <= budget_ms / 1e3
+    # what a prefetch of N (h2d) or 2N (d2h) bytes achieves: the fake's 4 us per call
+    # included -- on little free memory (small N) and a fast link that is the probe's error
+    n = f["region_bytes"]
+    assert f["h2d_Bps"] == pytest.approx(n / (n / (h2d * G) + 4e-6), rel=1e-3)
+    assert f["d2h_Bps"] == pytest.approx(2 * n / (2 * n / (d2h * G) + 4e-6), rel=1e-3)
+    assert f["fault_batch_s"] == pytest.approx(fault_us * 1e-6 + 4096 / (min(h2d, d2h) / 2 * G),
+                                               rel=0.01)
 
 
 def test_a_budget_too_small_for_a_slow_link_is_refused_with_the_budget_it_needs():
