@@ -19,11 +19,13 @@ Steps, in the order they run: the ones that prove the product come first, so a l
 short still brings them back: build, library (loads the library and makes each direct
 driver call once: the backend and its reason are recorded), e2e (first GPT with PyTorch's
 allocator, then GPT under the Scheduler, at half its memory with ``--oversubscribe``),
-predict (the simulator's prediction beside those runs); then gpu-tests, calibrate,
-sidebyside (``uvm-sched sidebyside``: each calibration microbenchmark beside its simulator
-twin, in ``OUTDIR/sidebyside.json``; on CPU, and in a dry run, the simulated column alone),
-the rest of the e2e matrix and a final predict over every run.  ``LIMITS`` holds each step's
-time limit (the proving steps fit the default deadline together).  ``--only
+predict (the simulator's prediction beside those runs); then gpu-tests, calibrate (the
+``kernels/`` microbenchmarks, then ``calibrate:self``: the runtime's own probe,
+``uvm_sched.calibrate``, beside them in ``OUTDIR/calibration_compare.json`` and the
+summary), sidebyside (``uvm-sched sidebyside``: each calibration microbenchmark beside its
+simulator twin, in ``OUTDIR/sidebyside.json``; on CPU, and in a dry run, the simulated column
+alone), the rest of the e2e matrix and a final predict over every run.  ``LIMITS`` holds each
+step's time limit (the proving steps fit the default deadline together).  ``--only
 library,predict`` runs those alone; ``--deadline`` (seconds, default 480) bounds the whole
 kit: a step's time limit is cut to what is left, and a step that would get under 10 s is
 recorded as skipped, so the kit ends inside one device call.
@@ -73,7 +75,7 @@ STEPS = ("build", "library", "gpu-tests", "calibrate", "sidebyside", "e2e", "pre
 # (build, library, the first two e2e runs, predict) add up to 360 s, inside the default
 # 480 s deadline; test_gpu_kit checks that sum.
 LIMITS = {"build": 120, "library": 30, "e2e": 60, "e2e-budget": 90, "predict": 60,
-          "gpu-tests": 90, "calibrate": 120, "sidebyside": 60}
+          "gpu-tests": 90, "calibrate": 120, "calibrate:self": 60, "sidebyside": 60}
 PROVING = ("build", "library", "e2e", "e2e-budget", "predict")
 
 # The packages each step imports (beyond the standard library and numpy); a step whose
@@ -121,6 +123,31 @@ doc = {"backend": native.backend(), "backend_reason": native.backend_reason(),
        "released_bytes": released, "stats": uvm_sched.stats()}
 open(sys.argv[1], "w").write(json.dumps(doc, default=str))
 """
+
+# What calibrate:self runs in a fresh process: the runtime's probe (no numba), its figures
+# in the JSON file named by argv[1].
+SELF_CALIBRATION_PROBE = r"""
+import json, sys
+from uvm_sched._calibrate import measure
+open(sys.argv[1], "w").write(json.dumps(measure(0, 200)))
+"""
+
+# kernels.measure's profile field -> the same figure in uvm_sched.calibrate's
+CALIBRATION_PAIRS = {"h2d_prefetch_Bps": "h2d_Bps", "d2h_prefetch_Bps": "d2h_Bps",
+                     "fault_batch_latency_s": "fault_batch_s",
+                     "remote_access_Bps": "remote_Bps", "duplex_Bps": "duplex_Bps"}
+
+
+def calibration_table(kernels: dict | None, probe: dict) -> list[dict]:
+    """One row per figure: ``kernels.measure``'s (None when it did not run or does not
+    measure it), ``uvm_sched.calibrate``'s, and their ratio probe / kernels."""
+    fields = (kernels or {}).get("fields", {})
+    rows = []
+    for field, key in CALIBRATION_PAIRS.items():
+        k, p = fields.get(field), probe.get(key)
+        rows.append({"figure": field, "kernels": k, "calibrate": p,
+                     "ratio": p / k if k and p else None})
+    return rows
 
 
 def missing(packages) -> list[str]:
@@ -313,6 +340,14 @@ def summary_markdown(doc: dict) -> str:
         lines += ["", "## Calibration", "", "| field | value |", "|---|---|"]
         for k, v in cal[0]["data"].get("fields", {}).items():
             lines.append(f"| {k} | {v:.4g} |")
+    own = [s for s in doc["steps"] if s["name"] == "calibrate:self" and s["data"]]
+    if own and own[0]["data"].get("table"):
+        lines += ["", "## kernels.measure beside uvm_sched.calibrate", "",
+                  "| figure | kernels.measure | uvm_sched.calibrate | ratio |", "|---|---|---|---|"]
+        for r in own[0]["data"]["table"]:
+            cells = ["" if r[c] is None else f"{r[c]:.4g}" for c in ("kernels", "calibrate")]
+            ratio = "" if r["ratio"] is None else f"{r['ratio']:.2f}"
+            lines.append(f"| {r['figure']} | {cells[0]} | {cells[1]} | {ratio} |")
     sbs = [s for s in doc["steps"] if s["name"] == "sidebyside" and s["data"]]
     if sbs:
         lines += ["", "## Microbenchmarks beside their simulator twins "
@@ -364,9 +399,10 @@ def fake_driver(out: Path, given: Path | None) -> tuple[Path | None, str]:
     if given is not None:
         return (given, f"fake driver {given}") if given.exists() else (
             None, f"the fake driver {given} does not exist")
-    src = REPO / "tests" / "native" / "fake_cuda.c"
+    src = REPO / "tests" / "native" / "fake_cuda.c"  # it includes fake_clock.h beside it
+    newest = max(p.stat().st_mtime for p in (src, src.with_name("fake_clock.h")) if p.exists())
     built = REPO / "tests" / "native" / "build" / "libcuda.so.1"
-    if built.exists() and built.stat().st_mtime >= src.stat().st_mtime:
+    if built.exists() and built.stat().st_mtime >= newest:
         return built, f"fake driver {built}"
     target = out / "fake_cuda" / "libcuda.so.1"
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -545,6 +581,22 @@ class Steps:
             cmd += ["--measured", str(self.cal_path)]
         self.kit.command_step("sidebyside", cmd, LIMITS["sidebyside"], self.env, json_out=dest)
 
+    def self_calibrate(self) -> None:
+        """The runtime's probe beside kernels.measure (when it ran): the table of both."""
+        kit, out = self.kit, self.args.out / "self_calibration.json"
+        if kit.skip_without_gpu("calibrate:self", "library"):
+            return
+        step = kit.command_step("calibrate:self", [sys.executable, "-c",
+                                                   SELF_CALIBRATION_PROBE, str(out)],
+                                LIMITS["calibrate:self"], self.env, json_out=out)
+        if step["status"] == "ok" and step["data"]:
+            kernels = json.loads(self.cal_path.read_text()) if self.cal_path.exists() else None
+            step["data"] = {"figures": step["data"],
+                            "table": calibration_table(kernels, step["data"])}
+            (self.args.out / "calibration_compare.json").write_text(
+                json.dumps(step["data"]["table"], indent=1))
+            kit.write()
+
     def plan(self) -> list[tuple[str, str, Any, tuple]]:
         """(name, the step it belongs to, function, arguments) in the order they run: the
         proving steps first, then the GPU tests, calibration and the rest of the e2e matrix."""
@@ -558,6 +610,7 @@ class Steps:
                  ("predict", "predict", self.predict, ("predict",))]
         plan += [("gpu-tests", "gpu-tests", self.gpu_tests, ()),
                  ("calibrate", "calibrate", self.calibrate, ()),
+                 ("calibrate:self", "calibrate", self.self_calibrate, ()),
                  ("sidebyside", "sidebyside", self.sidebyside, ())]
         for model in E2E_MODELS:
             for mode in E2E_MODES:

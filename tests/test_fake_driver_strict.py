@@ -23,6 +23,7 @@ MiB = 1 << 20
 P = ctypes.c_void_p
 U64 = ctypes.c_ulonglong
 INVALID_VALUE, INVALID_CONTEXT, INVALID_HANDLE = 1, 201, 400
+INVALID_DEVICE, NOT_READY = 101, 600
 TESTED: set[str] = set()
 
 
@@ -51,6 +52,12 @@ def _calls(fake):
         wait=fake.proc("cuStreamWaitEvent", P, P, ctypes.c_uint),
         sync=fake.proc("cuEventSynchronize", P),
         ctx_sync=fake.proc("cuCtxSynchronize"),
+        elapsed=fake.proc("cuEventElapsedTime", ctypes.POINTER(ctypes.c_float), P, P),
+        memset=fake.proc("cuMemsetD8Async", U64, ctypes.c_ubyte, ctypes.c_size_t, P),
+        copy=fake.proc("cuMemcpyDtoDAsync", U64, U64, ctypes.c_size_t, P),
+        mem_info=fake.proc("cuMemGetInfo", ctypes.POINTER(ctypes.c_size_t),
+                           ctypes.POINTER(ctypes.c_size_t)),
+        name=fake.proc("cuDeviceGetName", ctypes.c_char_p, ctypes.c_int, ctypes.c_int),
     )
 
 
@@ -175,6 +182,10 @@ def test_C1_calls_without_a_current_context_are_refused(drv):
     assert drv["prefetch"](drv["ptr"], MiB, Loc(2, 0), 0, drv["s0"]) == INVALID_CONTEXT
     assert _discard(drv, drv["ptr"], MiB, drv["s0"]) == INVALID_CONTEXT
     assert drv["ctx_sync"]() == INVALID_CONTEXT
+    assert drv["memset"](drv["ptr"], 0, MiB, drv["s0"]) == INVALID_CONTEXT
+    assert drv["copy"](drv["ptr"], drv["ptr"] + MiB, MiB, drv["s0"]) == INVALID_CONTEXT
+    f, t = ctypes.c_size_t(), ctypes.c_size_t()
+    assert drv["mem_info"](ctypes.byref(f), ctypes.byref(t)) == INVALID_CONTEXT
 
 
 def test_C2_streams_and_events_belong_to_the_current_context(drv):
@@ -208,11 +219,71 @@ def test_S2_a_destroyed_stream_is_refused_by_every_call(drv):
     assert drv["wait"](s, e, 0) == INVALID_HANDLE
     assert drv["prefetch"](drv["ptr"], MiB, Loc(1, 0), 0, s) == INVALID_HANDLE
     assert _discard(drv, drv["ptr"], MiB, s) == INVALID_HANDLE
+    assert drv["memset"](drv["ptr"], 0, MiB, s) == INVALID_HANDLE
+    assert drv["copy"](drv["ptr"], drv["ptr"] + MiB, MiB, s) == INVALID_HANDLE
     capturing = fake.proc("cuStreamIsCapturing", P, ctypes.POINTER(ctypes.c_int), version=10000)
     assert capturing(s, ctypes.byref(ctypes.c_int())) == INVALID_HANDLE
     assert fake.destroy_stream(s) == INVALID_HANDLE
-    assert len(fake.destroyed_stream_uses()) == 6
+    assert len(fake.destroyed_stream_uses()) == 8
     assert drv["record"](e, drv["s0"]) == 0  # the live ones are not affected
+
+
+def _timer(c):
+    e = P()
+    assert c["event"](ctypes.byref(e), 0) == 0  # CU_EVENT_DEFAULT: timed
+    return e.value
+
+
+def _ms(c, a, b):
+    ms = ctypes.c_float()
+    return c["elapsed"](ctypes.byref(ms), a, b), ms.value
+
+
+def test_T1_elapsed_time_of_an_event_made_without_timing_is_refused(drv):
+    rule("T1")
+    a, b = _timer(drv), _event(drv)  # b: CU_EVENT_DISABLE_TIMING
+    assert drv["record"](a, drv["s0"]) == 0 and drv["record"](b, drv["s0"]) == 0
+    assert drv["sync"](b) == 0
+    assert _ms(drv, a, b)[0] == INVALID_HANDLE
+    c = _timer(drv)
+    assert drv["record"](c, drv["s0"]) == 0 and drv["sync"](c) == 0
+    assert _ms(drv, a, c)[0] == 0
+
+
+def test_T2_elapsed_time_of_an_event_never_recorded_is_refused(drv):
+    rule("T2")
+    a, b = _timer(drv), _timer(drv)
+    assert drv["record"](a, drv["s0"]) == 0 and drv["sync"](a) == 0
+    assert _ms(drv, a, b)[0] == INVALID_HANDLE
+
+
+def test_T3_elapsed_time_before_the_host_waited_for_the_work_is_not_ready(drv):
+    rule("T3")
+    a, b = _timer(drv), _timer(drv)
+    assert drv["record"](a, drv["s0"]) == 0
+    assert drv["prefetch"](drv["ptr"], 4 * MiB, Loc(1, 0), 0, drv["s0"]) == 0  # takes time
+    assert drv["record"](b, drv["s0"]) == 0
+    assert _ms(drv, a, b)[0] == NOT_READY
+    assert drv["sync"](b) == 0
+    rc, ms = _ms(drv, a, b)
+    assert rc == 0 and ms > 0
+
+
+def test_M2_device_memset_and_copy_outside_managed_memory_are_refused(drv):
+    rule("M2")
+    p, s0 = drv["ptr"], drv["s0"]
+    assert drv["memset"](p + 7 * MiB, 0, 2 * MiB, s0) == INVALID_VALUE
+    assert drv["copy"](p, 0x1000, MiB, s0) == INVALID_VALUE
+    assert drv["copy"](p + 7 * MiB, p, 2 * MiB, s0) == INVALID_VALUE
+    assert drv["memset"](p, 0, MiB, s0) == 0 and drv["copy"](p + MiB, p, MiB, s0) == 0
+
+
+def test_N1_device_name_of_no_device_or_into_no_buffer_is_refused(drv):
+    rule("N1")
+    buf = ctypes.create_string_buffer(64)
+    assert drv["name"](buf, 64, 2) == INVALID_DEVICE  # two devices: 0 and 1
+    assert drv["name"](buf, 0, 0) == INVALID_VALUE
+    assert drv["name"](buf, 64, 1) == 0 and buf.value
 
 
 def test_every_precondition_in_the_table_has_its_test():

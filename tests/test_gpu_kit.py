@@ -122,7 +122,8 @@ def test_a_fresh_clone_compiles_the_fake_driver_into_the_output(tmp_path, monkey
     skip_without_compiler("CC", "cc")
     clone = tmp_path / "clone"
     (clone / "tests" / "native").mkdir(parents=True)
-    shutil.copy(REPO / "tests" / "native" / "fake_cuda.c", clone / "tests" / "native")
+    for name in ("fake_cuda.c", "fake_clock.h"):
+        shutil.copy(REPO / "tests" / "native" / name, clone / "tests" / "native")
     monkeypatch.setattr(gpu_check, "REPO", clone)
     fake, how = gpu_check.fake_driver(tmp_path / "out", None)
     assert fake == tmp_path / "out" / "fake_cuda" / "libcuda.so.1" and fake.exists()
@@ -278,3 +279,36 @@ def test_a_kit_error_in_one_step_is_recorded_and_the_kit_goes_on(pretend_gpu, mo
     assert steps["library"]["status"] == "failed"
     assert steps["library"]["reason"] == "kit error: RuntimeError: the disk is full"
     assert "predict" in steps
+
+
+def test_the_runtime_probe_runs_beside_the_kernels_and_the_summary_compares_them(pretend_gpu,
+                                                                                 monkeypatch):
+    gpu_check, ran, answer, out = pretend_gpu
+    monkeypatch.setattr(gpu_check, "missing", lambda pkgs: [])
+
+    def fn(cmd):
+        if "kernels.measure" in cmd:
+            Path(cmd[cmd.index("kernels.measure") + 1]).write_text(json.dumps(
+                {"fields": {"h2d_prefetch_Bps": 50e9, "fault_batch_latency_s": 40e-6}}))
+        if gpu_check.SELF_CALIBRATION_PROBE in cmd:
+            Path(cmd[-1]).write_text(json.dumps({"h2d_Bps": 45e9, "fault_batch_s": 50e-6,
+                                                 "d2h_Bps": 40e9, "duplex_Bps": 60e9}))
+        return 0, ""
+    answer["fn"] = fn
+    gpu_check.main([str(out), "--only", "calibrate"])
+    steps = _steps(out)
+    assert steps["calibrate:self"]["status"] == "ok", steps["calibrate:self"]
+    table = {r["figure"]: r for r in json.loads((out / "calibration_compare.json").read_text())}
+    assert table["h2d_prefetch_Bps"]["ratio"] == pytest.approx(0.9)
+    assert table["fault_batch_latency_s"]["ratio"] == pytest.approx(1.25)
+    assert table["d2h_prefetch_Bps"]["kernels"] is None  # kernels.measure did not give it
+    md = (out / "summary.md").read_text()
+    assert "## kernels.measure beside uvm_sched.calibrate" in md
+    assert "| h2d_prefetch_Bps | 5e+10 | 4.5e+10 | 0.90 |" in md
+
+
+def test_the_runtime_probe_is_skipped_in_a_dry_run_with_the_reason(dry_run):
+    _, out = dry_run
+    steps = {s["name"]: s for s in json.loads((out / "results.json").read_text())["steps"]}
+    assert steps["calibrate:self"]["status"] == "skipped"
+    assert steps["calibrate:self"]["reason"].startswith("skipped: no GPU")

@@ -5,7 +5,7 @@ Runtime (native allocator): ``allocator()`` (PyTorch), ``cupy_allocator()``,
 ``NUMBA_CUDA_MEMORY_MANAGER=uvm_sched.numba``, ``malloc``/``free``/``stats``/``step``/
 ``drain_events``/``backend``/``library_path``, ``Scheduler``. PyTorch's memory tools under
 the pluggable allocator: ``memory_stats``, ``record_memory_history``, ``memory_snapshot``,
-``dump_snapshot``.
+``dump_snapshot``; ``calibrate()`` (the device's link and fault path, measured).
 Errors: ``Error`` (base of every exception class defined here), ``Warning``.
 Offline advisor: ``uvm_sched.trace``, ``uvm_sched.pattern``, ``plan``/``Plan``,
 ``uvm_sched.sim``, ``uvm_sched.viz``, the ``uvm-sched`` command.
@@ -49,6 +49,7 @@ _EXPORTS = {
     "Plan": "uvm_sched.planner",
     "plan": "uvm_sched.planner",
     "Scheduler": "uvm_sched.runtime",
+    "calibrate": "uvm_sched._calibrate",
 }
 _SUBMODULES = {"trace", "pattern", "planner", "sim", "hw", "viz", "native", "integrations"}
 

@@ -59,7 +59,7 @@ __all__ = [
     "UvmSchedError", "OutOfMemoryError", "FreeError", "UnsupportedError",
 ]
 
-ABI_VERSION = 3
+ABI_VERSION = 4
 
 # status codes of the C core (uvm_sched.h)
 _OK, _EINVAL, _ENOMEM, _EDRIVER, _EUNSUPPORTED = 0, -1, -2, -3, -4

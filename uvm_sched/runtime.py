@@ -57,6 +57,7 @@ import numpy as np
 from ._errors import Error, Warning as _Warning
 from ._runtime_clock import WATCHDOG_SLACK, Tuner, Watchdog  # noqa: F401 (SLACK: re-exported)
 from ._runtime_recording import DIVERGENCE, ITER, MARK, Recording, live_ordinal, track_live
+from ._runtime_calib import Calibrator
 from ._runtime_setup import check_options, current_device, rank, silent_message
 from ._runtime_states import State, StateError
 
@@ -116,7 +117,8 @@ class Scheduler:
     process, but it competes with the loop for the GIL).
     ``watchdog_iters``: iterations per measurement of the watchdog (see the module
     docstring; 0 turns it off): with markers, the plan is timed against no plan and
-    disarmed when it is more than ``WATCHDOG_SLACK`` slower.
+    disarmed when it is more than ``WATCHDOG_SLACK`` slower. ``calibrate``: measure the
+    device at the first learn and plan with it (``_runtime_calib``: "auto" = on CUDA).
     """
 
     def __init__(self, budget: Any = "100%", hw: Any = "h200-pcie5", warmup_iters: int = 3,
@@ -124,8 +126,9 @@ class Scheduler:
                  plan_opts: dict | None = None, min_period_events: int = 64,
                  touch_device: str = "cuda", tune: Any = None, tune_iters: int = 2,
                  device: int | None = None, worker: str = "process",
-                 strict: bool = False, watchdog_iters: int = 3) -> None:
+                 strict: bool = False, watchdog_iters: int = 3, calibrate: Any = "auto") -> None:
         self.tune = tuple(tune) if tune else ()
+        self._calib = Calibrator(calibrate)
         plan_opts = check_options(
             budget=budget, hw=hw, mode=mode, hook=hook, strict=strict, plan_opts=plan_opts,
             device=device, worker=worker, tune=self.tune,
@@ -297,7 +300,7 @@ class Scheduler:
             touches = (self._touches.clocks, self._touches.addresses,
                        self._touches.device_type)
         req = {"events": self._rec.parts(),
-               "budget": self.budget, "hw": self.hw, "mode": self.mode,
+               "budget": self.budget, "hw": self._calib.hw(self.hw, self.device), "mode": self.mode,
                "warmup_iters": self.warmup_iters, "plan_opts": self.plan_opts,
                "touches": touches, "tune": self.tune}
         if not req["events"]:
@@ -647,8 +650,9 @@ class Scheduler:
         ``planning``: one is being made now; ``arm_time_s``: seconds the training thread
         spent arming plans), ``problems`` (the history of runtime problems: kind,
         message, state, time), ``predicted`` (in every state: the planner's prediction for
-        the plan held, ``{}`` before the first plan and while re-learning) and the native
-        counters (``native``). ``state`` is a plain string, like the rest (JSON)."""
+        the plan held, ``{}`` before the first plan and while re-learning), the native
+        counters (``native``) and what calibration measured (``calibration``). ``state``
+        is a plain string, like the rest (JSON)."""
         from . import native
 
         with self._lock:
@@ -673,7 +677,7 @@ class Scheduler:
                 out["tuning_skipped"] = self.tuning_skipped
             if self._tuner is not None:
                 out["tuning_now"] = self._tuner.label
-            out["native"] = native.stats()
+            out["native"], out["calibration"] = native.stats(), self._calib.report()
             return out
 
     def _summary(self) -> str:

@@ -59,9 +59,14 @@ typedef struct handle {
     int recorded_on; /* event: stream id of the last record */
     unsigned *vc;    /* stream: its clock; event: the clock captured by the last record */
     int capturing;   /* stream: inside a graph capture (fake_cuda_capture) */
+    double t;        /* stream: ns when its queued work is done; event: its record's
+                        (fake_clock.h) */
+    int timing_off;  /* event: made with CU_EVENT_DISABLE_TIMING */
+    int recorded;    /* event: cuEventRecord'ed at least once */
 } handle;
 
 enum { OK = 0, INVALID_VALUE = 1, OUT_OF_MEMORY = 2, NOT_INITIALIZED = 3, NO_DEVICE = 100,
+       INVALID_DEVICE = 101,
        INVALID_CONTEXT = 201, INVALID_HANDLE = 400, NOT_FOUND = 500, NOT_READY = 600 };
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -102,7 +107,10 @@ static struct {
     uintptr_t base;
     size_t size, mapped;
     void *raw;
+    unsigned char *pages; /* per 4 KiB page: where it lives, its advice (fake_clock.h) */
 } allocs[MAX_ALLOCS];
+
+#include "fake_clock.h"
 
 static void logf_(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void logf_(const char *fmt, ...) {
@@ -155,6 +163,7 @@ static void configure(void) {
     no_discard = v && *v && strcmp(v, "0");
     n_fails = 0;
     total_calls = 0;
+    clock_configure();
     v = getenv("FAKE_CUDA_FAIL");
     if (v && *v) {
         char buf[512];
@@ -256,6 +265,7 @@ static CUresult f_error_name(CUresult e, const char **s) {
     case OUT_OF_MEMORY: *s = "CUDA_ERROR_OUT_OF_MEMORY"; break;
     case NOT_INITIALIZED: *s = "CUDA_ERROR_NOT_INITIALIZED"; break;
     case NO_DEVICE: *s = "CUDA_ERROR_NO_DEVICE"; break;
+    case INVALID_DEVICE: *s = "CUDA_ERROR_INVALID_DEVICE"; break;
     case INVALID_CONTEXT: *s = "CUDA_ERROR_INVALID_CONTEXT"; break;
     case INVALID_HANDLE: *s = "CUDA_ERROR_INVALID_HANDLE"; break;
     case NOT_FOUND: *s = "CUDA_ERROR_NOT_FOUND"; break;
@@ -382,9 +392,13 @@ static CUresult f_alloc_managed(CUdeviceptr *dptr, size_t bytes, unsigned flags)
         size_t align = (size_t)2 << 20, mapped = bytes + align;
         void *raw = mmap(NULL, mapped, PROT_READ | PROT_WRITE,
                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (raw == MAP_FAILED) {
+        unsigned char *pages = calloc((bytes >> PAGE_SHIFT) + 1, 1);
+        if (raw == MAP_FAILED || !pages) {
+            if (raw != MAP_FAILED) munmap(raw, mapped);
+            free(pages);
             r_ = OUT_OF_MEMORY;
         } else {
+            allocs[slot].pages = pages;
             allocs[slot].raw = raw;
             allocs[slot].mapped = mapped;
             allocs[slot].base = ((uintptr_t)raw + align - 1) & ~(uintptr_t)(align - 1);
@@ -405,11 +419,18 @@ static CUresult f_mem_free(CUdeviceptr p) {
     if (!r_ && i < 0) r_ = INVALID_VALUE;
     if (!r_) {
         munmap(allocs[i].raw, allocs[i].mapped);
+        free(allocs[i].pages);
         memset(&allocs[i], 0, sizeof allocs[i]);
         /* cuMemFree synchronises: the host is now ordered after everything queued */
-        for (int d = 0; d < MAX_DEVICES; d++) vc_merge(host_vc, legacy_vc[d]);
+        for (int d = 0; d < MAX_DEVICES; d++) {
+            vc_merge(host_vc, legacy_vc[d]);
+            if (legacy_t[d] > host_t) host_t = legacy_t[d];
+        }
         for (int k = 0; k < MAX_HANDLES; k++)
-            if (handles[k] && handles[k]->kind == 's') vc_merge(host_vc, handles[k]->vc);
+            if (handles[k] && handles[k]->kind == 's') {
+                vc_merge(host_vc, handles[k]->vc);
+                if (handles[k]->t > host_t) host_t = handles[k]->t;
+            }
     }
     LEAVE("cuMemFree ptr=0x%llx -> %d", p, r_);
 }
@@ -424,6 +445,7 @@ static CUresult f_prefetch_v2(CUdeviceptr p, size_t n, CUmemLocation loc, unsign
         r_ = INVALID_VALUE;
     if (!r_ && flags != 0) r_ = INVALID_VALUE; /* "flags: reserved for future use, must be 0" */
     if (!r_) r_ = range_op('p', stream, (uintptr_t)p, (uintptr_t)p + n);
+    if (!r_ && n) clock_prefetch(find_alloc(p, n), p, n, loc.type == 2, stream);
     LEAVE("cuMemPrefetchAsync_v2 ptr=0x%llx bytes=%zu loc.type=%d loc.id=%d flags=%u stream=s%d -> %d",
           p, n, loc.type, loc.id, flags, hid(stream), r_);
 }
@@ -435,6 +457,7 @@ static CUresult f_prefetch_v1(CUdeviceptr p, size_t n, int dev, void *stream) {
     if (!r_ && find_alloc(p, n) < 0) r_ = INVALID_VALUE;
     if (!r_ && !(dev == -1 || (dev >= 0 && dev < devices))) r_ = INVALID_VALUE;
     if (!r_) r_ = range_op('p', stream, (uintptr_t)p, (uintptr_t)p + n);
+    if (!r_ && n) clock_prefetch(find_alloc(p, n), p, n, dev == -1, stream);
     LEAVE("cuMemPrefetchAsync_v1 ptr=0x%llx bytes=%zu device=%d stream=s%d -> %d", p, n, dev,
           hid(stream), r_);
 }
@@ -449,6 +472,7 @@ static CUresult f_advise_v2(CUdeviceptr p, size_t n, int advice, CUmemLocation l
     if (!r_ && (advice == 3 || advice == 5 || advice == 6) &&
         !(loc.type == 2 || (loc.type == 1 && loc.id >= 0 && loc.id < devices)))
         r_ = INVALID_VALUE;
+    if (!r_ && n) clock_advise(find_alloc(p, n), p, n, advice, loc.type == 2);
     LEAVE("cuMemAdvise_v2 ptr=0x%llx bytes=%zu advice=%d loc.type=%d loc.id=%d -> %d", p, n,
           advice, loc.type, loc.id, r_);
 }
@@ -457,6 +481,7 @@ static CUresult f_advise_v1(CUdeviceptr p, size_t n, int advice, int dev) {
     ENTER("cuMemAdvise");
     NEED_CTX();
     if (!r_ && find_alloc(p, n) < 0) r_ = INVALID_VALUE;
+    if (!r_ && n) clock_advise(find_alloc(p, n), p, n, advice, dev == -1);
     LEAVE("cuMemAdvise_v1 ptr=0x%llx bytes=%zu advice=%d device=%d -> %d", p, n, advice, dev, r_);
 }
 
@@ -471,6 +496,7 @@ static CUresult f_discard(CUdeviceptr *ps, size_t *ns, size_t count, unsigned lo
         if (find_alloc(ps[i], ns[i]) < 0) r_ = INVALID_VALUE;
     for (size_t i = 0; !r_ && i < count; i++)
         r_ = range_op('d', stream, (uintptr_t)ps[i], (uintptr_t)ps[i] + ns[i]);
+    if (!r_) clock_queue(stream, 0);
     LEAVE("cuMemDiscardBatchAsync count=%zu ptr=0x%llx bytes=%zu flags=%llu stream=s%d -> %d",
           count, count ? ps[0] : 0ull, count ? ns[0] : (size_t)0, flags, hid(stream), r_);
 }
@@ -522,6 +548,7 @@ static CUresult f_stream_destroy(void *s) {
         handle *h = s;
         slot_clock[h->slot] = h->vc[h->slot];
         slot_used[h->slot] = 0;
+        xfer[h->slot].live = 0; /* its clock goes with it */
         for (unsigned long i = 0; i < MAX_OPS; i++) /* its work is no one's to race now */
             if (ops[i].slot == h->slot) ops[i].kind = 0;
         forget(s);
@@ -539,7 +566,10 @@ static CUresult f_event_create(void **e, unsigned flags) {
     NEED_CTX();
     handle *h = r_ ? NULL : new_handle('e', current_ctx->dev);
     if (!r_ && !h) r_ = OUT_OF_MEMORY;
-    if (!r_) *e = h;
+    if (!r_) {
+        *e = h;
+        h->timing_off = (flags & 2) != 0; /* CU_EVENT_DISABLE_TIMING */
+    }
     LEAVE("cuEventCreate flags=%u event=e%d -> %d", flags, hid(h), r_);
 }
 
@@ -565,8 +595,14 @@ static CUresult f_event_record(void *e, void *s) {
     /* "hEvent and hStream must be from the same context" */
     if (!r_ && ((handle *)e)->dev != dev) r_ = INVALID_HANDLE;
     if (!r_) {
-        ((handle *)e)->recorded_on = hid(s);
-        memcpy(((handle *)e)->vc, vc, MAX_SLOTS * sizeof *vc);
+        handle *h = e;
+        h->recorded_on = hid(s);
+        memcpy(h->vc, vc, MAX_SLOTS * sizeof *vc);
+        int tslot;
+        double *t = time_of(s, &tslot);
+        h->t = start_at(t); /* done when the stream's earlier work is */
+        xfer[tslot].live = 0;
+        h->recorded = 1;
     }
     LEAVE("cuEventRecord event=e%d stream=s%d -> %d", hid(e), hid(s), r_);
 }
@@ -581,21 +617,32 @@ static CUresult f_stream_wait(void *s, void *e, unsigned flags) {
     int slot, dev;
     unsigned *vc = r_ ? NULL : clock_of(s, &slot, &dev);
     if (!r_ && !vc) r_ = INVALID_CONTEXT;
-    if (!r_) vc_merge(vc, ((handle *)e)->vc);
+    if (!r_) {
+        vc_merge(vc, ((handle *)e)->vc);
+        int tslot;
+        double *t = time_of(s, &tslot);
+        if (((handle *)e)->t > *t) *t = ((handle *)e)->t;
+    }
     LEAVE("cuStreamWaitEvent stream=s%d event=e%d flags=%u -> %d", hid(s), hid(e), flags, r_);
+}
+
+/* The host waited for event e: ordered after its record, its clock at least its time. */
+static void host_wait(handle *e) {
+    vc_merge(host_vc, e->vc);
+    if (e->t > host_t) host_t = e->t;
 }
 
 static CUresult f_event_query(void *e) {
     ENTER("cuEventQuery");
     if (!r_ && hid(e) <= 0) r_ = INVALID_HANDLE;
-    if (!r_) vc_merge(host_vc, ((handle *)e)->vc); /* nothing runs: always complete */
+    if (!r_) host_wait(e); /* nothing runs: always complete */
     LEAVE("cuEventQuery event=e%d -> %d", hid(e), r_);
 }
 
 static CUresult f_event_sync(void *e) {
     ENTER("cuEventSynchronize");
     if (!r_ && hid(e) <= 0) r_ = INVALID_HANDLE;
-    if (!r_) vc_merge(host_vc, ((handle *)e)->vc);
+    if (!r_) host_wait(e);
     LEAVE("cuEventSynchronize event=e%d -> %d", hid(e), r_);
 }
 
@@ -607,11 +654,82 @@ static CUresult f_ctx_sync(void) {
     if (!r_) {
         int dev = current_ctx->dev;
         vc_merge(host_vc, legacy_vc[dev]);
+        if (legacy_t[dev] > host_t) host_t = legacy_t[dev];
         for (int k = 0; k < MAX_HANDLES; k++)
-            if (handles[k] && handles[k]->kind == 's' && handles[k]->dev == dev)
+            if (handles[k] && handles[k]->kind == 's' && handles[k]->dev == dev) {
                 vc_merge(host_vc, handles[k]->vc);
+                if (handles[k]->t > host_t) host_t = handles[k]->t;
+            }
     }
     LEAVE("cuCtxSynchronize ctx=c%d -> %d", hid(current_ctx), r_);
+}
+
+/* cuda.h: "If cuEventRecord() has not been called on either event then
+ * CUDA_ERROR_INVALID_HANDLE is returned. If cuEventRecord() has been called on both events
+ * but one or both of them has not yet been completed ... CUDA_ERROR_NOT_READY is returned.
+ * If either event was created with the CU_EVENT_DISABLE_TIMING flag, then this function
+ * will return CUDA_ERROR_INVALID_HANDLE." (T1-T3 in PRECONDITIONS.md) */
+static CUresult f_event_elapsed(float *ms, void *a, void *b) {
+    ENTER("cuEventElapsedTime");
+    if (!r_ && (hid(a) <= 0 || hid(b) <= 0 || ((handle *)a)->kind != 'e' ||
+                ((handle *)b)->kind != 'e'))
+        r_ = INVALID_HANDLE;
+    handle *x = a, *y = b;
+    if (!r_ && (x->timing_off || y->timing_off)) r_ = INVALID_HANDLE;
+    if (!r_ && (!x->recorded || !y->recorded)) r_ = INVALID_HANDLE;
+    if (!r_ && (x->t > host_t || y->t > host_t)) r_ = NOT_READY; /* not waited for */
+    if (!r_) *ms = (float)((y->t - x->t) / 1e6);
+    LEAVE("cuEventElapsedTime start=e%d end=e%d -> %d", hid(a), hid(b), r_);
+}
+
+/* A device-side operation on managed memory (memset, copy): the range must lie in one
+ * allocation of this fake (the real driver takes any device memory; the fake has only
+ * managed memory: M2). */
+static CUresult f_memset_d8_async(CUdeviceptr p, unsigned char v, size_t n, void *stream) {
+    ENTER("cuMemsetD8Async");
+    NEED_CTX();
+    if (!r_) r_ = stream_arg("cuMemsetD8Async", stream);
+    int i = find_alloc(p, n);
+    if (!r_ && i < 0) r_ = INVALID_VALUE;
+    if (!r_) r_ = range_op('p', stream, (uintptr_t)p, (uintptr_t)p + n);
+    if (!r_) clock_queue(stream, n ? clock_device_access(i, p, n) : 0);
+    LEAVE("cuMemsetD8Async ptr=0x%llx value=%u bytes=%zu stream=s%d -> %d", p, v, n,
+          hid(stream), r_);
+}
+
+static CUresult f_memcpy_dtod_async(CUdeviceptr dst, CUdeviceptr src, size_t n, void *stream) {
+    ENTER("cuMemcpyDtoDAsync");
+    NEED_CTX();
+    if (!r_) r_ = stream_arg("cuMemcpyDtoDAsync", stream);
+    int i = find_alloc(src, n), j = find_alloc(dst, n);
+    if (!r_ && (i < 0 || j < 0)) r_ = INVALID_VALUE;
+    if (!r_) r_ = range_op('p', stream, (uintptr_t)src, (uintptr_t)src + n);
+    if (!r_) r_ = range_op('p', stream, (uintptr_t)dst, (uintptr_t)dst + n);
+    /* a copy engine reads and writes at once: the slower side sets the pace */
+    double rd = !r_ && n ? clock_device_access(i, src, n) : 0;
+    double wr = !r_ && n ? clock_device_access(j, dst, n) : 0;
+    if (!r_) clock_queue(stream, rd > wr ? rd : wr);
+    LEAVE("cuMemcpyDtoDAsync dst=0x%llx src=0x%llx bytes=%zu stream=s%d -> %d", dst, src, n,
+          hid(stream), r_);
+}
+
+static CUresult f_mem_get_info(size_t *free_bytes, size_t *total) {
+    ENTER("cuMemGetInfo");
+    NEED_CTX();
+    if (!r_ && (!free_bytes || !total)) r_ = INVALID_VALUE;
+    if (!r_) {
+        *free_bytes = (size_t)rate.free;
+        *total = (size_t)rate.total;
+    }
+    LEAVE("cuMemGetInfo -> %d", r_);
+}
+
+static CUresult f_device_get_name(char *name, int len, int dev) {
+    ENTER("cuDeviceGetName");
+    if (!r_ && (!name || len <= 0)) r_ = INVALID_VALUE;
+    if (!r_ && (dev < 0 || dev >= devices)) r_ = INVALID_DEVICE;
+    if (!r_) snprintf(name, (size_t)len, "Fake GPU %d", dev);
+    LEAVE("cuDeviceGetName dev=%d -> %d", dev, r_);
 }
 
 static CUresult f_stream_is_capturing(void *s, int *status) {
@@ -651,6 +769,11 @@ static CUresult getproc(const char *sym, void **pfn, int ver, unsigned long long
         {"cuEventSynchronize", 2000, (void *)f_event_sync},
         {"cuCtxSynchronize", 2000, (void *)f_ctx_sync},
         {"cuStreamIsCapturing", 10000, (void *)f_stream_is_capturing},
+        {"cuEventElapsedTime", 2000, (void *)f_event_elapsed},
+        {"cuMemsetD8Async", 3020, (void *)f_memset_d8_async},
+        {"cuMemcpyDtoDAsync", 3020, (void *)f_memcpy_dtod_async},
+        {"cuMemGetInfo", 3020, (void *)f_mem_get_info},
+        {"cuDeviceGetName", 2000, (void *)f_device_get_name},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (!strcmp(sym, table[i].name) && ver >= table[i].since) f = table[i].fn;

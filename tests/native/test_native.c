@@ -452,6 +452,34 @@ static void test_many_streams(const char *backend) {
     CHECK(stat_of("allocated_blocks") == 0, "all freed");
 }
 
+/* The calibration probe (calib.c): no device on the host backend; on the fake driver it
+ * recovers the fake clock's default rates (fake_clock.h: h2d 25, d2h 20 GB/s) within its
+ * budget, and a refusal half-way leaves the probe's memory freed. */
+static void test_calibration(const char *backend) {
+    uvm_calibration c;
+    CHECK(uvm_sched_reset(backend, 1) == UVM_OK, "reset %s", backend);
+    int s = uvm_sched_calibrate(0, 0.05, &c);
+    if (!strcmp(backend, "host")) {
+        CHECK(s == UVM_EUNSUPPORTED, "calibrate on host: %d", s);
+        CHECK(strstr(uvm_sched_last_error(), "no device") != NULL, "why: %s",
+              uvm_sched_last_error());
+        return;
+    }
+    CHECK(s == UVM_OK, "calibrate: %d %s", s, uvm_sched_last_error());
+    CHECK(c.h2d_Bps > 24.9e9 && c.h2d_Bps < 25.1e9, "h2d %g", c.h2d_Bps);
+    CHECK(c.d2h_Bps > 19.9e9 && c.d2h_Bps < 20.1e9, "d2h %g", c.d2h_Bps);
+    CHECK(c.device_s > 0 && c.device_s <= 0.05, "device time %g s", c.device_s);
+    CHECK(c.fault_batch_s > 0 && c.remote_Bps > 0 && c.duplex_Bps > 0, "all measured");
+    CHECK(uvm_sched_calibrate(0, 0.001, &c) == UVM_EINVAL, "a budget below 20 ms");
+    CHECK(uvm_sched_calibrate(0, 0.05, NULL) == UVM_EINVAL, "no out");
+    setenv("FAKE_CUDA_FAIL", "cuMemsetD8Async:2:1", 1); /* CUDA_ERROR_INVALID_VALUE */
+    CHECK(uvm_sched_reset(backend, 1) == UVM_OK, "reset with a fault");
+    CHECK(uvm_sched_calibrate(0, 0.05, &c) == UVM_EDRIVER, "a refused memset fails the probe");
+    CHECK(strstr(uvm_sched_last_error(), "cuMemsetD8Async") != NULL, "names the call: %s",
+          uvm_sched_last_error());
+    unsetenv("FAKE_CUDA_FAIL");
+}
+
 static void test_fake_faults(const char *fake) {
     if (!fake) {
         printf("fake driver cases skipped (UVM_SCHED_LIBCUDA not set)\n");
@@ -475,6 +503,7 @@ static void test_fake_faults(const char *fake) {
     unsetenv("UVM_SCHED_ARENA_BYTES");
     test_executor("cuda");
     test_direct("cuda");
+    test_calibration("cuda");
     /* a driver without discard: refused as unsupported, counted */
     setenv("FAKE_CUDA_NO_DISCARD", "1", 1);
     CHECK(uvm_sched_reset("cuda", 1) == UVM_OK, "reset without discard");
@@ -496,6 +525,7 @@ int main(int argc, char **argv) {
     test_ring_overflow();
     test_executor("host");
     test_direct("host");
+    test_calibration("host");
     test_many_streams("host");
     test_fake_faults(getenv("UVM_SCHED_LIBCUDA"));
     test_threads(seconds);

@@ -53,11 +53,27 @@ typedef struct uvm_prim {
     /* called when the library is torn down (uvm_sched_reset): drop what the backend made
      * for itself (prim_cuda.c: its discard streams and events) */
     void (*shutdown)(void);
+    /* ---- for the calibration probe (calib.c); NULL where there is no device (host) ----
+     * an event that records time (event_create's do not); destroy, record and sync it as
+     * any event */
+    int (*timer_create)(int device, void **out);
+    /* seconds from a's completion to b's, both recorded and waited for */
+    int (*elapsed_s)(void *a, void *b, double *out);
+    /* the device writes bytes of [p, p+bytes) (cuMemsetD8Async), on stream */
+    int (*memset_async)(int device, void *p, size_t bytes, void *stream);
+    /* the device copies bytes from src to dst (cuMemcpyDtoDAsync), on stream */
+    int (*copy_async)(int device, void *dst, const void *src, size_t bytes, void *stream);
+    /* device memory free and total, bytes */
+    int (*mem_info)(int device, uint64_t *free_bytes, uint64_t *total_bytes);
+    int (*device_name)(int device, char *buf, size_t len);
 } uvm_prim;
 
 UVM_HIDDEN extern const uvm_prim uvm_prim_host;
 /* Load the driver (dlopen $UVM_SCHED_LIBCUDA or libcuda.so.1); fills why on failure. */
 UVM_HIDDEN int uvm_prim_cuda_load(const uvm_prim **out, char *why, size_t why_len);
+/* The first driver call the calibration probe needs that the loaded driver lacks (they
+ * are optional: the allocator works without them), NULL when it has them all. */
+UVM_HIDDEN const char *uvm_prim_cuda_missing(void);
 
 /* ---- errors ---------------------------------------------------------------------------- */
 UVM_HIDDEN void uvm_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -91,6 +91,12 @@ static struct {
     CUresult (*ctx_sync)(void);
     CUresult (*stream_is_capturing)(CUstream, int *);
     CUresult (*error_name)(CUresult, const char **);
+    /* the calibration probe's (calib.c): optional, the probe says which is missing */
+    CUresult (*event_elapsed)(float *, CUevent, CUevent);
+    CUresult (*memset_d8)(CUdeviceptr, unsigned char, size_t, CUstream);
+    CUresult (*copy_dtod)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+    CUresult (*mem_get_info)(size_t *, size_t *);
+    CUresult (*device_name)(char *, int, CUdevice);
     int n_devices;
     int last_device; /* the device of the latest call, for calls that name none */
     CUcontext primary[UVM_MAX_DEVICES];
@@ -301,13 +307,13 @@ static int cu_stream_destroy(void *stream) {
     return UVM_OK;
 }
 
-static int event_create_in_ctx(int device, void **out) {
+static int event_create_in_ctx(int device, void **out, unsigned flags) {
     cu_event *e = calloc(1, sizeof *e);
     if (!e) {
         uvm_set_error("out of host memory for an event");
         return UVM_ENOMEM;
     }
-    CUresult r = D.event_create(&e->ev, CU_EVENT_DISABLE_TIMING);
+    CUresult r = D.event_create(&e->ev, flags);
     if (r != CUDA_SUCCESS) {
         free(e);
         return drv_fail("cuEventCreate", r);
@@ -318,7 +324,57 @@ static int event_create_in_ctx(int device, void **out) {
 }
 
 static int cu_event_create(int device, void **out) {
-    IN_CTX(device, event_create_in_ctx(device, out));
+    IN_CTX(device, event_create_in_ctx(device, out, CU_EVENT_DISABLE_TIMING));
+}
+
+/* ---- the calibration probe's calls (calib.c) ---- */
+static int cu_timer_create(int device, void **out) {
+    IN_CTX(device, event_create_in_ctx(device, out, 0 /* CU_EVENT_DEFAULT: timed */));
+}
+
+static int elapsed_in_ctx(void *a, void *b, double *out) {
+    float ms = 0;
+    CHECK("cuEventElapsedTime", D.event_elapsed(&ms, ((cu_event *)a)->ev, ((cu_event *)b)->ev));
+    *out = (double)ms / 1e3;
+    return UVM_OK;
+}
+
+static int cu_elapsed_s(void *a, void *b, double *out) {
+    IN_CTX(((cu_event *)a)->device, elapsed_in_ctx(a, b, out));
+}
+
+static int cu_memset_async(int device, void *p, size_t bytes, void *stream) {
+    IN_CTX(device, st("cuMemsetD8Async", D.memset_d8((CUdeviceptr)(uintptr_t)p, 0x5a, bytes,
+                                                     (CUstream)stream)));
+}
+
+static int cu_copy_async(int device, void *dst, const void *src, size_t bytes, void *stream) {
+    IN_CTX(device, st("cuMemcpyDtoDAsync", D.copy_dtod((CUdeviceptr)(uintptr_t)dst,
+                                                       (CUdeviceptr)(uintptr_t)src, bytes,
+                                                       (CUstream)stream)));
+}
+
+static int mem_info_in_ctx(uint64_t *free_bytes, uint64_t *total_bytes) {
+    size_t f = 0, t = 0;
+    CHECK("cuMemGetInfo", D.mem_get_info(&f, &t));
+    *free_bytes = f;
+    *total_bytes = t;
+    return UVM_OK;
+}
+
+static int cu_mem_info(int device, uint64_t *free_bytes, uint64_t *total_bytes) {
+    IN_CTX(device, mem_info_in_ctx(free_bytes, total_bytes));
+}
+
+static int cu_device_name(int device, char *buf, size_t len) {
+    if (device < 0 || device >= D.n_devices) {
+        uvm_set_error("device %d does not exist (%d devices)", device, D.n_devices);
+        return UVM_EINVAL;
+    }
+    CUdevice dev;
+    CHECK("cuDeviceGet", D.device_get(&dev, device));
+    CHECK("cuDeviceGetName", D.device_name(buf, (int)(len > 1024 ? 1024 : len), dev));
+    return UVM_OK;
 }
 
 static int cu_event_destroy(void *ev) {
@@ -401,7 +457,22 @@ static const uvm_prim uvm_prim_cuda = {
     .device_sync = cu_device_sync,
     .stream_capturing = cu_stream_capturing,
     .shutdown = cu_shutdown,
+    .timer_create = cu_timer_create,
+    .elapsed_s = cu_elapsed_s,
+    .memset_async = cu_memset_async,
+    .copy_async = cu_copy_async,
+    .mem_info = cu_mem_info,
+    .device_name = cu_device_name,
 };
+
+const char *uvm_prim_cuda_missing(void) {
+    if (!D.event_elapsed) return "cuEventElapsedTime";
+    if (!D.memset_d8) return "cuMemsetD8Async";
+    if (!D.copy_dtod) return "cuMemcpyDtoDAsync";
+    if (!D.mem_get_info) return "cuMemGetInfo";
+    if (!D.device_name) return "cuDeviceGetName";
+    return NULL;
+}
 
 static void *getproc(const char *sym, int version) {
     void *fn = NULL;
@@ -471,6 +542,12 @@ int uvm_prim_cuda_load(const uvm_prim **out, char *why, size_t why_len) {
         {"cuCtxSynchronize", 2000, (void **)&D.ctx_sync, 1},
         {"cuMemDiscardBatchAsync", 13000, (void **)&D.discard_batch, 0},
         {"cuStreamIsCapturing", 10000, (void **)&D.stream_is_capturing, 0},
+        /* cuda.h maps cuEventElapsedTime to its _v2 (CUDA 12.8): same signature */
+        {"cuEventElapsedTime", 2000, (void **)&D.event_elapsed, 0},
+        {"cuMemsetD8Async", 3020, (void **)&D.memset_d8, 0},
+        {"cuMemcpyDtoDAsync", 3020, (void **)&D.copy_dtod, 0},
+        {"cuMemGetInfo", 3020, (void **)&D.mem_get_info, 0},
+        {"cuDeviceGetName", 2000, (void **)&D.device_name, 0},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         *want[i].slot = getproc(want[i].sym, want[i].version);
@@ -479,6 +556,10 @@ int uvm_prim_cuda_load(const uvm_prim **out, char *why, size_t why_len) {
                      want[i].version);
             goto fail;
         }
+    }
+    if (D.version >= 12080) { /* the form cuda.h names since CUDA 12.8 */
+        void *v2 = getproc("cuEventElapsedTime", 12080);
+        if (v2) *(void **)&D.event_elapsed = v2;
     }
     if (D.version >= 12020) {
         *(void **)&D.prefetch_v2 = getproc("cuMemPrefetchAsync", 12020);

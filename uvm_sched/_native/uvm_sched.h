@@ -20,7 +20,7 @@ extern "C" {
 
 /* Bumped whenever a struct below or a function signature changes; native.py refuses a
  * library whose uvm_sched_abi_version() differs from the one it was written for. */
-#define UVM_SCHED_ABI_VERSION 3
+#define UVM_SCHED_ABI_VERSION 4
 
 /* status codes */
 #define UVM_OK 0
@@ -216,6 +216,28 @@ UVM_API int uvm_sched_exec_arm_at(const uvm_plan_row *rows, size_t n_rows,
                                   uint64_t phase, const uint64_t *phase_addrs,
                                   size_t n_phase_addrs);
 UVM_API int uvm_sched_exec_disarm(void);
+
+/* ---- calibration probe (calib.c) ------------------------------------------------------
+ * Measures the link and the driver's fault path on `device` within budget_s seconds of
+ * device time (0.02..10), through the driver table (no kernel of ours): bytes per second,
+ * seconds.  A figure that could not be measured is 0 (fault_batch_s when device writes to
+ * host-resident pages took no longer than to resident ones).  Managed memory of its own
+ * (never more than half the device's free memory), freed before it returns; the allocator
+ * lock is held throughout.  UVM_EUNSUPPORTED on the host backend (no device) or a driver
+ * that lacks a call the probe needs; UVM_ENOMEM when the device has too little free. */
+typedef struct uvm_calibration {
+    double h2d_Bps, d2h_Bps;         /* cuMemPrefetchAsync each way, alone */
+    double duplex_Bps;               /* both ways at once (two streams): bytes / elapsed */
+    double duplex_h2d_Bps, duplex_d2h_Bps; /* each way's own rate while both run */
+    double fault_batch_s;            /* one fault batch (a write to a host-resident page) */
+    double remote_Bps;               /* the device reading host-resident data in place */
+    double device_s, wall_s;         /* the probe's device time (events), host time */
+    uint64_t region_bytes;           /* N: h2d alone moved N bytes, d2h alone 2N */
+    uint64_t duplex_h2d_bytes, duplex_d2h_bytes, fault_batches, remote_bytes;
+    uint64_t free_bytes, total_bytes; /* device memory when the probe started */
+    char device_name[256];
+} uvm_calibration;
+UVM_API int uvm_sched_calibrate(int device, double budget_s, uvm_calibration *out);
 
 #ifdef __cplusplus
 }
