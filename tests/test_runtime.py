@@ -597,3 +597,21 @@ def test_watchdog_keeps_a_plan_no_slower_than_no_plan(host):
 def test_watchdog_iters_is_checked():
     with pytest.raises(ValueError, match="watchdog_iters must be >= 0"):
         Scheduler(watchdog_iters=-1, hook=False)
+
+
+def test_touch_recorder_sees_tensor_lists_and_every_result_and_stops_recording(host):
+    torch = pytest.importorskip("torch")
+    from uvm_sched.integrations.torch import TouchRecorder
+
+    a, b = torch.ones(4), torch.zeros(4)
+    with TouchRecorder("cpu") as rec:
+        c = torch.cat([a, b])  # a Tensor[] argument
+        lo, hi = torch.chunk(c, 2)  # a tuple of results (views of c's storage)
+        m = torch.ones(2, 2, dtype=torch.bool)
+        m.index_put_((torch.tensor([0]),), torch.tensor(False))  # a Tensor?[] argument
+    ptr = lambda t: t.untyped_storage().data_ptr()  # noqa: E731
+    seen = set(int(x) for x in rec.addresses)
+    assert {ptr(a), ptr(b), ptr(c), ptr(lo), ptr(hi), ptr(m)} <= seen
+    n = len(rec.clocks)
+    torch.cat([a, b])
+    assert len(rec.clocks) == n and not rec.active
