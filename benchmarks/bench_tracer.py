@@ -167,7 +167,8 @@ def _write(rows: list[dict], repeats: int) -> None:
     prov = provenance(simulated=False)
     lines = ["# The dispatch tracer's cost (mode=\"auto\"/\"sampled\" warm-up)", "",
              "Wall time per call on CPU tensors (every tensor recorded), one thread, the "
-             f"fastest of {repeats} runs (a shared machine). `off`: no tracer (armed iterations); `tracing`: the "
+             f"fastest of {repeats} runs (a shared machine). `off`: no tracer (armed "
+             "iterations); `tracing`: the "
              "tracer active (warm-up iterations only); `removed`: after the tracer was "
              "started and stopped (armed iterations after a warm-up); `bare mode`: a "
              "PyTorch dispatch mode that records nothing (the mechanism's own cost).", "",

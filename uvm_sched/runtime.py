@@ -87,8 +87,8 @@ class Scheduler:
 
     ``budget``: bytes, ``"50%"`` (of the recorded peak) or ``"40GiB"``; ``hw``: profile
     name/path; ``warmup_iters``: iterations recorded before planning; ``mode``:
-    ``"auto"`` (default)/``"oblivious"``/``"sampled"``; ``relearn_after``: iterations in a row with a divergence
-    before re-learning; ``hook``: install the PyTorch optimizer hook (``"auto"``: when torch
+    ``"auto"`` (default)/``"oblivious"``/``"sampled"``; ``relearn_after``: iterations in a
+    row with a divergence before re-learning; ``hook``: install the PyTorch optimizer hook (``"auto"``: when torch
     is imported); ``plan_opts``: extra options for ``uvm_sched.plan``;
     ``min_period_events``: allocator events recorded before the period is looked for when
     there are no markers; ``strict``: raise ``SchedulerError`` where a runtime problem would

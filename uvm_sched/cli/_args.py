@@ -88,8 +88,9 @@ def mode_arg(p: argparse.ArgumentParser) -> None:
 def tune_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tune", type=tune_list, metavar="CANDIDATES",
                    help="uvm-sched: also plan with these guards (ticks or auto) or, in sampled "
-                        "or auto mode, oblivious (the plan without the samples); simulate each and keep "
-                        "the fastest, as Scheduler(tune=...) does by the clock (e.g. 16,8)")
+                        "or auto mode, oblivious (the plan without the samples); simulate each "
+                        "and keep the fastest, as Scheduler(tune=...) does by the clock (e.g. "
+                        "16,8)")
 
 
 # ----------------------------------------------------------------------------------------

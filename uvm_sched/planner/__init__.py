@@ -9,4 +9,5 @@ from ._planner import MODES, PLAN_OPTIONS, plan, resolve_mode, tuning_candidates
 from ._sampling import draw_samples, samples_from_touches
 
 __all__ = ["plan", "Plan", "PlanError", "ACTIONS", "PLAN_VERSION", "MODES", "draw_samples",
-           "samples_from_touches", "resolve_mode", "tuning_candidates", "trace_fingerprint", "PLAN_OPTIONS", "PlanMismatchWarning"]
+           "samples_from_touches", "resolve_mode", "tuning_candidates", "trace_fingerprint",
+           "PLAN_OPTIONS", "PlanMismatchWarning"]

@@ -44,7 +44,8 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "auto", **opts: Any) -> Pla
     ``hw``: a profile name, path or ``HardwareProfile``. ``mode``: ``"auto"`` (default:
     sampled when ``samples`` are given or the trace carries accesses, else oblivious;
     ``resolve_mode``), ``"oblivious"`` or ``"sampled"``; ``meta["mode"]`` is the mode that
-    ran, ``meta["mode_reason"]`` why. Options: ``pattern`` (a precomputed ``pattern.analyze(trace)``),
+    ran, ``meta["mode_reason"]`` why. Options: ``pattern`` (a precomputed
+    ``pattern.analyze(trace)``),
     ``guard`` (ticks, or ``"auto"``: 32, 16, 8, 4 and 2 ticks, the widest preferred per gap),
     ``samples`` (a sample frame, sampled mode),
     ``sample_rate`` (default 1.0), ``noise`` (ticks, default 0), ``seed``,
