@@ -490,8 +490,8 @@ class Scheduler:
             self._touches.stop()  # sampling costs per op: only while learning
 
     def _log_recording(self) -> None:
-        logger.info("recording: %d warm-up iterations, then a %s plan for budget %r on %s "
-                    "(markers: %s)", self.warmup_iters, self.mode, self.budget,
+        logger.info("recording: %d warm-up iterations, then a plan (mode %s) for budget %r on "
+                    "%s (markers: %s)", self.warmup_iters, self._mode_reason, self.budget,
                     getattr(self.hw, "name", self.hw),
                     "optimizer hook" if self._hook_handle is not None
                     else "step() or the learned period")
@@ -539,10 +539,11 @@ class Scheduler:
         if self._counters["steps_before_plan"] is None:
             self._counters["steps_before_plan"] = self._counters["steps"]
         self.last_error = None
-        logger.info("learned: period %d allocator events (from %s, %d iterations), mode %s; "
-                    "planned %d actions for a budget of %s bytes in the background (%.2f s)",
-                    int(p.meta["period_events"]), pat.source, len(pat.iterations), self.mode,
-                    len(p), f"{int(p.meta['budget_bytes']):,}", job.wall_s)
+        logger.info("learned: period %d allocator events (from %s, %d iterations), mode %s "
+                    "(%s); planned %d actions for a budget of %s bytes in the background "
+                    "(%.2f s)", int(p.meta["period_events"]), pat.source, len(pat.iterations),
+                    p.meta["mode"], p.meta.get("mode_reason"), len(p),
+                    f"{int(p.meta['budget_bytes']):,}", job.wall_s)
         logger.info("armed: plan %d, sync on %s%s", self._counters["plans"], p.meta.get("sync"),
                     f" at phase {phase} of the period" if phase else "")
 

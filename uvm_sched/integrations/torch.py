@@ -134,8 +134,9 @@ class TouchRecorder:
     (allocator-event clock, storage base address) pairs -- which uvm_sched block each op
     touched, and when, on the clock the plan counts in. ``clocks``/``addresses`` hold them
     (numpy arrays); ``uvm_sched.planner.samples_from_touches`` turns them into samples.
-    Costs a few microseconds per op while active: the Scheduler keeps it on during its
-    warm-up iterations only."""
+    Costs tens of microseconds of host time per op while active, most of it PyTorch's
+    Python dispatch mode itself (``benchmarks/results/tracer.md``): the Scheduler keeps it
+    on during its warm-up iterations only and removes it before arming."""
 
     def __init__(self, device_type: str = "cuda") -> None:
         self.device_type = device_type
