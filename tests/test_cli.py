@@ -328,6 +328,28 @@ def test_plan_sampled_mode(zoo_trace, cli_tmp):
     assert json.loads(p.stdout)["meta"]["mode"] == "sampled"
 
 
+@needs(ZOO, PLANNER)
+def test_plan_default_mode_is_sampled_on_a_recording_and_says_why(zoo_trace, cli_tmp):
+    p = run_cli("plan", zoo_trace, "--budget", "60%", cwd=cli_tmp)
+    assert p.returncode == 0, p.stderr
+    assert "planner mode: auto: sampled, the trace carries accesses" in p.stdout
+
+
+@needs(ZOO, PLANNER)
+def test_default_mode_on_allocator_events_only_is_oblivious_and_says_why(zoo_trace, cli_tmp):
+    from uvm_sched.trace import load
+    from uvm_sched.trace.zoo import allocator_only
+
+    bare = cli_tmp / "bare.parquet"
+    allocator_only(load(zoo_trace)).save(bare)
+    p = run_cli("plan", bare, "--budget", "60%", "--sample-rate", "0.5", cwd=cli_tmp)
+    assert p.returncode == 2 and "this run's mode: auto: oblivious, no access source" in p.stderr
+    p = run_cli("compare", bare, "--budget", "60%", "--policies", "demand,uvm-sched",
+                cwd=cli_tmp)
+    assert p.returncode == 0, p.stderr
+    assert "planner mode (uvm-sched): auto: oblivious, no access source" in p.stdout
+
+
 @needs(ZOO, SIM)
 def test_simulate_one_policy_against_ideal(zoo_trace):
     p = run_cli("simulate", zoo_trace, "--policy", "demand", "--budget", "50%", "--json")
@@ -355,7 +377,7 @@ def test_simulate_tunes_the_guard_and_says_which_it_kept(zoo_trace):
 
 @pytest.mark.parametrize("args,why", [
     (("--tune", "wide"), "tuning candidates are guards"),
-    (("--tune", "oblivious"), "'oblivious' is for mode='sampled'"),
+    (("--tune", "oblivious", "--mode", "oblivious"), "'oblivious' is for mode='sampled' or 'auto'"),
     (("--tune", "8", "--policy", "demand"), "does not apply to a saved plan or another policy"),
 ])
 def test_simulate_rejects_a_tuning_it_cannot_do(zoo_trace, args, why):

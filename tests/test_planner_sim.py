@@ -39,7 +39,7 @@ def test_uvm_sched_policy_plans_and_simulates_in_one_call(trace):
 
 
 def test_sampled_mode_finds_the_optimizer_state_windows_oblivious_cannot_see(trace):
-    obl = plan(trace, "75%", remote_fallback=False)  # evictions only: nothing to see
+    obl = plan(trace, "75%", mode="oblivious", remote_fallback=False)  # evictions only
     smp = plan(trace, "75%", mode="sampled")
     moved = lambda p: p.actions[p.actions["persistent"] & (p.actions["action"] == "prefetch_to_host")]  # noqa: E731
     assert len(moved(obl)) == 0
@@ -61,7 +61,7 @@ def _strip_accesses(t: Trace) -> Trace:
 def test_oblivious_plan_is_identical_without_ground_truth_accesses(trace, budget):
     stripped = _strip_accesses(trace)
     assert not stripped.has_accesses
-    a, b = plan(trace, budget), plan(stripped, budget)
+    a, b = plan(trace, budget, mode="oblivious"), plan(stripped, budget, mode="oblivious")
     assert a.actions.equals(b.actions)
     drop = lambda m: {k: v for k, v in m.items() if k != "predicted"}  # noqa: E731
     assert drop(a.meta) == drop(b.meta)
@@ -100,14 +100,14 @@ def test_every_action_names_a_block_of_the_learned_iteration(trace):
 def test_remote_fallback_maps_persistent_blocks_only_for_a_large_excess(trace):
     # 75%: eviction of activations nearly meets the budget -> nothing remote;
     # 40%: the persistent blocks must go: mapped host-resident (advice + push out)
-    small = plan(trace, "75%")
+    small = plan(trace, "75%", mode="oblivious")
     assert small.meta["predicted"]["remote_blocks"] == 0
-    big = plan(trace, "40%")
+    big = plan(trace, "40%", mode="oblivious")
     assert big.meta["predicted"]["remote_blocks"] > 0
     adv = big.actions[big.actions["action"] == "advise_preferred_host"]
     assert adv["persistent"].all()
     assert set(adv["block"]) == set(big.actions.loc[big.actions["action"] == "advise_accessed_by", "block"])
-    off = plan(trace, "40%", remote_fallback=False)
+    off = plan(trace, "40%", mode="oblivious", remote_fallback=False)
     assert off.meta["predicted"]["remote_blocks"] == 0
     ideal = simulate(trace, "ideal").iteration_time_s
     t_big = simulate(trace, big, budget="40%").iteration_time_s / ideal

@@ -217,8 +217,27 @@ def test_sampled_mode_finds_the_optimizer_state_window():
 def test_oblivious_mode_refuses_samples():
     tr = _two_blocks(8, 10)
     with pytest.raises(PlanError, match="sampled"):
-        plan(tr, 5000, hw=slow_link(4e9), pattern=one_iteration(tr),
+        plan(tr, 5000, hw=slow_link(4e9), pattern=one_iteration(tr), mode="oblivious",
              samples=pd.DataFrame({"block": [0], "first_touch": [0], "last_touch": [1]}))
+
+
+def test_auto_mode_is_sampled_with_samples_or_accesses_and_oblivious_without():
+    from uvm_sched.planner import resolve_mode
+    from uvm_sched.trace._llm import llm_trace
+
+    tr = llm_trace(layers=1, micro_batches=1, hidden=64, seq=16, vocab=128, accesses=True)
+    assert resolve_mode(tr) == ("sampled", "auto: sampled, the trace carries accesses")
+    bare = _two_blocks(8, 10)  # allocator events only
+    assert resolve_mode(bare, "auto", samples=pd.DataFrame()) == (
+        "sampled", "auto: sampled, access samples were given")
+    mode, why = resolve_mode(bare)
+    assert mode == "oblivious" and why.startswith("auto: oblivious, no access source")
+    assert resolve_mode(bare, "sampled") == ("sampled", "sampled, as requested")
+    p = plan(bare, 5000, hw=slow_link(4e9), pattern=one_iteration(bare))
+    assert (p.meta["mode"], p.meta["mode_requested"], p.meta["mode_reason"]) == (
+        "oblivious", "auto", why)
+    with pytest.raises(PlanError, match="unknown planning mode 'clairvoyant'; known: auto"):
+        resolve_mode(bare, "clairvoyant")
 
 
 def test_unknown_mode_and_option_are_rejected():

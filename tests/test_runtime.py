@@ -185,6 +185,58 @@ def test_sampled_mode_records_its_samples_from_pytorch_ops_during_warmup(host):
     loop.close()
 
 
+def test_default_mode_on_a_pytorch_loop_is_sampled_and_the_tracer_is_gone_once_armed(host):
+    torch = pytest.importorskip("torch")
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    loop = TensorLoop()
+    with Scheduler(budget="60%", hw="h200-pcie5", warmup_iters=3, hook=False,
+                   touch_device="cpu") as s:
+        assert s.mode == "auto" and s._touches.active  # the tracer runs in the warm-up
+        assert "dispatch tracer" in s.stats()["mode_reason"]
+        _run(s, loop, batch=2, iters=4)
+        assert s.wait_planned(300), s.last_error
+        st = s.stats()
+        assert st["mode"] == "sampled" == s.plan.meta["mode"]
+        assert st["mode_reason"].startswith("auto: sampled, the dispatch tracer saw")
+        assert s.samples["block"].nunique() >= loop.layers
+        # armed: no dispatch mode on the loop's thread, nothing recorded any more
+        assert not s._touches.active and _get_current_dispatch_mode() is None
+        seen = len(s._touches.clocks)
+        _run(s, loop, batch=2, iters=2)
+        x = torch.ones(4)
+        x.add_(x)
+        assert len(s._touches.clocks) == seen
+        assert s.stats()["iterations_armed"] >= 1 and s.stats()["divergences"] == 0
+    loop.close()
+
+
+def test_default_mode_whose_tracer_sees_no_op_on_a_block_plans_oblivious_and_says_why(host):
+    pytest.importorskip("torch")
+    loop = Loop()  # allocations only: no PyTorch op touches the blocks
+    with Scheduler(budget="60%", warmup_iters=3, hook=False, touch_device="cpu") as s:
+        _run(s, loop, batch=8, iters=4)
+        assert s.wait_planned(300), s.last_error
+        st = s.stats()
+        assert st["mode"] == "oblivious" and st["learn_failures"] == 0
+        assert st["mode_reason"].startswith("auto: oblivious, no access source: the dispatch "
+                                            "tracer saw no PyTorch op")
+    loop.close()
+
+
+def test_default_mode_without_pytorch_loaded_is_oblivious_and_says_why(monkeypatch):
+    import sys
+
+    from uvm_sched._runtime_setup import touch_source
+
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    rec, why = touch_source("auto", {}, "cuda")
+    assert rec is None and why.startswith("auto: oblivious, no access source: PyTorch is not "
+                                          "loaded")
+    assert touch_source("auto", {"samples": object()}, "cuda")[1] == \
+        "auto: sampled, access samples were given in plan_opts"
+
+
 def test_without_markers_the_learned_period_arms_the_plan(host):
     loop = Loop()
     with Scheduler(budget="60%", warmup_iters=3, hook=False, min_period_events=16) as s:
@@ -302,8 +354,8 @@ def test_tuning_without_markers_says_why_it_did_not_run(host):
 def test_tuning_candidates_are_checked():
     with pytest.raises(ValueError, match="tuning candidates are guards .* got 'wide'"):
         Scheduler(tune=("wide",), hook=False)
-    with pytest.raises(ValueError, match="'oblivious' is for mode='sampled'"):
-        Scheduler(tune=("oblivious",), hook=False)
+    with pytest.raises(ValueError, match="'oblivious' is for mode='sampled' or 'auto'"):
+        Scheduler(tune=("oblivious",), hook=False, mode="oblivious")
     with pytest.raises(ValueError, match="tune_iters"):
         Scheduler(tune=(8,), tune_iters=0, hook=False)
 
@@ -545,3 +597,21 @@ def test_watchdog_keeps_a_plan_no_slower_than_no_plan(host):
 def test_watchdog_iters_is_checked():
     with pytest.raises(ValueError, match="watchdog_iters must be >= 0"):
         Scheduler(watchdog_iters=-1, hook=False)
+
+
+def test_touch_recorder_sees_tensor_lists_and_every_result_and_stops_recording(host):
+    torch = pytest.importorskip("torch")
+    from uvm_sched.integrations.torch import TouchRecorder
+
+    a, b = torch.ones(4), torch.zeros(4)
+    with TouchRecorder("cpu") as rec:
+        c = torch.cat([a, b])  # a Tensor[] argument
+        lo, hi = torch.chunk(c, 2)  # a tuple of results (views of c's storage)
+        m = torch.ones(2, 2, dtype=torch.bool)
+        m.index_put_((torch.tensor([0]),), torch.tensor(False))  # a Tensor?[] argument
+    ptr = lambda t: t.untyped_storage().data_ptr()  # noqa: E731
+    seen = set(int(x) for x in rec.addresses)
+    assert {ptr(a), ptr(b), ptr(c), ptr(lo), ptr(hi), ptr(m)} <= seen
+    n = len(rec.clocks)
+    torch.cat([a, b])
+    assert len(rec.clocks) == n and not rec.active

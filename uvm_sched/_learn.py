@@ -38,7 +38,9 @@ logger = logging.getLogger(__name__)
 def learn(req: dict) -> dict:
     """Plan from recorded events. ``req``: ``events`` (list of EVENT_DTYPE arrays, in order),
     ``budget``, ``hw``, ``mode``, ``warmup_iters``, ``plan_opts``, ``touches`` (None, or
-    (clocks, addresses, device type) of the dispatch tracer), ``tune`` (candidates).
+    (clocks, addresses, device type) of the dispatch tracer), ``tune`` (candidates),
+    ``mode_reason`` (why this mode: the plan's ``meta["mode_reason"]``; auto whose tracer saw
+    no op on a block plans oblivious and says so).
     Returns ``status`` "ok" (with ``plan``, ``pattern``, ``addrs``: persistent ordinal ->
     address, ``start_ev``: the allocator event where the learned iteration starts,
     ``samples``, ``cands``: [(label, plan)] for tuning, ``tuning_skipped``), "wait" (a
@@ -57,21 +59,31 @@ def learn(req: dict) -> dict:
         if pat.source != "markers" and len(pat.iterations) < req["warmup_iters"]:
             return {"status": "wait"}  # not enough repetitions yet to trust a learned period
         opts = dict(req["plan_opts"])
-        mode = req["mode"]
+        mode, why = req["mode"], req.get("mode_reason")
         if req["touches"] is not None:
             clocks, taddrs, device_type = req["touches"]
             opts["samples"] = samples_from_touches(trace, addresses, pat, clocks, taddrs,
                                                    k0=int(events["tick"][0]))
-            if not len(opts["samples"]):
+            seen = (f"the dispatch tracer saw no PyTorch op touch a uvm_sched block on device "
+                    f"type {device_type!r} during the warm-up ({len(clocks):,} touches "
+                    "recorded)")
+            if not len(opts["samples"]) and mode == "auto":
+                mode, why = "oblivious", f"auto: oblivious, no access source: {seen}"
+                del opts["samples"]
+            elif not len(opts["samples"]):
                 # planning on would quietly be the oblivious mode
-                raise ValueError(
-                    f"sampled mode: the dispatch tracer saw no PyTorch op touch a "
-                    f"uvm_sched block on device type {device_type!r} during "
-                    f"the warm-up ({len(clocks):,} touches recorded); are "
-                    "the model's tensors there, allocated through uvm_sched.allocator()?")
+                raise ValueError(f"sampled mode: {seen}; are the model's tensors there, "
+                                 "allocated through uvm_sched.allocator()?")
+            elif mode == "auto":
+                mode, why = "sampled", (f"auto: sampled, the dispatch tracer saw "
+                                        f"{opts['samples']['block'].nunique():,} blocks touched "
+                                        "in the warm-up")
+        tune = tuple(c for c in req["tune"] if mode != "oblivious" or c != "oblivious")
         p = plan(trace, req["budget"], req["hw"], mode=mode, pattern=pat, **opts)
+        if why:
+            p.meta.update(mode_requested=req["mode"], mode_reason=why)
         cands, skipped = [], None
-        if req["tune"]:
+        if tune:
             if p.meta.get("sync") != "marker":
                 # the clock is read at markers: without them there is nothing to time
                 skipped = ("the plan syncs on the learned period, not on iteration "
@@ -79,7 +91,7 @@ def learn(req: dict) -> dict:
                            "call Scheduler.step() each iteration (or let the optimizer "
                            "hook do it)")
             else:
-                (first, _, _), *rest = tuning_candidates(req["tune"], mode, opts)
+                (first, _, _), *rest = tuning_candidates(tune, mode, opts)
                 cands = [(first, None)] + [
                     (label, plan(trace, req["budget"], req["hw"], mode=m, pattern=pat, **o))
                     for label, m, o in rest]

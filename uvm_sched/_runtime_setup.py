@@ -62,6 +62,43 @@ def check_options(*, budget: Any, hw: Any, mode: str, hook: Any, strict: Any,
     return opts
 
 
+def touch_source(mode: str, opts: dict, device_type: str) -> tuple[Any, str]:
+    """Where a Scheduler in ``mode`` gets its access samples: ``(TouchRecorder or None,
+    why)``. Sampled without ``samples``: the dispatch tracer. Auto: the samples given, else
+    the tracer when PyTorch is loaded (a loop that runs PyTorch ops has imported it by
+    now; importing it here would cost a CuPy or Numba loop seconds for nothing), else no
+    source: oblivious."""
+    if opts.get("samples") is not None:
+        return None, ("auto: sampled, access samples were given in plan_opts" if mode == "auto"
+                      else f"{mode}, as requested")
+    if mode == "sampled" or (mode == "auto" and "torch" in sys.modules):
+        from .integrations.torch import TouchRecorder
+
+        return TouchRecorder(device_type), (
+            "sampled, as requested" if mode == "sampled" else
+            "auto: sampled, PyTorch's dispatch tracer records the warm-up's touches")
+    if mode == "auto":
+        return None, ("auto: oblivious, no access source: PyTorch is not loaded (its dispatch "
+                      "tracer is the runtime's source) and plan_opts has no samples")
+    return None, f"{mode}, as requested"
+
+
+def install_hook(pref: Any, step) -> Any:
+    """Install ``step`` as PyTorch's global optimizer step hook as ``hook=pref`` asks
+    (``"auto"``: when torch is imported); the handle, or None when none was installed."""
+    if pref is False or pref is None:
+        return None
+    if pref == "auto" and "torch" not in sys.modules:
+        return None
+    try:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+    except Exception as e:  # torch absent or too old: markers must come from step()
+        if pref is True:
+            raise RuntimeError(f"cannot install the optimizer step hook: {e}") from None
+        return None
+    return register_optimizer_step_post_hook(step)
+
+
 def check_budget(budget: Any) -> None:
     """A budget ``resolve_budget`` reads (checked against a stand-in peak of 1 GiB)."""
     if budget is None:

@@ -1,7 +1,7 @@
 """The runtime loop: record warm-up iterations, learn the pattern, plan, arm the native
 executor, keep watching, and re-learn when the workload changes.
 
-``Scheduler(budget=..., hw=..., warmup_iters=3, mode="oblivious")`` drives the allocator
+``Scheduler(budget=..., hw=..., warmup_iters=3, mode="auto")`` drives the allocator
 of ``uvm_sched`` (the native core). Iteration markers, in order of preference:
 
 * ``scheduler.step()`` (or ``uvm_sched.step()`` followed by ``scheduler.poll()``);
@@ -46,7 +46,6 @@ of the last ``watchdog_iters`` armed iterations exceeds the unplanned median by 
 from __future__ import annotations
 
 import logging
-import sys
 import threading
 import time
 import warnings
@@ -58,7 +57,8 @@ from ._errors import Error, Warning as _Warning
 from ._runtime_clock import WATCHDOG_SLACK, Tuner, Watchdog  # noqa: F401 (SLACK: re-exported)
 from ._runtime_recording import DIVERGENCE, ITER, MARK, Recording, live_ordinal, track_live
 from ._runtime_calib import Calibrator
-from ._runtime_setup import check_options, current_device, rank, silent_message
+from ._runtime_setup import (check_options, current_device, install_hook, rank,
+                             silent_message, touch_source)
 from ._runtime_states import State, StateError
 
 if TYPE_CHECKING:  # for annotations only: importing them costs the Scheduler's start-up
@@ -88,8 +88,8 @@ class Scheduler:
 
     ``budget``: bytes, ``"50%"`` (of the recorded peak) or ``"40GiB"``; ``hw``: profile
     name/path; ``warmup_iters``: iterations recorded before planning; ``mode``:
-    ``"oblivious"``/``"sampled"``; ``relearn_after``: iterations in a row with a divergence
-    before re-learning; ``hook``: install the PyTorch optimizer hook (``"auto"``: when torch
+    ``"auto"`` (default)/``"oblivious"``/``"sampled"``; ``relearn_after``: iterations in a
+    row with a divergence before re-learning; ``hook``: install the PyTorch optimizer hook (``"auto"``: when torch
     is imported); ``plan_opts``: extra options for ``uvm_sched.plan``;
     ``min_period_events``: allocator events recorded before the period is looked for when
     there are no markers; ``strict``: raise ``SchedulerError`` where a runtime problem would
@@ -101,7 +101,10 @@ class Scheduler:
     dispatch-mode tracer (``integrations.torch.TouchRecorder``) notes which blocks each
     PyTorch op on ``touch_device`` touches; ``samples`` holds what the plan was made with.
     Start, step and close the scheduler in the thread that runs the training loop (the
-    tracer is a PyTorch mode of that thread).
+    tracer is a PyTorch mode of that thread). ``mode="auto"`` is sampled where touches can
+    be had (samples given, or PyTorch loaded when the Scheduler is made: the tracer, whose
+    plan falls back to oblivious if it sees no op on a block) and oblivious otherwise;
+    ``stats()["mode"]``/``["mode_reason"]`` say which ran and why.
 
     ``tune``: plans to try beside the configured one (``planner.tuning_candidates``):
     guards (ticks, or ``"auto"``), e.g. ``(16, 8)`` -- how far from an allocation or a free
@@ -122,7 +125,7 @@ class Scheduler:
     """
 
     def __init__(self, budget: Any = "100%", hw: Any = "h200-pcie5", warmup_iters: int = 3,
-                 mode: str = "oblivious", *, relearn_after: int = 2, hook: Any = "auto",
+                 mode: str = "auto", *, relearn_after: int = 2, hook: Any = "auto",
                  plan_opts: dict | None = None, min_period_events: int = 64,
                  touch_device: str = "cuda", tune: Any = None, tune_iters: int = 2,
                  device: int | None = None, worker: str = "process",
@@ -156,11 +159,8 @@ class Scheduler:
         self._warned: set[str] = set()  # problem kinds already warned about
         self.last_error: str | None = None
         self._hook_handle: Any = None  # torch's RemovableHandle (torch is optional)
-        self._touches = None  # the dispatch-mode TouchRecorder of sampled mode
-        if mode == "sampled" and plan_opts.get("samples") is None:
-            from .integrations.torch import TouchRecorder  # torch itself loads at start()
-
-            self._touches = TouchRecorder(touch_device)
+        # the dispatch-mode TouchRecorder (sampled, or auto with PyTorch loaded) and why
+        self._touches, self._mode_reason = touch_source(mode, plan_opts, touch_device)
         # what was learned: the plan armed (or last armed), what it was learned from
         self.plan: Plan | None = None
         self.pattern = None
@@ -300,8 +300,10 @@ class Scheduler:
             touches = (self._touches.clocks, self._touches.addresses,
                        self._touches.device_type)
         req = {"events": self._rec.parts(),
-               "budget": self.budget, "hw": self._calib.hw(self.hw, self.device), "mode": self.mode,
+               "budget": self.budget, "hw": self._calib.hw(self.hw, self.device),
+               "mode": self.mode,
                "warmup_iters": self.warmup_iters, "plan_opts": self.plan_opts,
+               "mode_reason": self._mode_reason,
                "touches": touches, "tune": self.tune}
         if not req["events"]:
             return
@@ -480,17 +482,7 @@ class Scheduler:
         shared_worker(self.worker).warm()  # the planner loads while the loop warms up
 
     def _install_hook(self) -> None:
-        if self._hook_pref is False or self._hook_pref is None:
-            return
-        if self._hook_pref == "auto" and "torch" not in sys.modules:
-            return
-        try:
-            from torch.optim.optimizer import register_optimizer_step_post_hook
-        except Exception as e:  # torch absent or too old: markers must come from step()
-            if self._hook_pref is True:
-                raise RuntimeError(f"cannot install the optimizer step hook: {e}") from None
-            return
-        self._hook_handle = register_optimizer_step_post_hook(lambda *a, **k: self.step())
+        self._hook_handle = install_hook(self._hook_pref, lambda *a, **k: self.step())
 
     def _start_touches(self) -> None:
         if self._touches is not None:
@@ -502,8 +494,8 @@ class Scheduler:
             self._touches.stop()  # sampling costs per op: only while learning
 
     def _log_recording(self) -> None:
-        logger.info("recording: %d warm-up iterations, then a %s plan for budget %r on %s "
-                    "(markers: %s)", self.warmup_iters, self.mode, self.budget,
+        logger.info("recording: %d warm-up iterations, then a plan (mode %s) for budget %r on "
+                    "%s (markers: %s)", self.warmup_iters, self._mode_reason, self.budget,
                     getattr(self.hw, "name", self.hw),
                     "optimizer hook" if self._hook_handle is not None
                     else "step() or the learned period")
@@ -551,10 +543,11 @@ class Scheduler:
         if self._counters["steps_before_plan"] is None:
             self._counters["steps_before_plan"] = self._counters["steps"]
         self.last_error = None
-        logger.info("learned: period %d allocator events (from %s, %d iterations), mode %s; "
-                    "planned %d actions for a budget of %s bytes in the background (%.2f s)",
-                    int(p.meta["period_events"]), pat.source, len(pat.iterations), self.mode,
-                    len(p), f"{int(p.meta['budget_bytes']):,}", job.wall_s)
+        logger.info("learned: period %d allocator events (from %s, %d iterations), mode %s "
+                    "(%s); planned %d actions for a budget of %s bytes in the background "
+                    "(%.2f s)", int(p.meta["period_events"]), pat.source, len(pat.iterations),
+                    p.meta["mode"], p.meta.get("mode_reason"), len(p),
+                    f"{int(p.meta['budget_bytes']):,}", job.wall_s)
         logger.info("armed: plan %d, sync on %s%s", self._counters["plans"], p.meta.get("sync"),
                     f" at phase {phase} of the period" if phase else "")
 
@@ -668,6 +661,10 @@ class Scheduler:
                 out["period_events"] = int(self.plan.meta["period_events"])
                 out["sync"] = self.plan.meta.get("sync")
                 out["guard"] = self.plan.meta.get("guard")
+            # the mode the plan held ran in and why (before one: what is planned)
+            out["mode"] = self.plan.meta["mode"] if self.plan is not None else self.mode
+            out["mode_reason"] = self.plan.meta.get("mode_reason") if self.plan is not None \
+                else self._mode_reason
             out["predicted"] = dict(self.plan.meta.get("predicted") or {}) \
                 if self.plan is not None else {}
             out["tuning"] = dict(self.tuning)

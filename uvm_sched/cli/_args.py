@@ -89,16 +89,18 @@ def force_arg(p: argparse.ArgumentParser) -> None:
 
 
 def mode_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--mode", choices=("oblivious", "sampled"), default="oblivious",
-                   help="planner mode: oblivious reads only allocator events (default); sampled "
-                        "also uses access samples")
+    p.add_argument("--mode", choices=("auto", "oblivious", "sampled"), default="auto",
+                   help="planner mode: oblivious reads only allocator events; sampled also uses "
+                        "access samples (drawn from the trace's accesses); auto (default): "
+                        "sampled when the trace carries accesses, else oblivious")
 
 
 def tune_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tune", type=tune_list, metavar="CANDIDATES",
                    help="uvm-sched: also plan with these guards (ticks or auto) or, in sampled "
-                        "mode, oblivious (the plan without the samples); simulate each and keep "
-                        "the fastest, as Scheduler(tune=...) does by the clock (e.g. 16,8)")
+                        "or auto mode, oblivious (the plan without the samples); simulate each "
+                        "and keep the fastest, as Scheduler(tune=...) does by the clock (e.g. "
+                        "16,8)")
 
 
 # ----------------------------------------------------------------------------------------

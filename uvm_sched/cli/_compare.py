@@ -63,6 +63,7 @@ def run(args: argparse.Namespace, out: Out) -> int:
 
     budgets = [_inputs.budget_bytes(s, trace.peak_bytes, hw) for s in specs]
     tune = _inputs.check_tune(args.tune, args.mode)
+    why = _inputs.planner_mode(trace, args.mode)[1] if "uvm-sched" in policies else None
     frames = []
     with out.progress(total=len(budgets), description="comparing") as bar:
         for spec, b in zip(specs, budgets):
@@ -77,22 +78,25 @@ def run(args: argparse.Namespace, out: Out) -> int:
         save_figure(frontier_fig(df), plot)
     if out.json:
         out.emit_json(clean({"trace": args.trace, "hw": hw.name, "peak_bytes": trace.peak_bytes,
-                             "time_source": trace.time_source,
+                             "time_source": trace.time_source, "planner_mode": why,
                              "rows": df.to_dict(orient="records"), "frontier": front,
                              "plot": str(plot) if plot else None}))
         return EXIT_OK
-    _print(out, args.trace, trace, hw, df, front)
+    _print(out, args.trace, trace, hw, df, front, why)
     if plot is not None:
         out.note(f"wrote {plot}")
     return EXIT_OK
 
 
-def _print(out: Out, path: str, trace, hw, df, front: list[dict[str, Any]]) -> None:
+def _print(out: Out, path: str, trace, hw, df, front: list[dict[str, Any]],
+           why: str | None) -> None:
     """One table per budget, then the frontier."""
     peak = trace.peak_bytes
     out.stdout.print(f"{trace.meta.get('name') or path}: peak {fmt_bytes(peak)} on {hw.name}",
                      markup=False)
     out.stdout.print(_results.time_line(trace), markup=False)
+    if why:
+        out.stdout.print(f"planner mode (uvm-sched): {why}", markup=False)
     errors = df["error"] if "error" in df.columns else None
     for b, g in df.groupby("budget_bytes", sort=False):
         share = f"{fmt_pct(b / peak)} of peak" if peak else ""

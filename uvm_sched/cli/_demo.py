@@ -88,7 +88,7 @@ def run(args: argparse.Namespace, out: Out) -> int:
         budget = _inputs.budget_bytes(args.budget, trace.peak_bytes, hw)
         bar.step(f"planning for {fmt_bytes(budget)}")
         t0 = time.perf_counter()
-        plan = plan_fn(trace, budget, hw, mode="oblivious")
+        plan = plan_fn(trace, budget, hw)  # mode "auto": sampled, the recording has accesses
         timings["plan_s"] = time.perf_counter() - t0
         bar.advance()
         results = {}
@@ -124,12 +124,15 @@ def run(args: argparse.Namespace, out: Out) -> int:
                              "seq": preset.get("seq"), "image": preset.get("image"),
                              "iters": preset["iters"], "hw": hw.name,
                              "peak_bytes": peak, "budget_bytes": budget, "results": rows,
-                             "plan": {"actions": len(plan), "summary": plan.summary()},
+                             "plan": {"actions": len(plan), "summary": plan.summary(),
+                                      "mode": plan.meta["mode"],
+                                      "mode_reason": plan.meta["mode_reason"]},
                              "report": str(dest) if dest else None,
                              "plotly_js": str(js) if dest and js else None,
                              "timings": timings}))
         return EXIT_OK
     _print(out, preset["model"], trace, hw, budget, rows, results)
+    out.stdout.print(f"planner mode (uvm-sched): {plan.meta['mode_reason']}", markup=False)
     if dest is not None:
         out.note(report_note(dest, js, "the timeline report"))
     out.note(f"done in {fmt_seconds(timings['total_s'])}")

@@ -143,6 +143,13 @@ def check_budget_syntax(specs: Sequence[str]) -> None:
             raise UsageError(f"bad --budget {s!r}: {e}") from None
 
 
+def planner_mode(trace, mode: str) -> tuple[str, str]:
+    """The mode the planner runs for ``--mode`` on ``trace`` and why (``planner.resolve_mode``),
+    said before any simulation."""
+    resolve = part("uvm_sched.planner", "resolve_mode", "the planner")
+    return resolve(trace, mode)
+
+
 def check_tune(tune, mode: str) -> tuple:
     """The --tune candidates, checked against the planner mode before any simulation."""
     if not tune:

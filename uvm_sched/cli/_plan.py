@@ -62,11 +62,13 @@ def run(args: argparse.Namespace, out: Out) -> int:
         opts["sample_rate"] = args.sample_rate
     if args.noise is not None:
         opts["noise"] = args.noise
-    if opts and args.mode != "sampled":
-        raise UsageError("--sample-rate/--noise only apply with --mode sampled")
+    mode, why = _inputs.planner_mode(trace, args.mode)
+    if opts and mode != "sampled":
+        raise UsageError(f"--sample-rate/--noise only apply in sampled mode; this run's mode: "
+                         f"{why}")
     with out.progress(description="planning") as bar:
         budget = _inputs.budget_bytes(args.budget, trace.peak_bytes, hw)
-        bar.step(f"planning for {fmt_bytes(budget)} ({args.mode})")
+        bar.step(f"planning for {fmt_bytes(budget)} ({mode})")
         t0 = time.perf_counter()
         plan = plan_fn(trace, budget, hw, mode=args.mode, **opts)
         elapsed = time.perf_counter() - t0
@@ -86,6 +88,7 @@ def run(args: argparse.Namespace, out: Out) -> int:
         f"{fmt_pct(budget / peak) if peak else '-'} of peak {fmt_bytes(peak)}, "
         f"{fmt_count(plan.meta['period_events'])} allocator events per iteration, "
         f"{fmt_count(len(plan))} actions (planned in {fmt_seconds(elapsed)})", markup=False)
+    out.stdout.print(f"planner mode: {plan.meta.get('mode_reason', why)}", markup=False)
     rows = [(a, fmt_count(v["count"]), fmt_bytes(v["bytes"])) for a, v in summary.items()
             if v["count"]]
     out.stdout.print(table("actions per iteration", ("action", "count", "bytes"), rows,

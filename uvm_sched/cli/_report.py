@@ -59,6 +59,8 @@ def run(args: argparse.Namespace, out: Out) -> int:
         sims = _results.simulate_policies(trace, hw, budget, policies, out, plan=plan,
                                           mode=args.mode)
         results = list(sims.values())
+        if plan is None and "uvm-sched" in policies:
+            out.note(f"planner mode: {_inputs.planner_mode(trace, args.mode)[1]}")
     with out.progress(description="report") as bar:
         bar.step("drawing the report")
         title = args.title or f"uvm_sched: {trace.meta.get('name') or Path(args.trace).name}"

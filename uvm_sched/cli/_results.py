@@ -70,7 +70,7 @@ def as_uvm_sched(res):
 
 
 def simulate_policies(trace, hw, budget_bytes: int, names: Sequence[str], out: Out, *,
-                      plan=None, mode: str = "oblivious", label: str = "simulating",
+                      plan=None, mode: str = "auto", label: str = "simulating",
                       tune: tuple = ()):
     """SimResults for ``ideal`` and each policy (a Plan stands in for ``uvm-sched`` when
     given, so the plan shown in a report is the one simulated)."""

@@ -53,6 +53,8 @@ def run(args: argparse.Namespace, out: Out) -> int:
     if args.tune and (plan is not None or policy != "uvm-sched"):
         raise UsageError("--tune plans candidates for the uvm-sched policy; it does not apply "
                          "to a saved plan or another policy")
+    why = (plan.meta.get("mode_reason") or plan.meta.get("mode")) if plan is not None \
+        else _inputs.planner_mode(trace, args.mode)[1] if policy == "uvm-sched" else None
     results = _results.simulate_policies(trace, hw, budget, [policy], out, plan=plan,
                                          mode=args.mode,
                                          tune=_inputs.check_tune(args.tune, args.mode))
@@ -65,11 +67,13 @@ def run(args: argparse.Namespace, out: Out) -> int:
         d["slowdown"] = row["slowdown"]
         out.emit_json(clean({"trace": args.trace, "hw": hw.name, "budget_bytes": budget,
                              "peak_bytes": trace.peak_bytes, "time_source": trace.time_source,
-                             "result": d,
+                             "result": d, "planner_mode": why,
                              "ideal": ideal.to_dict()}))
         return EXIT_OK
     _results.print_budget_line(out, trace.peak_bytes, budget, hw.name)
     out.stdout.print(_results.time_line(trace), markup=False)
+    if why:
+        out.stdout.print(f"planner mode: {why}", markup=False)
     t = table(None, _results.RESULT_COLS,
               [_results.result_cells(_results.result_row(ideal, ideal)),
                _results.result_cells(row)], right=range(1, 7))

@@ -134,8 +134,9 @@ class TouchRecorder:
     (allocator-event clock, storage base address) pairs -- which uvm_sched block each op
     touched, and when, on the clock the plan counts in. ``clocks``/``addresses`` hold them
     (numpy arrays); ``uvm_sched.planner.samples_from_touches`` turns them into samples.
-    Costs a few microseconds per op while active: the Scheduler keeps it on during its
-    warm-up iterations only."""
+    Costs tens of microseconds of host time per op while active, most of it PyTorch's
+    Python dispatch mode itself (``benchmarks/results/tracer.md``): the Scheduler keeps it
+    on during its warm-up iterations only and removes it before arming."""
 
     def __init__(self, device_type: str = "cuda") -> None:
         self.device_type = device_type
@@ -185,17 +186,30 @@ class TouchRecorder:
 def _touch_mode(rec: TouchRecorder):
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils._pytree import tree_leaves
 
     dev = rec.device_type
     clocks, addrs = rec._clocks, rec._addrs
+    Tensor = torch.Tensor
+    on_dev = (lambda x: x.is_cuda) if dev == "cuda" else (lambda x: x.device.type == dev)
+
+    def tensors(args, kwargs, out):
+        # an aten op's schema nests tensors one level at most (Tensor[], Tensor?[]), and
+        # its results are a tensor or a tuple/list of them: no general tree walk needed
+        # (pytree's cost ~10 us per op, measured in benchmarks/bench_tracer.py)
+        for x in (*args, *kwargs.values(), out) if kwargs else (*args, out):
+            if isinstance(x, Tensor):
+                yield x
+            elif isinstance(x, (list, tuple)):
+                for y in x:
+                    if isinstance(y, Tensor):
+                        yield y
 
     class _Touches(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
             clock = event_clock()  # after the op: its output's allocation, if any, is in
-            for x in tree_leaves((args, kwargs, out)):
-                if isinstance(x, torch.Tensor) and x.device.type == dev:
+            for x in tensors(args, kwargs, out):
+                if on_dev(x):
                     try:
                         ptr = x.untyped_storage().data_ptr()
                     except (RuntimeError, NotImplementedError):

@@ -22,9 +22,10 @@ from ._core import Problem, Schedule, build_schedule
 from ..trace._model import EventKind
 from ._plan import PLAN_VERSION, Plan, PlanError, trace_fingerprint
 
-__all__ = ["plan", "MODES", "tuning_candidates"]
+__all__ = ["plan", "MODES", "resolve_mode", "tuning_candidates"]
 
-MODES = ("oblivious", "sampled")
+# "auto" (the default) is one of the other two, chosen by resolve_mode
+MODES = ("auto", "oblivious", "sampled")
 # the options plan() takes (checked by plan() and, at construction, by the Scheduler)
 PLAN_OPTIONS = frozenset({"pattern", "guard", "samples", "sample_rate", "noise", "seed",
                           "complete_touches", "discard", "discard_min_bytes", "rounds",
@@ -36,12 +37,15 @@ DISCARD_MIN_BYTES = (1 << 20) + 1
 REMOTE_AUTO_EXCESS = 0.15  # share of the budget left over after eviction (remote_fallback="auto")
 
 
-def plan(trace, budget, hw="h200-pcie5", mode: str = "oblivious", **opts: Any) -> Plan:
+def plan(trace, budget, hw="h200-pcie5", mode: str = "auto", **opts: Any) -> Plan:
     """Plan evictions, prefetches and advice for ``trace`` under ``budget``.
 
     ``budget``: bytes, ``"50%"`` of the trace's peak, ``"40GiB"``... (``resolve_budget``).
-    ``hw``: a profile name, path or ``HardwareProfile``. ``mode``: ``"oblivious"`` or
-    ``"sampled"``. Options: ``pattern`` (a precomputed ``pattern.analyze(trace)``),
+    ``hw``: a profile name, path or ``HardwareProfile``. ``mode``: ``"auto"`` (default:
+    sampled when ``samples`` are given or the trace carries accesses, else oblivious;
+    ``resolve_mode``), ``"oblivious"`` or ``"sampled"``; ``meta["mode"]`` is the mode that
+    ran, ``meta["mode_reason"]`` why. Options: ``pattern`` (a precomputed
+    ``pattern.analyze(trace)``),
     ``guard`` (ticks, or ``"auto"``: 32, 16, 8, 4 and 2 ticks, the widest preferred per gap),
     ``samples`` (a sample frame, sampled mode),
     ``sample_rate`` (default 1.0), ``noise`` (ticks, default 0), ``seed``,
@@ -62,8 +66,8 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "oblivious", **opts: Any) -
     from ..hw import load_profile
 
     t0 = time.perf_counter()
-    if mode not in MODES:
-        raise PlanError(f"unknown planning mode {mode!r}; known: {', '.join(MODES)}")
+    requested = mode
+    mode, mode_reason = resolve_mode(trace, mode, opts.get("samples"))
     known = PLAN_OPTIONS
     unknown = sorted(set(opts) - known)
     if unknown:
@@ -103,6 +107,8 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "oblivious", **opts: Any) -
         "budget_bytes": int(budget_bytes),
         "hw": prof.name,
         "mode": mode,
+        "mode_requested": requested,
+        "mode_reason": mode_reason,
         "period_events": int(E),
         "alloc_sizes": [int(s) for s in info["alloc_sizes"]],
         "sync": "marker" if getattr(pat, "source", "learned") == "markers" else "period",
@@ -137,6 +143,24 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "oblivious", **opts: Any) -
                      [a for a, _ in pat.iterations])
     pred["plan_time_s"] = time.perf_counter() - t0
     return out
+
+
+def resolve_mode(trace, mode: str = "auto", samples=None) -> tuple[str, str]:
+    """The mode ``plan`` runs for ``mode`` on ``trace``, and why: ``(mode, reason)``.
+    ``"auto"`` is sampled where touches can be had -- ``samples`` given, or a trace that
+    carries accesses (a recorder or Execution Trace, a kernel workload) -- and oblivious
+    otherwise, since sampled mode has nothing to read there. Raises ``PlanError`` for an
+    unknown mode."""
+    if mode not in MODES:
+        raise PlanError(f"unknown planning mode {mode!r}; known: {', '.join(MODES)}")
+    if mode != "auto":
+        return mode, f"{mode}, as requested"
+    if samples is not None:
+        return "sampled", "auto: sampled, access samples were given"
+    if trace.has_accesses:
+        return "sampled", "auto: sampled, the trace carries accesses"
+    return "oblivious", ("auto: oblivious, no access source: the trace holds allocator "
+                         "events only and no samples were given")
 
 
 def _priced(trace, full: Plan, advice_actions, budget: int, prof, accesses: bool,
@@ -212,15 +236,15 @@ _SAMPLE_OPTS = ("samples", "sample_rate", "noise", "seed", "complete_touches")
 def tuning_candidates(tune, mode: str, opts: dict) -> list[tuple[str, str, dict]]:
     """The plans a tuning run compares, as ``(label, mode, plan options)``: the configured
     one first (labelled by its guard), then one per entry of ``tune`` -- a guard (ticks
-    >= 0 or ``"auto"``), or ``"oblivious"`` (in sampled mode: the same plan without the
-    samples, so that measuring keeps sampled mode from ever losing to it). Duplicates are
+    >= 0 or ``"auto"``), or ``"oblivious"`` (in sampled or auto mode: the same plan without
+    the samples, so that measuring keeps sampled mode from ever losing to it). Duplicates are
     dropped. Raises ``ValueError`` naming a bad candidate."""
     out = {str(opts.get("guard", "auto")): (mode, dict(opts))}
     for c in tune:
         if c == "oblivious":
-            if mode != "sampled":
-                raise ValueError("tuning candidate 'oblivious' is for mode='sampled' (it is the "
-                                 "same plan without the samples)")
+            if mode not in ("sampled", "auto"):
+                raise ValueError("tuning candidate 'oblivious' is for mode='sampled' or 'auto' "
+                                 "(it is the same plan without the samples)")
             out.setdefault("oblivious", ("oblivious", {k: v for k, v in opts.items()
                                                        if k not in _SAMPLE_OPTS}))
         elif c == "auto" or (isinstance(c, int) and not isinstance(c, bool) and c >= 0):

@@ -105,7 +105,8 @@ def simulate(trace, policy: "str | Plan", hw: Any = "h200-pcie5", budget: Any = 
     ``bound``'s figures, with ``counters["lp_fallback"] == "bound"`` and the reason in
     ``counters["lp_status"]``); the better bound
     is the larger of the two), ``"uvm-sched"`` (plans with
-    ``uvm_sched.planner.plan(trace, budget, hw, mode=opts.get("mode", "oblivious"))``), or
+    ``uvm_sched.planner.plan(trace, budget, hw, mode=opts.get("mode", "auto"))``: auto is
+    sampled on a trace that carries accesses, as ``plan`` decides), or
     a ``Plan``. Options: ``pool`` (bool, default True: frees keep memory resident for
     reuse, see ``_engine``), ``zero_fill_faults`` (bool, default True: the first touch of
     fresh managed memory is a fault (latency, no bytes) as on real drivers; False treats it
@@ -182,7 +183,7 @@ def _simulate(trace, policy, hw, budget, **opts) -> SimResult:
             raise RuntimeError("policy 'uvm-sched' needs uvm_sched.planner.plan, which this "
                                "installation lacks; pass a Plan instead")
         plan_opts = dict(opts.pop("plan_opts", {}) or {})
-        mode = opts.pop("mode", "oblivious")
+        mode = opts.pop("mode", "auto")  # plan()'s default
         tune = tuple(opts.pop("tune", None) or ())
         if tune:
             return _tuned(trace, B, hw, mode, plan_opts, tune, cache,
