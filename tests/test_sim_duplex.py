@@ -12,7 +12,7 @@ from uvm_sched.hw import load_profile
 from uvm_sched.planner import Plan
 from uvm_sched.planner._queues import _stretched_end, busy_intervals, cyclic_fifo
 from uvm_sched.sim import simulate
-from uvm_sched.sim._engine import copy_end
+from uvm_sched.sim._mechanisms import copy_end
 from uvm_sched.trace import AccessMode, TraceBuilder
 
 MiB = 1 << 20

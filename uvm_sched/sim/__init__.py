@@ -6,7 +6,9 @@ policies) -> DataFrame``; ``savings_frontier(compare_frame)`` (which budgets of 
 other beats: the one definition the CLI prints and ``viz.frontier`` draws); ``POLICIES``;
 ``BudgetError``; ``side_by_side`` and ``TWINS`` (``_twins``: the GPU kit's microbenchmarks
 rebuilt as tiny traces, measured beside simulated). The model: ``_engine`` (driver
-residency, faults, eviction, copy engines, pool reuse), ``_prep`` (layout of blocks in
+residency, faults, eviction, copy engines, pool reuse), ``_mechanisms`` (the driver's rules
+the engines share, each with its source: advice, access counters, host calls, the duplex
+cap; what is left out and why), ``_prep`` (layout of blocks in
 2 MiB VA blocks, accesses), ``_policies`` (baselines and the Plan executor), ``_bound``
 (the fast lower bound and its argument), ``_lp`` (the LP lower bound, ``"lp-bound"``),
 ``_fast`` (the event loop compiled: the same results as ``_engine``'s, several times

@@ -102,7 +102,7 @@ def action_table(sched, prep: Prepared, end_t: int):
 
 
 def _starts(prep: Prepared) -> np.ndarray:
-    """Per tick: does an iteration start there (Note [Host calls] in ``_engine``)."""
+    """Per tick: does an iteration start there (Note [Host calls] in ``_mechanisms``)."""
     s = np.zeros(max(prep.n_ticks, 1), bool)
     m = np.asarray(prep.iter_starts, np.int64)
     s[m[(m >= 0) & (m < prep.n_ticks)]] = True

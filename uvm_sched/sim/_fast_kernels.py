@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._engine import COUNTER_MIN_BYTES
+from ._mechanisms import COUNTER_MIN_BYTES
 # CLAIMED, ERR, ERR_NEED and DISCARD are read by _fast through this module
 from ._fast_memory import (  # noqa: F401
     ANY_REMOTE, ANY_RMOSTLY, BD2H, BH2D, C_COUNTER, C_FAULT, C_REMOTE, CLAIMED, DISCARD, DUPLEX,
