@@ -50,7 +50,8 @@ import numpy as np
 
 from .._errors import Error
 from ..trace._model import EventKind, Trace
-from ._evidence import check_learned, describe_kinds, iteration_kinds, structure_tokens
+from ._evidence import (check_learned, describe_kinds, iteration_kinds, structure_tokens,
+                        varying_allocs)
 from ._period import detect_period, make_hash, tokenize
 from ._tables import ACTIVATION_SHARE, CLASSES, AllocEvents, block_tables
 
@@ -91,6 +92,8 @@ class Pattern:
     notes: list[str] = field(default_factory=list)
     evidence: dict[str, Any] = field(default_factory=dict)  # signal, coverage, rule figures
     kinds: list[dict[str, Any]] = field(default_factory=list)  # iterations grouped
+    # per ALLOC of the representative: its size changes between iterations of its structure
+    alloc_varies: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
     time_source: str = ""  # Trace.time_source: what the trace's clock is (words)
 
     @property
@@ -263,6 +266,7 @@ def analyze(trace: Trace) -> Pattern:
         notes=notes,
         evidence=found.evidence,
         kinds=kinds,
+        alloc_varies=varying_allocs(seg, rep, kinds, ev.kind, ev.size),
     )
 
 

@@ -94,6 +94,7 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "oblivious", **opts: Any) -
                 int(opts.get("discard_min_bytes", DISCARD_MIN_BYTES)),
                 bool(opts.get("populate", True)))
     actions = _actions(prob, info, sched, *act_opts)
+    _sizes_at_run_time(pat, info, actions)
     E = prob.E
     pred = dict(sched.predicted)
     pred.update(_coarse_cost(prob))
@@ -288,6 +289,26 @@ def _tick_durations(pat) -> np.ndarray:
     elif bad.any():
         d[bad] = float(np.median(d[~bad]))
     return d
+
+
+def _sizes_at_run_time(pat, info: dict, actions) -> None:
+    """Name the allocations per-batch shapes resize by position alone (issue 22): their
+    ``alloc_sizes`` entry becomes 0 (the executor checks no size there) and a whole-block
+    action on one covers ``bytes`` 0 (the whole block at its run-time size), so a plan
+    learned from some sequence lengths runs on others. Why this and not a plan per shape:
+    the shapes are unbounded (every batch pads to its own length), the structure is one."""
+    varies = np.asarray(getattr(pat, "alloc_varies", ()), bool)
+    sizes = info["alloc_sizes"]
+    if not varies.any() or len(varies) != len(sizes):
+        return
+    info["alloc_sizes"] = np.where(varies, 0, sizes)
+    if len(actions):
+        blk = actions["block"].to_numpy(np.int64)
+        local = ~actions["persistent"].to_numpy(bool) & (blk < len(varies))
+        whole = local & (actions["offset"].to_numpy(np.int64) == 0)
+        whole[whole] &= varies[blk[whole]] & (actions["bytes"].to_numpy(np.int64)[whole]
+                                              == np.asarray(sizes)[blk[whole]])
+        actions.loc[whole, "bytes"] = 0
 
 
 def _problem(pat, prof, samples: dict | None, remote_fallback: bool = False,
