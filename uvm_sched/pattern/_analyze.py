@@ -71,7 +71,9 @@ class Pattern:
     ``period_events`` allocator events per iteration; ``iterations`` (start_tick, stop_tick)
     per iteration found; ``rep`` the representative one, spanning ``start_tick`` ..
     ``stop_tick``; ``source`` "markers" or "learned"; ``events`` / ``blocks`` its tables;
-    ``tick_ns`` its device time per tick (ns); ``notes`` say what was decided and why.
+    ``tick_ns`` its device time per tick (ns); ``notes`` say what was decided and why;
+    ``alloc_varies`` per ALLOC of the representative whether per-batch shapes resize it
+    (``_evidence.varying_allocs``: a plan names those by position).
     """
 
     period_events: int

@@ -36,7 +36,7 @@ import numpy as np
 from ..trace._model import AccessMode, Trace, TraceBuilder
 from ._synth import _Mlp
 
-__all__ = ["SHAPES", "LoopTruth", "loop_trace"]
+__all__ = ["SHAPES", "LoopTruth", "loop_trace", "judge"]
 
 SHAPES = ("fixed", "dynamic_padding", "partial_last", "missing_events", "eval_every",
           "grad_accum", "checkpointing", "compiled")
@@ -47,12 +47,14 @@ _R, _W, _RW = AccessMode.READ, AccessMode.WRITE, AccessMode.READ_WRITE
 @dataclass
 class LoopTruth:
     """What the loop did: ``steps`` (marked spans: train steps, eval batches), ``kinds``
-    (one label per step: "train", "eval", "partial", "missing"), ``bounds`` (allocator-event
-    position where each step starts, then the end)."""
+    (one label per step: "train", "eval", "partial", "missing"), ``rows`` (each step's
+    batch rows), ``bounds`` (allocator-event position where each step starts, then the
+    end)."""
 
     shape: str
     markers: bool
     kinds: list[str] = field(default_factory=list)
+    rows: list[int] = field(default_factory=list)
     bounds: list[int] = field(default_factory=list)
 
     @property
@@ -181,13 +183,14 @@ class _Loop(_Mlp):
 
 def loop_trace(shape: str, *, markers: bool = True, steps: int = 8, layers: int = 6,
                width: int = 1024, batch: int = 1024, k: int | None = None, seed: int = 0,
-               tick_ns: float = 200_000.0) -> tuple[Trace, LoopTruth]:
+               tick_ns: float = 200_000.0, rows: int | None = None) -> tuple[Trace, LoopTruth]:
     """A training loop of ``shape`` (``SHAPES``; module docstring) running ``steps``
     optimizer steps, as a trace (bytes, ns) and its truth. ``markers``: a MARK starts each
     step (an eval batch is a step). ``k``: micro-steps per optimizer step (``grad_accum``, default 3),
     train steps between eval batches (``eval_every``, default 5). ``seed``: the sequence lengths of
     ``dynamic_padding`` (rows drawn from 0.5..1.5 ``batch``, multiples of 64). ``tick_ns``:
-    device ns of a tick at ``batch`` rows.
+    device ns of a tick at ``batch`` rows. ``rows``: the rows of every step of ``fixed``
+    (default ``batch``): the fixed-shape twin of a ``dynamic_padding`` step.
     """
     if shape not in SHAPES:
         raise ValueError(f"unknown loop shape {shape!r}; one of: {', '.join(SHAPES)}")
@@ -203,17 +206,18 @@ def loop_trace(shape: str, *, markers: bool = True, steps: int = 8, layers: int 
     truth = LoopTruth(shape, markers)
     rng = np.random.default_rng(seed)
     lo, hi = max(1, batch // 128), max(2, 3 * batch // 128)
-    rows = [64 * int(r) for r in rng.integers(lo, hi + 1, steps)] \
-        if shape == "dynamic_padding" else [batch] * steps
+    rows_of = [64 * int(r) for r in rng.integers(lo, hi + 1, steps)] \
+        if shape == "dynamic_padding" else [rows or batch] * steps
 
     def start(kind: str) -> None:
         truth.kinds.append(kind)
+        truth.rows.append(m.rows)
         truth.bounds.append(m.events)
         if markers:
             tb.mark()
 
     for s in range(steps):
-        b = rows[s]
+        b = rows_of[s]
         kind = "train"
         ws_skip: frozenset = frozenset()
         tmp_skip: frozenset = frozenset()
@@ -238,3 +242,27 @@ def loop_trace(shape: str, *, markers: bool = True, steps: int = 8, layers: int 
             m.eval_batch(batch)
     truth.bounds.append(m.events)
     return tb.build(), truth
+
+
+def judge(pat, truth: LoopTruth) -> str:
+    """What ``analyze`` found on a loop, against its truth: ``"steps"`` (the iterations
+    are the marked steps, with markers; without, the period is one step: a learned phase or
+    a cut-short step at an end may leave a step or two out, an odd step is a gap),
+    ``"groups of steps"`` (a period of whole steps: eval cycles), ``"no period"`` (one
+    iteration, and a note that says why), ``"sub-period"`` (a period shorter than a step:
+    what must never be) or ``"wrong"`` (anything else: with markers, other iterations than
+    the steps)."""
+    n = len(pat.iterations)
+    if truth.markers:
+        return "steps" if n == truth.steps else "wrong"
+    if n == 1 and any(s.startswith("no period") for s in pat.notes):
+        return "no period"
+    lengths = np.diff(np.asarray(truth.bounds))
+    vals, counts = np.unique(lengths, return_counts=True)
+    step = int(vals[np.argmax(counts)])  # the most common step, in allocator events
+    p = int(pat.period_events)
+    if p < step:
+        return "sub-period"
+    if p == step:
+        return "steps"
+    return "groups of steps" if n >= 2 else "wrong"
