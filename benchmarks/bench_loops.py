@@ -21,6 +21,7 @@ compiled model, and the fixed-shape loop) with and without step markers:
 
     python benchmarks/bench_loops.py                 # every shape, 16 steps (~2 min)
     python benchmarks/bench_loops.py --shapes fixed,dynamic_padding --steps 10
+    python benchmarks/bench_loops.py --quick         # 10 steps a loop
 
 Writes benchmarks/results/loops.md and loops.json. Figures are simulated (see
 benchmarks/README.md); the runtime column counts decisions, not time.
@@ -140,7 +141,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--steps", type=int, default=16)
+    ap.add_argument("--quick", action="store_true", help="10 steps a loop")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.steps = 10
     prov = provenance(argv)
     rows = []
     for shape in args.shapes.split(","):

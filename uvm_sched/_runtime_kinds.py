@@ -20,6 +20,14 @@ batch then relearned forever and never settled. Relearning is bounded as well: a
 ``relearn_limit`` relearns the Scheduler stops learning and watches (``State.WATCHING``),
 and says why. ``stats()`` reports the steps per kind, how many ran armed, and for every
 other step the reason (``Steps.report``).
+
+Why one plan keyed by structural position with sizes resolved at run time, not one plan
+per kind: the executor holds one table, armed at a marker, and a step's kind is known only
+once its events have come; a table per kind would need a guess of the next kind. The kind
+that varies most -- per-batch shapes, every batch padded to its own length -- is one
+structure, so a plan named by position covers all of it; the other kinds (eval, a partial
+batch) are a small share of the steps and run unplanned, expected (benchmarks/results/
+loops.md: armed for 80-100% of the steps after the first plan on every marked shape).
 """
 from __future__ import annotations
 
