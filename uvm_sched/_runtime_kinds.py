@@ -31,6 +31,7 @@ loops.md: armed for 80-100% of the steps after the first plan on every marked sh
 """
 from __future__ import annotations
 
+import logging
 import zlib
 from typing import Any
 
@@ -40,6 +41,8 @@ from ._runtime_recording import ALLOC, DIVERGENCE, FREE, ITER, MARK
 from ._runtime_states import State
 
 __all__ = ["Steps", "kind_keys", "spend_relearn", "why_not", "PLANNED"]
+
+logger = logging.getLogger("uvm_sched.runtime")  # (the Scheduler's: one logger per object)
 
 PLANNED = "planned"  # the label of the kind the plan was made for
 _LABELS = {"steady": PLANNED, "same structure, other sizes": PLANNED,
@@ -137,6 +140,9 @@ class Steps:
                 continue
             counters["iterations_armed"] += 1  # a new iteration: judge the one that ended
             self.iter_run = self.iter_run + 1 if self._iter_div else 0
+            logger.debug("armed iteration %d ended: %d divergences (%d iterations in a row "
+                         "with one)", counters["iterations_armed"], self._iter_div,
+                         self.iter_run)
             self._iter_div = 0
         return self.iter_run
 
@@ -164,6 +170,7 @@ class Steps:
         row["armed"] += armed
         if reason is not None:
             self.not_armed[reason] = self.not_armed.get(reason, 0) + 1
+        logger.debug("step ended: kind %r, %s", label, "armed" if armed else reason)
         if self.after_plan:
             self.after_plan = max(self.after_plan, 0) + 1
             self.armed_after_plan += armed
@@ -179,16 +186,18 @@ class Steps:
                 "not_armed": dict(self.not_armed)}
 
 
-def why_not(state: State, plans: int, watching: str | None, dog_none: bool) -> str | None:
-    """Why the steps that end now ran without a plan (None: one was armed). ``plans``:
-    plans armed so far; ``dog_none``: the watchdog has the plan disarmed to time no plan."""
-    if state is State.ARMED:
-        return "the watchdog timed no plan" if dog_none else None
-    if state is State.RECORDING:
-        return "relearning" if plans else "warm-up: no plan yet"
-    if state is State.UNPLANNED:
+def why_not(s: Any) -> str | None:
+    """Why the steps that end now ran without a plan under the ``Scheduler`` ``s`` (None:
+    one was armed)."""
+    if s.state is State.ARMED:
+        dog = s._dog  # timing no plan: the plan is disarmed for a few steps
+        return "the watchdog timed no plan" if dog is not None and dog.plan is s.plan \
+            and dog.phase == "none" else None
+    if s.state is State.RECORDING:
+        return "relearning" if s._counters["plans"] else "warm-up: no plan yet"
+    if s.state is State.UNPLANNED:
         return "the watchdog found the plan slower than none"
-    return f"watching: {watching}" if state is State.WATCHING else str(state)
+    return f"watching: {s.watching}" if s.state is State.WATCHING else str(s.state)
 
 
 def spend_relearn(counters: dict[str, Any], limit: int, why: str) -> str | None:

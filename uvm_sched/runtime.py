@@ -10,19 +10,20 @@ of ``uvm_sched`` (the native core). Iteration markers, in order of preference:
 * neither: the period learned from the allocator events (``sync="period"``), checked at
   every ``poll()``.
 
-States (``State``, whose docstring draws the transitions): ``recording`` (draining
-events, counting iterations) -> ``armed`` (a plan is executed by the native core; events
-are drained and only the divergences counted) -> back to ``recording`` when divergences
-persist for ``relearn_after`` steps in a row (an eval step, a partial batch: expected
-kinds, no divergence); ``watching`` once ``relearn_limit`` is spent; ``armed`` ->
-``unplanned`` when the watchdog finds the plan slower than none (it stays disarmed). Each transition's work is one row of ``Scheduler._TRANSITIONS``, run by
-``Scheduler._enter``. A plan is only a hint: a wrong one costs time, never correctness,
-so every failure to learn or plan leaves the allocator running unplanned. Such a problem
-is never silent: the first of each kind (a failure to learn or plan, events dropped by a
-ring too small for an iteration, event recording switched off) emits one
-``SchedulerWarning``, ``stats()["problems"]`` keeps their history and
-``stats()["last_error"]`` the latest; ``Scheduler(strict=True)`` raises ``SchedulerError``
-instead. Options are checked when the Scheduler is made (a bad one is a
+States (``State``, whose docstring draws the transitions): ``recording`` (draining events,
+counting iterations) -> ``armed`` (a plan is executed by the native core; events are drained
+and only the divergences counted) -> back to ``recording`` when divergences persist for
+``relearn_after`` steps in a row (an eval step, a partial batch: expected kinds, no
+divergence; steps and their kinds: ``_runtime_kinds``); ``watching`` once ``relearn_limit``
+is spent; ``armed`` -> ``unplanned`` when the watchdog (``_runtime_clock``, beside the
+tuner) finds the plan slower than none (it stays disarmed). Each transition's work is one
+row of ``Scheduler._TRANSITIONS``, run by ``Scheduler._enter``. A plan is only a hint: a
+wrong one costs time, never correctness, so every failure to learn or plan leaves the
+allocator running unplanned. Such a problem is never silent: the first of each kind (a
+failure to learn or plan, events dropped by a ring too small for an iteration, event
+recording switched off) emits one ``SchedulerWarning``, ``stats()["problems"]`` keeps their
+history and ``stats()["last_error"]`` the latest; ``Scheduler(strict=True)`` raises
+``SchedulerError`` instead. Options are checked when the Scheduler is made (a bad one is a
 ``ValueError``/``TypeError`` there, not an error inside the optimizer hook later).
 
 Learning and planning (seconds on an LLM-sized iteration) never run on the training
@@ -33,9 +34,6 @@ at a marker it starts with the iteration that begins there, elsewhere with the n
 (or, synced on the learned period, at the phase the loop has reached).
 ``wait_planned(timeout)`` blocks until the plan being made is armed (tests, scripts).
 The training thread's own work per drained event is vectorised (numpy over the batch).
-
-The watchdog (with iteration markers: a plan must pay by the clock) and the tuner:
-``_runtime_clock``. Steps, their kinds and when to relearn: ``_runtime_kinds``.
 """
 from __future__ import annotations
 
@@ -82,14 +80,15 @@ class Scheduler:
 
     ``budget``: bytes, ``"50%"`` (of the recorded peak) or ``"40GiB"``; ``hw``: profile
     name/path; ``warmup_iters``: iterations recorded before planning; ``mode``:
-    ``"oblivious"``/``"sampled"``; ``relearn_after``: iterations in a row with a divergence
-    before re-learning; ``relearn_limit``: relearns (and failed learns after a full warm-up)
-    before the Scheduler stops learning and watches; ``hook``: install the PyTorch optimizer hook (``"auto"``: when torch
-    is imported); ``plan_opts``: extra options for ``uvm_sched.plan``;
-    ``min_period_events``: allocator events recorded before the period is looked for when
-    there are no markers; ``strict``: raise ``SchedulerError`` where a runtime problem would
-    otherwise be a ``SchedulerWarning``. Every option is checked here (``TypeError`` /
-    ``ValueError``, ``ProfileError`` for ``hw``).
+    ``"oblivious"``/``"sampled"``; ``relearn_after``: steps in a row that diverged (a step
+    of a known other kind does not) before re-learning; ``relearn_limit``: relearns (and
+    failed learns after a full warm-up) before the Scheduler stops learning and watches;
+    ``hook``: install the PyTorch optimizer hook (``"auto"``: when torch is imported);
+    ``plan_opts``: extra options for ``uvm_sched.plan``; ``min_period_events``: allocator
+    events recorded before the period is looked for when there are no markers; ``strict``:
+    raise ``SchedulerError`` where a runtime problem would otherwise be a
+    ``SchedulerWarning``. Every option is checked here (``TypeError`` / ``ValueError``,
+    ``ProfileError`` for ``hw``).
 
     ``mode="sampled"`` without ``plan_opts["samples"]`` records the samples itself: from
     ``start()`` until the plan is armed (the warm-up iterations, again while re-learning) a
@@ -117,8 +116,7 @@ class Scheduler:
 
     def __init__(self, budget: Any = "100%", hw: Any = "h200-pcie5", warmup_iters: int = 3,
                  mode: str = "oblivious", *, relearn_after: int = 2, relearn_limit: int = 3,
-                 hook: Any = "auto",
-                 plan_opts: dict | None = None, min_period_events: int = 64,
+                 hook: Any = "auto", plan_opts: dict | None = None, min_period_events: int = 64,
                  touch_device: str = "cuda", tune: Any = None, tune_iters: int = 2,
                  device: int | None = None, worker: str = "process",
                  strict: bool = False, watchdog_iters: int = 3) -> None:
@@ -127,9 +125,8 @@ class Scheduler:
             budget=budget, hw=hw, mode=mode, hook=hook, strict=strict, plan_opts=plan_opts,
             device=device, worker=worker, tune=self.tune,
             counts={"warmup_iters": warmup_iters, "relearn_after": relearn_after,
-                    "relearn_limit": relearn_limit,
-                    "tune_iters": tune_iters, "min_period_events": min_period_events,
-                    "watchdog_iters": watchdog_iters})
+                    "relearn_limit": relearn_limit, "tune_iters": tune_iters,
+                    "min_period_events": min_period_events, "watchdog_iters": watchdog_iters})
         self.budget = budget
         self.hw = hw
         self.warmup_iters = int(warmup_iters)
@@ -241,10 +238,7 @@ class Scheduler:
                 self._counters["steps"] += marks
                 if self._job is not None:
                     self._counters["steps_while_planning"] += marks
-            dog = self._dog
-            bad = self._steps.feed(ev, why_not(
-                self.state, self._counters["plans"], self.watching, dog is not None
-                and dog.plan is self.plan and dog.phase == "none")) if len(ev) else 0
+            bad = self._steps.feed(ev, why_not(self)) if len(ev) else 0
             if self.state is State.RECORDING:
                 self._record(ev)
             elif self.state is State.ARMED:
@@ -652,10 +646,9 @@ class Scheduler:
         ``planning``: one is being made now; ``arm_time_s``: seconds the training thread
         spent arming plans), ``problems`` (the history of runtime problems: kind,
         message, state, time), ``predicted`` (in every state: the planner's prediction for
-        the plan held, ``{}`` before the first plan and while re-learning), the marked
-        steps (``_runtime_kinds.Steps.report``: ``steps_armed``, ``armed_share``, ``kinds``,
-        ``not_armed``: why), ``watching`` (why learning stopped, or None) and the native
-        counters (``native``). ``state`` is a plain string, like the rest (JSON)."""
+        the plan held, ``{}`` before the first plan and while re-learning), the steps
+        (``_runtime_kinds.Steps.report``), ``watching`` (why learning stopped, or None) and
+        the native counters (``native``). ``state`` is a plain string, like the rest (JSON)."""
         from . import native
 
         with self._lock:

@@ -183,14 +183,15 @@ class _Loop(_Mlp):
 
 def loop_trace(shape: str, *, markers: bool = True, steps: int = 8, layers: int = 6,
                width: int = 1024, batch: int = 1024, k: int | None = None, seed: int = 0,
-               tick_ns: float = 200_000.0, rows: int | None = None) -> tuple[Trace, LoopTruth]:
-    """A training loop of ``shape`` (``SHAPES``; module docstring) running ``steps``
-    optimizer steps, as a trace (bytes, ns) and its truth. ``markers``: a MARK starts each
-    step (an eval batch is a step). ``k``: micro-steps per optimizer step (``grad_accum``, default 3),
-    train steps between eval batches (``eval_every``, default 5). ``seed``: the sequence lengths of
-    ``dynamic_padding`` (rows drawn from 0.5..1.5 ``batch``, multiples of 64). ``tick_ns``:
-    device ns of a tick at ``batch`` rows. ``rows``: the rows of every step of ``fixed``
-    (default ``batch``): the fixed-shape twin of a ``dynamic_padding`` step.
+               tick_ns: float = 200_000.0, rows: int | None = None
+               ) -> tuple[Trace, LoopTruth]:
+    """A training loop of ``shape`` (``SHAPES``; module docstring) running ``steps`` optimizer
+    steps, as a trace (bytes, ns) and its truth. ``markers``: a MARK starts each step (an
+    eval batch is a step). ``k``: micro-steps per optimizer step (``grad_accum``, default
+    3), train steps between eval batches (``eval_every``, default 5). ``seed``: the sequence
+    lengths of ``dynamic_padding`` (rows drawn from 0.5..1.5 ``batch``, multiples of 64).
+    ``tick_ns``: device ns of a tick at ``batch`` rows. ``rows``: the rows of every step of
+    ``fixed`` (default ``batch``): the fixed-shape twin of a ``dynamic_padding`` step.
     """
     if shape not in SHAPES:
         raise ValueError(f"unknown loop shape {shape!r}; one of: {', '.join(SHAPES)}")
