@@ -13,13 +13,16 @@ compiled model, and the fixed-shape loop) with and without step markers:
   complete iteration, which the plan never saw), at 75% and 50% of the loop's peak on
   h200-pcie5 and gh200-c2c; below 1 the plan is faster;
 * **twin** -- the dynamic-padding loop's saving (1 - plan/demand) at 50% on h200-pcie5
-  beside its fixed-shape twin's (every step the shape of the measured one);
+  beside its fixed-shape twin's (every step the shape of the measured one), over 4 draws
+  of the sequence lengths and a deeper model;
+* **range** -- the shapes' own parameters (sequence-length draws, micro-steps, steps
+  between eval batches, depth) across a plausible range (not with ``--quick``);
 * **armed** -- the loop replayed through the allocator (host backend) under a
   ``Scheduler(budget="50%", watchdog_iters=0)``: with markers, the share of steps after
   the first plan that ran armed (``stats()["armed_share"]``); without, the share of the
   executor's iterations without a divergence.
 
-    python benchmarks/bench_loops.py                 # every shape, 16 steps (~2 min)
+    python benchmarks/bench_loops.py                 # every shape, 16 steps (~3 min)
     python benchmarks/bench_loops.py --shapes fixed,dynamic_padding --steps 10
     python benchmarks/bench_loops.py --quick         # 10 steps a loop
 
@@ -95,21 +98,46 @@ def row(shape: str, markers: bool, steps: int) -> dict:
     return out
 
 
-def twin(steps: int) -> dict:
+def twin(steps: int, seed: int = 0, **kw) -> dict:
     """Dynamic padding's saving beside its fixed-shape twin's, at 50% on h200-pcie5."""
     from uvm_sched.pattern._loops import loop_trace
 
-    dyn, truth = loop_trace("dynamic_padding", steps=steps)
+    dyn, truth = loop_trace("dynamic_padding", steps=steps, seed=seed, **kw)
     rows = truth.rows[-1]  # the measured step's
-    fixed, ftruth = loop_trace("fixed", steps=steps, rows=rows)
+    fixed, ftruth = loop_trace("fixed", steps=steps, rows=rows, **kw)
     d = plan_vs_demand(dyn, truth, "h200-pcie5", "50%")
     f = plan_vs_demand(fixed, ftruth, "h200-pcie5", "50%")
     sd, sf = 1 - d["ratio"], 1 - f["ratio"]
-    return {"rows": rows, "dynamic_saving": sd, "fixed_saving": sf,
+    return {"seed": seed, **kw, "rows": rows, "dynamic_saving": sd, "fixed_saving": sf,
             "within_10pct": abs(sd - sf) <= 0.10 * sf}
 
 
-def write(rows: list[dict], tw: dict, prov: dict) -> None:
+# The shapes' own parameters across a plausible range (none was tuned on one value): the
+# seed of the sequence lengths, micro-steps, steps between eval batches, depth.
+RANGE = [("dynamic_padding", {"seed": s}) for s in (1, 2, 3)] + \
+    [("dynamic_padding", {"layers": 12})] + \
+    [("grad_accum", {"k": k}) for k in (2, 4, 8)] + \
+    [("eval_every", {"k": k}) for k in (3, 10)] + \
+    [("fixed", {"layers": n}) for n in (3, 12)] + [("checkpointing", {"layers": 12})]
+
+
+def range_row(shape: str, kw: dict, steps: int) -> dict:
+    """One shape at other parameters: found (with and without markers), plan/demand at 50%
+    on h200-pcie5 (plan from the warm-up), the runtime's armed share (markers)."""
+    from uvm_sched.pattern import analyze
+    from uvm_sched.pattern._loops import judge, loop_trace
+
+    tr, truth = loop_trace(shape, steps=steps, **kw)
+    bare, btruth = loop_trace(shape, markers=False, steps=steps, **kw)
+    pb = analyze(bare)
+    return {"shape": shape, "params": kw, "true": truth.steps,
+            "found": len(analyze(tr).iterations), "verdict": judge(analyze(tr), truth),
+            "found_bare": len(pb.iterations), "verdict_bare": judge(pb, btruth),
+            "ratio": plan_vs_demand(tr, truth, "h200-pcie5", "50%")["ratio"],
+            "armed": armed_share(tr)}
+
+
+def write(rows: list[dict], twins: list[dict], ranged: list[dict], prov: dict) -> None:
     cols = [f"{hw} {b}" for hw in HW for b in BUDGETS]
     lines = ["# Training loops that vary: iterations, plans, the runtime", "",
              "Plans are made from the first 4 steps (what the runtime has seen when it "
@@ -127,12 +155,30 @@ def write(rows: list[dict], tw: dict, prov: dict) -> None:
                      f"{r['found']}/{r['true']} | {found} | {sims} | {armed} |")
     worst = max(r["sims"][c]["ratio"] for r in rows for c in cols)
     lines += ["", f"Slowest plan against demand paging: {worst:.3f}x (1.000 = no faster).", "",
-              f"Dynamic padding beside its fixed-shape twin ({tw['rows']} rows, the measured "
-              f"step's), 50% on h200-pcie5: saving {tw['dynamic_saving']:.1%} vs "
-              f"{tw['fixed_saving']:.1%} (within 10% of the twin's: "
-              f"{'yes' if tw['within_10pct'] else 'no'}).", "", provenance_md(prov)]
+              "## Dynamic padding beside its fixed-shape twin", "",
+              "Saving (1 - plan/demand) at 50% on h200-pcie5; the twin runs every step at the "
+              "rows of the measured (last) step.", "",
+              "| sequence lengths | rows measured | dynamic padding | fixed twin | within 10% |",
+              "|---|---:|---:|---:|---|"]
+    for t in twins:
+        extra = ", ".join(f"{k}={v}" for k, v in t.items() if k in ("layers",))
+        lines.append(f"| seed {t['seed']}{', ' + extra if extra else ''} | {t['rows']} | "
+                     f"{t['dynamic_saving']:.1%} | {t['fixed_saving']:.1%} | "
+                     f"{'yes' if t['within_10pct'] else 'no'} |")
+    lines += ["", "## The shapes' parameters across their range", "",
+              "found: with markers / without (the verdict); plan/demand at 50% on h200-pcie5 "
+              "(plan from the warm-up); armed: the runtime with markers.", "",
+              "| shape | parameters | found/true (markers) | without markers | plan/demand | "
+              "armed |", "|---|---|---:|---|---:|---:|"]
+    for r in ranged:
+        params = ", ".join(f"{k}={v}" for k, v in r["params"].items())
+        armed = "-" if r["armed"] is None else f"{r['armed']:.0%}"
+        lines.append(f"| {r['shape']} | {params} | {r['found']}/{r['true']} ({r['verdict']}) | "
+                     f"{r['found_bare']} ({r['verdict_bare']}) | {r['ratio']:.3f} | {armed} |")
+    lines += ["", provenance_md(prov)]
     (RESULTS / "loops.md").write_text("\n".join(lines))
-    write_json(RESULTS / "loops.json", {"provenance": prov, "rows": rows, "twin": tw})
+    write_json(RESULTS / "loops.json", {"provenance": prov, "rows": rows, "twins": twins,
+                                        "range": ranged})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -141,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--steps", type=int, default=16)
-    ap.add_argument("--quick", action="store_true", help="10 steps a loop")
+    ap.add_argument("--quick", action="store_true", help="10 steps a loop, no range table")
     args = ap.parse_args(argv)
     if args.quick:
         args.steps = 10
@@ -155,9 +201,13 @@ def main(argv: list[str] | None = None) -> int:
                   f"{r['verdict']:16s} plan/demand " + " ".join(
                       f"{v['ratio']:.3f}" for v in r["sims"].values())
                   + f" armed {r['armed']} ({r['seconds']:.1f} s)", flush=True)
-    tw = twin(args.steps)
-    print(f"twin: dynamic saving {tw['dynamic_saving']:.3f}, fixed {tw['fixed_saving']:.3f}")
-    write(rows, tw, prov)
+    twins = [twin(args.steps, seed) for seed in (0, 1, 2, 3)] + [twin(args.steps, 0, layers=12)]
+    for t in twins:
+        print(f"twin {t}")
+    ranged = [] if args.quick else [range_row(s, kw, args.steps) for s, kw in RANGE]
+    for r in ranged:
+        print(f"range {r}")
+    write(rows, twins, ranged, prov)
     return 0
 
 
