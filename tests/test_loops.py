@@ -62,6 +62,8 @@ def test_the_plan_names_the_allocations_per_batch_shapes_resize_by_position():
     resized = sizes[local["block"].to_numpy()] == 0
     assert (local["bytes"].to_numpy()[resized] == 0).all()  # the whole block, as it comes
     p.check_trace(tr)  # its iteration occurs in the whole loop, whatever the sizes
+    # the summary counts the planned iteration's bytes for them
+    assert all(v["bytes"] > 0 for v in p.summary().values() if v["count"]), p.summary()
 
 
 def test_a_fixed_shape_loop_keeps_every_size_checked():

@@ -175,8 +175,17 @@ class Plan:
                 f"period={self.meta['period_events']} events, {len(self)} actions {counts}>")
 
     def summary(self) -> dict[str, Any]:
-        """Counts and bytes per action, for humans and the plan file's header."""
-        g = self.actions.groupby("action")["bytes"]
+        """Counts and bytes per action, for humans and the plan file's header (a
+        whole-block action on a position sized at run time counts the planned size)."""
+        acts = self.actions
+        planned = self.meta.get("planned_alloc_sizes")
+        if planned is not None and len(acts):
+            nbytes = acts["bytes"].to_numpy(np.int64).copy()
+            blk = acts["block"].to_numpy(np.int64)
+            fill = (nbytes == 0) & ~acts["persistent"].to_numpy(bool) & (blk < len(planned))
+            nbytes[fill] = np.asarray(planned, np.int64)[blk[fill]]
+            acts = acts.assign(bytes=nbytes)
+        g = acts.groupby("action")["bytes"]
         return {a: {"count": int(g.count().get(a, 0)), "bytes": int(g.sum().get(a, 0))}
                 for a in ACTIONS}
 

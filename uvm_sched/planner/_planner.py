@@ -106,6 +106,9 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "oblivious", **opts: Any) -
         "mode": mode,
         "period_events": int(E),
         "alloc_sizes": [int(s) for s in info["alloc_sizes"]],
+        # the planned iteration's sizes where alloc_sizes says 0 (what summary() counts)
+        **({"planned_alloc_sizes": [int(s) for s in info["planned_alloc_sizes"]]}
+           if "planned_alloc_sizes" in info else {}),
         "sync": "marker" if getattr(pat, "source", "learned") == "markers" else "period",
         # period sync counts iterations on this grid: the allocator event (from the trace's
         # start) where the learned iteration begins, so a warm-up that does not fill whole
@@ -301,6 +304,7 @@ def _sizes_at_run_time(pat, info: dict, actions) -> None:
     sizes = info["alloc_sizes"]
     if not varies.any() or len(varies) != len(sizes):
         return
+    info["planned_alloc_sizes"] = sizes
     info["alloc_sizes"] = np.where(varies, 0, sizes)
     if len(actions):
         blk = actions["block"].to_numpy(np.int64)
