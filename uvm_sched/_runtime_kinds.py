@@ -42,7 +42,8 @@ from ._runtime_states import State
 
 __all__ = ["Steps", "kind_keys", "spend_relearn", "why_not", "PLANNED"]
 
-logger = logging.getLogger("uvm_sched.runtime")  # (the Scheduler's: one logger per object)
+# the Scheduler's logger: its per-step lines beside its transitions, where a user turns it up
+logger = logging.getLogger("uvm_sched.runtime")
 
 PLANNED = "planned"  # the label of the kind the plan was made for
 _LABELS = {"steady": PLANNED, "same structure, other sizes": PLANNED,
