@@ -181,6 +181,25 @@ def test_divergence_disarms_for_the_rest_of_the_iteration(backend):
         assert list(log["tick"]) == [0, 2, 0, 2]
 
 
+@pytest.mark.parametrize("backend", ["host", "fake"])
+def test_a_size_0_position_takes_any_size_and_a_whole_block_row_its_run_time_bytes(backend):
+    """alloc_sizes 0: a position per-batch shapes resize (dynamic padding); bytes 0: the
+    whole block, whatever its size now."""
+    with fakecuda.backend(backend):
+        native.arm_plan(_plan([(0, "prefetch_to_host", 0, False, 0, 0)], sizes=[0, 1024]))
+        for size_a in (4 * MiB, 6 * MiB, 2 * MiB):
+            _iteration(size_a=size_a)
+            uvm_sched.step()
+        a = uvm_sched.malloc(3 * MiB)
+        b = uvm_sched.malloc(2048)  # position 1 is still checked: diverged
+        uvm_sched.free(b)
+        uvm_sched.free(a)
+        native.disarm()
+        st = uvm_sched.stats()
+        assert st["divergences"] == 1 and st["actions_issued"] == 4
+        assert st["bytes_prefetched_d2h"] == (4 + 6 + 2 + 3) * MiB
+
+
 def test_more_allocations_than_the_plan_knows_is_a_divergence():
     with fakecuda.backend("host"):
         native.arm_plan(_plan([(3, "prefetch_to_host", 0, False, 0, 0)], period=4))

@@ -63,7 +63,7 @@ def test_each_scheduler_transition_is_logged(host, caplog):
     assert not any(m.startswith("armed iteration") for m in _messages(caplog))  # DEBUG only
     _run(s, batch=5, iters=3)  # every iteration diverges: disarm and relearn
     assert s.stats()["relearns"] == 1
-    assert "relearning" in _one(_messages(caplog), "disarmed: 2 iterations in a row diverged")
+    assert "relearning" in _one(_messages(caplog), "disarmed: 2 steps in a row diverged")
     _run(s, batch=5, iters=3)
     assert s.wait_planned(300), s.last_error
     assert len([m for m in _messages(caplog) if m.startswith("learned:")]) == 2

@@ -69,7 +69,9 @@ def test_a_plan_that_cannot_be_made_warns_once_and_keeps_the_history():
                 st = s.stats()
         mine = [w for w in caught if issubclass(w.category, SchedulerWarning)]
         assert len(mine) == 1, [str(w.message) for w in mine]
-        assert st["state"] == "recording" and st["learn_failures"] >= 2
+        # bounded: relearn_limit (3) fresh recordings, then it watches and says why
+        assert st["state"] == "watching" and st["learn_failures"] == 4
+        assert "relearn_limit=3" in st["watching"]
         assert len(st["problems"]) == st["learn_failures"]
         assert all(p["kind"] == "learn_failure" for p in st["problems"])
         assert st["last_error"] == st["problems"][-1]["message"]

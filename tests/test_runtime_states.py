@@ -21,8 +21,8 @@ from uvm_sched.runtime import Scheduler, SchedulerWarning, State  # noqa: E402
 from _planner_helpers import host_backend  # noqa: E402
 
 MiB = 1 << 20
-IDLE, RECORDING, ARMED, UNPLANNED, CLOSED = (State.IDLE, State.RECORDING, State.ARMED,
-                                             State.UNPLANNED, State.CLOSED)
+IDLE, RECORDING, ARMED, UNPLANNED, CLOSED, WATCHING = (
+    State.IDLE, State.RECORDING, State.ARMED, State.UNPLANNED, State.CLOSED, State.WATCHING)
 host = pytest.fixture(host_backend)
 
 
@@ -208,6 +208,55 @@ def test_close_when_unplanned_goes_to_closed(weights, moves):
     assert native.stats()["plan_armed"] == 0
 
 
+def _watching_after_relearns() -> Scheduler:
+    s = _armed(relearn_after=2, relearn_limit=1)
+    _run(s, batch=5, iters=3)  # another batch size: relearn (the one relearn allowed)
+    assert s.state is RECORDING
+    _run(s, batch=5, iters=3)
+    assert s.wait_planned(300), s.last_error
+    _run(s, batch=7, iters=3)  # and another: the limit is spent
+    return s
+
+
+def test_steps_that_keep_diverging_after_the_relearn_limit_go_from_armed_to_watching(
+        weights, moves):
+    s = _watching_after_relearns()
+    assert moves[-1] == (ARMED, WATCHING) and s.state is WATCHING
+    st = s.stats()
+    assert st["relearns"] == 1 and st["native"]["plan_armed"] == 0
+    assert "relearn_limit=1" in st["watching"] and "2 steps in a row diverged" in st["watching"]
+    _run(s, batch=9, iters=4)  # watching: nothing is learned, the steps are counted
+    st2 = s.stats()
+    assert st2["state"] == "watching" and st2["plans"] == st["plans"] and not st2["planning"]
+    assert st2["not_armed"][f"watching: {st['watching']}"] >= 4
+    s.close()
+
+
+def test_a_learn_that_keeps_failing_goes_from_recording_to_watching(host, moves):
+    persistent = [native.malloc(64 * MiB) for _ in range(2)]  # no budget below them
+    s = Scheduler(budget=MiB, warmup_iters=2, hook=False, relearn_limit=1).start()
+    with pytest.warns(SchedulerWarning, match="budget"):
+        for _ in range(2):
+            _run(s, batch=8, iters=3)
+            assert not s.wait_planned(300)
+    assert moves == [(IDLE, RECORDING), (RECORDING, RECORDING), (RECORDING, WATCHING)]
+    st = s.stats()
+    assert st["learn_failures"] == 2 and st["learn_retries"] == 1
+    assert st["watching"].startswith("learning failed after 0 relearns and 1 failed learns")
+    _run(s, batch=8, iters=3)
+    assert s.stats()["learn_failures"] == 2 and s._job is None  # nothing more is tried
+    s.close()
+    for b in persistent:
+        native.free(b)
+
+
+def test_close_when_watching_goes_to_closed(weights, moves):
+    s = _watching_after_relearns()
+    s.close()
+    assert moves[-1] == (WATCHING, CLOSED) and s.state is CLOSED
+    assert native.stats()["plan_armed"] == 0
+
+
 TRANSITION_TESTS = {
     (IDLE, RECORDING): test_start_goes_from_idle_to_recording,
     (IDLE, CLOSED): test_close_before_start_goes_from_idle_to_closed_for_good,
@@ -218,6 +267,10 @@ TRANSITION_TESTS = {
     (ARMED, UNPLANNED): test_a_plan_slower_than_no_plan_goes_from_armed_to_unplanned,
     (ARMED, CLOSED): test_close_when_armed_disarms_and_goes_to_closed,
     (UNPLANNED, CLOSED): test_close_when_unplanned_goes_to_closed,
+    (ARMED, WATCHING):
+        test_steps_that_keep_diverging_after_the_relearn_limit_go_from_armed_to_watching,
+    (RECORDING, WATCHING): test_a_learn_that_keeps_failing_goes_from_recording_to_watching,
+    (WATCHING, CLOSED): test_close_when_watching_goes_to_closed,
 }
 
 

@@ -198,6 +198,35 @@ def test_scale_smoke_100k_events_takes_the_compiled_loop_and_gives_the_reference
     assert fast.bytes_h2d > 0 and len(fast.actions) > 0  # the plan's run moved data
 
 
+def test_compiled_loop_runs_plans_sized_at_run_time_as_the_reference(monkeypatch):
+    """A plan from the warm-up of a dynamic-padding loop (alloc_sizes 0 and whole-block
+    bytes 0 where shapes resize) on the whole loop, and with the sizes checked (diverges)."""
+    import warnings
+
+    from uvm_sched.pattern._loops import loop_trace
+
+    tr, truth = loop_trace("dynamic_padding", steps=8)
+    cut = int(tr.tick[tr.kind <= 1][truth.bounds[4]])
+    p = plan(tr.slice_ticks(0, cut), "50%", HW)
+    sized = Plan(p.actions, {**p.meta, "alloc_sizes": _rep_sizes(tr, truth, len(
+        p.meta["alloc_sizes"]))})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for q, diverges in ((p, False), (sized, True)):
+            pair = _both(tr, q, "50%", monkeypatch)
+            assert pair is not None
+            _assert_identical(*pair)
+            assert (pair[0].divergences > 0) == diverges
+
+
+def _rep_sizes(tr, truth, n: int) -> list[int]:
+    """The ALLOC sizes of step 2 (a size for every position)."""
+    ev = tr.kind <= 1
+    k, size = tr.kind[ev], tr.size[ev]
+    a, b = truth.bounds[2], truth.bounds[3]
+    return [int(x) for x in size[a:b][k[a:b] == 0][:n]]
+
+
 def test_reference_loop_is_used_when_the_kernel_is_switched_off(monkeypatch):
     trace = llm_trace(layers=2, micro_batches=2, iters=2)
     monkeypatch.setenv("UVM_SCHED_SIM_KERNEL", "python")

@@ -43,7 +43,8 @@ def learn(req: dict) -> dict:
     no op on a block plans oblivious and says so).
     Returns ``status`` "ok" (with ``plan``, ``pattern``, ``addrs``: persistent ordinal ->
     address, ``start_ev``: the allocator event where the learned iteration starts,
-    ``samples``, ``cands``: [(label, plan)] for tuning, ``tuning_skipped``), "wait" (a
+    ``samples``, ``cands``: [(label, plan)] for tuning, ``tuning_skipped``, ``kinds``:
+    ``_runtime_kinds.kind_keys``), "wait" (a
     learned period with too few repetitions yet), or "error" (``error``: what failed)."""
     from .pattern import PatternError, analyze
     from .planner import PlanError, plan, samples_from_touches, tuning_candidates
@@ -101,9 +102,11 @@ def learn(req: dict) -> dict:
             f" (planning needs it: pip install {e.name})"
             if isinstance(e, ImportError) and e.name else "")}
     from ._armed import plan_table
+    from ._runtime_kinds import kind_keys
 
     # persistent blocks: the plan names them by ALLOC ordinal in the trace
     alloc_blocks = trace.block[trace.kind == EventKind.ALLOC]
+    ev_kind = trace.kind[trace.kind <= EventKind.FREE]
     return {
         "status": "ok", "plan": p, "pattern": pat,
         "table": plan_table(p),  # (what arming converts: done here, off the loop's thread)
@@ -112,6 +115,7 @@ def learn(req: dict) -> dict:
                                         pat.start_tick)),
         "samples": opts.get("samples") if mode == "sampled" else None,
         "cands": cands, "tuning_skipped": skipped,
+        "kinds": kind_keys(pat, ev_kind),  # the steps' kinds (Scheduler.stats()["kinds"])
         "learn_s": time.perf_counter() - t0,
     }
 

@@ -6,6 +6,15 @@ switch (arming or disarming: the first iteration settles) and saw no divergence 
 executor disarmed the plan for the rest of it, so it timed neither). ``MarkerClock`` is
 that rule, once, for both judges. The judges decide; the ``Scheduler`` acts (arms,
 disarms, changes state), so this module touches neither the native core nor logging.
+
+The watchdog (with iteration markers): a plan must pay by the clock. Once armed (and
+tuned), the plan's iterations are timed between markers for ``watchdog_iters`` iterations,
+then the same number with the plan disarmed ("no plan", the candidate every plan is
+measured against), then the plan is armed again and every later iteration is timed. When
+the median of the last ``watchdog_iters`` armed iterations exceeds the unplanned median by
+more than ``WATCHDOG_SLACK``, the plan is disarmed for good (state ``unplanned``),
+``stats()["watchdog"]`` says so with both figures, and it is a problem like the others (one
+``SchedulerWarning``; strict: raised).
 """
 from __future__ import annotations
 

@@ -19,16 +19,19 @@ class State(str, enum.Enum):
 
                    start()
           IDLE ──────────────► RECORDING ◄──┐ a fresh recording: learning failed after
-           │                    │    │  ▲   └─┘ the warm-up, or the ring dropped events
-           │                    │    │  │
-           │                    │    │  │ relearn_after iterations in a row
-           │                    │    ▼  │ diverged from the learned one
-           │                    │   ARMED ─────────────────► UNPLANNED
-           │                    │    │    the watchdog: the       │
-           │                    │    │    plan is slower than     │
-           │ close()    close() │    │ close()     no plan        │ close()
-           ▼                    ▼    ▼                            ▼
-          CLOSED ◄──────────────┴────┴────────────────────────────┘
+           │                    │ │  │  ▲   └─┘ the warm-up, or the ring dropped events
+           │                    │ │  │  │
+           │                    │ │  │  │ relearn_after steps in a row diverged
+           │                    │ │  ▼  │ (a known other kind is no divergence)
+           │                    │ │ ARMED ─────────────────► UNPLANNED
+           │                    │ │  │  │ the watchdog: the       │
+           │                    │ │  │  │ plan is slower than     │
+           │                    │ │  │  │ no plan                 │
+           │                    │ │  │  ▼ relearn_limit spent     │
+           │                    │ └──┼─► WATCHING               │
+           │ close()    close() │    │ close()  │ close()         │ close()
+           ▼                    ▼    ▼          ▼                 ▼
+          CLOSED ◄──────────────┴────┴──────────┴─────────────────┘
           (final)
 
     Transitions (``Scheduler._TRANSITIONS`` holds each one's actions):
@@ -39,10 +42,13 @@ class State(str, enum.Enum):
       events were lost to a full ring)
     - recording -> armed: the background worker's plan is armed at a ``poll()``
     - recording -> closed: ``close()`` (a plan still being made is never armed)
-    - armed -> recording: ``relearn_after`` iterations in a row diverged: relearn
+    - armed -> recording: ``relearn_after`` steps in a row diverged: relearn
     - armed -> unplanned: the watchdog measured the plan slower than no plan
     - armed -> closed: ``close()`` disarms the plan
     - unplanned -> closed: ``close()``
+    - armed -> watching: steps keep diverging and ``relearn_limit`` relearns are spent
+    - recording -> watching: learning failed again with ``relearn_limit`` spent
+    - watching -> closed: ``close()``
 
     While ``recording``, once the warm-up is recorded a plan is made in the background
     (``stats()["planning"]``) and the loop runs on unplanned. While ``armed``, the tuner
@@ -57,6 +63,7 @@ class State(str, enum.Enum):
     RECORDING = "recording"
     ARMED = "armed"
     UNPLANNED = "unplanned"
+    WATCHING = "watching"
     CLOSED = "closed"
 
     def __str__(self) -> str:  # "armed", not "State.ARMED", in messages and f-strings

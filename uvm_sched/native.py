@@ -628,7 +628,7 @@ def arm(table: np.ndarray, alloc_sizes: Iterable[int], period_events: int, *,
     block = allocation ordinal in the iteration, or for persistent rows the block's global
     allocation ordinal (``block_info(addr)["ordinal"]``), offset and bytes of the range
     (bytes 0 = to the end of the block), addr = the block's address for persistent rows).
-    ``alloc_sizes[j]``: bytes of allocation j of the iteration (the divergence check);
+    ``alloc_sizes[j]``: bytes of allocation j of the iteration (the divergence check; 0: any);
     ``period_events``: allocator events per iteration; ``sync``: ``"marker"`` (iterations
     start at :func:`step`) or ``"period"`` (every ``period_events`` events);
     ``start_now``: the first iteration starts with the next allocator event (else at the

@@ -10,19 +10,20 @@ of ``uvm_sched`` (the native core). Iteration markers, in order of preference:
 * neither: the period learned from the allocator events (``sync="period"``), checked at
   every ``poll()``.
 
-States (``State``, whose docstring draws the transitions): ``recording`` (draining
-events, counting iterations) -> ``armed`` (a plan is executed by the native core; events
-are drained and only the divergences counted) -> back to ``recording`` when divergences
-persist for ``relearn_after`` iterations in a row (a new batch size, sequence length...);
-``armed`` -> ``unplanned`` when the watchdog (below) finds the plan slower than none (it
-stays disarmed). Each transition's work is one row of ``Scheduler._TRANSITIONS``, run by
-``Scheduler._enter``. A plan is only a hint: a wrong one costs time, never correctness,
-so every failure to learn or plan leaves the allocator running unplanned. Such a problem
-is never silent: the first of each kind (a failure to learn or plan, events dropped by a
-ring too small for an iteration, event recording switched off) emits one
-``SchedulerWarning``, ``stats()["problems"]`` keeps their history and
-``stats()["last_error"]`` the latest; ``Scheduler(strict=True)`` raises ``SchedulerError``
-instead. Options are checked when the Scheduler is made (a bad one is a
+States (``State``, whose docstring draws the transitions): ``recording`` (draining events,
+counting iterations) -> ``armed`` (a plan is executed by the native core; events are drained
+and only the divergences counted) -> back to ``recording`` when divergences persist for
+``relearn_after`` steps in a row (an eval step, a partial batch: expected kinds, no
+divergence; steps and their kinds: ``_runtime_kinds``); ``watching`` once ``relearn_limit``
+is spent; ``armed`` -> ``unplanned`` when the watchdog (``_runtime_clock``, beside the
+tuner) finds the plan slower than none (it stays disarmed). Each transition's work is one
+row of ``Scheduler._TRANSITIONS``, run by ``Scheduler._enter``. A plan is only a hint: a
+wrong one costs time, never correctness, so every failure to learn or plan leaves the
+allocator running unplanned. Such a problem is never silent: the first of each kind (a
+failure to learn or plan, events dropped by a ring too small for an iteration, event
+recording switched off) emits one ``SchedulerWarning``, ``stats()["problems"]`` keeps their
+history and ``stats()["last_error"]`` the latest; ``Scheduler(strict=True)`` raises
+``SchedulerError`` instead. Options are checked when the Scheduler is made (a bad one is a
 ``ValueError``/``TypeError`` there, not an error inside the optimizer hook later).
 
 Learning and planning (seconds on an LLM-sized iteration) never run on the training
@@ -33,15 +34,6 @@ at a marker it starts with the iteration that begins there, elsewhere with the n
 (or, synced on the learned period, at the phase the loop has reached).
 ``wait_planned(timeout)`` blocks until the plan being made is armed (tests, scripts).
 The training thread's own work per drained event is vectorised (numpy over the batch).
-
-The watchdog (with iteration markers): a plan must pay by the clock. Once armed (and tuned),
-the plan's iterations are timed between markers for ``watchdog_iters`` iterations, then the
-same number with the plan disarmed ("no plan", the candidate every plan is measured
-against), then the plan is armed again and every later iteration is timed. When the median
-of the last ``watchdog_iters`` armed iterations exceeds the unplanned median by more than
-``WATCHDOG_SLACK``, the plan is disarmed for good (state ``unplanned``), ``stats()
-["watchdog"]`` says so with both figures, and it is a problem like the others (one
-``SchedulerWarning``; strict: raised). The tuner and the watchdog: ``_runtime_clock``.
 """
 from __future__ import annotations
 
@@ -55,8 +47,9 @@ import numpy as np
 
 from ._errors import Error, Warning as _Warning
 from ._runtime_clock import WATCHDOG_SLACK, Tuner, Watchdog  # noqa: F401 (SLACK: re-exported)
-from ._runtime_recording import DIVERGENCE, ITER, MARK, Recording, live_ordinal, track_live
 from ._runtime_calib import Calibrator
+from ._runtime_kinds import Steps, spend_relearn, why_not
+from ._runtime_recording import MARK, Recording, live_ordinal, track_live
 from ._runtime_setup import (check_options, current_device, install_hook, rank,
                              silent_message, touch_source)
 from ._runtime_states import State, StateError
@@ -88,13 +81,15 @@ class Scheduler:
 
     ``budget``: bytes, ``"50%"`` (of the recorded peak) or ``"40GiB"``; ``hw``: profile
     name/path; ``warmup_iters``: iterations recorded before planning; ``mode``:
-    ``"auto"`` (default)/``"oblivious"``/``"sampled"``; ``relearn_after``: iterations in a
-    row with a divergence before re-learning; ``hook``: install the PyTorch optimizer hook (``"auto"``: when torch
-    is imported); ``plan_opts``: extra options for ``uvm_sched.plan``;
-    ``min_period_events``: allocator events recorded before the period is looked for when
-    there are no markers; ``strict``: raise ``SchedulerError`` where a runtime problem would
-    otherwise be a ``SchedulerWarning``. Every option is checked here (``TypeError`` /
-    ``ValueError``, ``ProfileError`` for ``hw``).
+    ``"auto"`` (default)/``"oblivious"``/``"sampled"``; ``relearn_after``: steps in a row
+    that diverged (a step of a known other kind does not) before re-learning;
+    ``relearn_limit``: relearns (and failed learns after a full warm-up) before the
+    Scheduler stops learning and watches; ``hook``: install the PyTorch optimizer hook
+    (``"auto"``: when torch is imported); ``plan_opts``: extra options for
+    ``uvm_sched.plan``; ``min_period_events``: allocator events recorded before the period
+    is looked for when there are no markers; ``strict``: raise ``SchedulerError`` where a
+    runtime problem would otherwise be a ``SchedulerWarning``. Every option is checked here
+    (``TypeError`` / ``ValueError``, ``ProfileError`` for ``hw``).
 
     ``mode="sampled"`` without ``plan_opts["samples"]`` records the samples itself: from
     ``start()`` until the plan is armed (the warm-up iterations, again while re-learning) a
@@ -125,8 +120,8 @@ class Scheduler:
     """
 
     def __init__(self, budget: Any = "100%", hw: Any = "h200-pcie5", warmup_iters: int = 3,
-                 mode: str = "auto", *, relearn_after: int = 2, hook: Any = "auto",
-                 plan_opts: dict | None = None, min_period_events: int = 64,
+                 mode: str = "auto", *, relearn_after: int = 2, relearn_limit: int = 3,
+                 hook: Any = "auto", plan_opts: dict | None = None, min_period_events: int = 64,
                  touch_device: str = "cuda", tune: Any = None, tune_iters: int = 2,
                  device: int | None = None, worker: str = "process",
                  strict: bool = False, watchdog_iters: int = 3, calibrate: Any = "auto") -> None:
@@ -136,13 +131,14 @@ class Scheduler:
             budget=budget, hw=hw, mode=mode, hook=hook, strict=strict, plan_opts=plan_opts,
             device=device, worker=worker, tune=self.tune,
             counts={"warmup_iters": warmup_iters, "relearn_after": relearn_after,
-                    "tune_iters": tune_iters, "min_period_events": min_period_events,
-                    "watchdog_iters": watchdog_iters})
+                    "relearn_limit": relearn_limit, "tune_iters": tune_iters,
+                    "min_period_events": min_period_events, "watchdog_iters": watchdog_iters})
         self.budget = budget
         self.hw = hw
         self.warmup_iters = int(warmup_iters)
         self.mode = mode
         self.relearn_after = int(relearn_after)
+        self.relearn_limit = int(relearn_limit)
         self.plan_opts = plan_opts
         self.min_period_events = int(min_period_events)
         self.strict = strict
@@ -182,14 +178,15 @@ class Scheduler:
         self._at_marker = False  # the last event drained was a MARK (an iteration starts)
         self._silence_checked = False  # the "no allocation passed through" warning, once
         # watching
-        self._div_iters = 0  # iterations in a row with a divergence
-        self._iter_div = 0  # divergences in the current iteration
+        self._steps = Steps()  # every marked step: its kind, armed or why not
+        self.watching: str | None = None  # why the Scheduler stopped learning
         # values: counts, seconds, and steps_before_plan (None until the first plan)
         self._counters: dict[str, Any] = {"plans": 0, "relearns": 0, "iterations_armed": 0,
                                           "divergences": 0, "learn_failures": 0,
                                           "plan_time_s": 0.0, "steps": 0,
                                           "steps_before_plan": None, "steps_while_planning": 0,
-                                          "arm_time_s": 0.0, "watchdog_disarms": 0}
+                                          "arm_time_s": 0.0, "watchdog_disarms": 0,
+                                          "learn_retries": 0}
 
     # -- lifecycle ----------------------------------------------------------------------
     def start(self) -> "Scheduler":
@@ -244,10 +241,11 @@ class Scheduler:
                 self._counters["steps"] += marks
                 if self._job is not None:
                     self._counters["steps_while_planning"] += marks
+            bad = self._steps.feed(ev, why_not(self)) if len(ev) else 0
             if self.state is State.RECORDING:
                 self._record(ev)
             elif self.state is State.ARMED:
-                self._watch(ev)
+                self._watch(ev, bad)
 
     def wait_planned(self, timeout: float | None = None) -> bool:
         """``poll()``, then block until the plan being made in the background (if any) is
@@ -336,7 +334,7 @@ class Scheduler:
                    "recording fresh iterations" if retry else "recording on",
                    self.last_error)
         if retry:
-            self._enter(State.RECORDING)  # try again on fresh iterations
+            self._relearn("learning failed")  # try again on fresh iterations
         self._problem("learn_failure", res["error"])
 
     def _check_recording(self) -> bool:
@@ -382,7 +380,7 @@ class Scheduler:
                           stacklevel=3)
 
     # -- watching an armed plan -----------------------------------------------------------
-    def _watch(self, ev: np.ndarray) -> None:
+    def _watch(self, ev: np.ndarray, bad: int) -> None:
         if self._tuner is not None:
             if self._tuner.feed(ev):
                 self._next_candidate()
@@ -391,21 +389,15 @@ class Scheduler:
             self._watchdog(ev)
             if self.state is not State.ARMED:
                 return
-        k = ev["kind"]
-        for kind in k[(k == ITER) | (k == DIVERGENCE)].tolist():
-            if kind == DIVERGENCE:
-                self._iter_div += 1
-                self._counters["divergences"] += 1
-                continue
-            # a new iteration starts: judge the one that ended
-            self._counters["iterations_armed"] += 1
-            self._div_iters = self._div_iters + 1 if self._iter_div else 0
-            logger.debug("armed iteration %d ended: %d divergences (%d iterations in a row "
-                         "with one)", self._counters["iterations_armed"], self._iter_div,
-                         self._div_iters)
-            self._iter_div = 0
-        if self._div_iters >= self.relearn_after:
-            self._enter(State.RECORDING)  # relearn
+        run = self._steps.iterations(ev["kind"], self._counters)  # (the executor's)
+        assert self.plan is not None  # armed: a plan is held
+        if (bad if self.plan.meta.get("sync") == "marker" else run) >= self.relearn_after:
+            self._relearn(f"{self.relearn_after} steps in a row diverged from the plan")
+
+    def _relearn(self, why: str) -> None:
+        """Record afresh to learn again, unless ``relearn_limit`` is spent: then watch."""
+        self.watching = spend_relearn(self._counters, self.relearn_limit, why)
+        self._enter(State.WATCHING if self.watching else State.RECORDING)
 
     def _next_candidate(self) -> None:
         """The tuner's candidate had its iterations: arm the next one, or keep the fastest."""
@@ -505,7 +497,7 @@ class Scheduler:
         # the blocks alive now (weights, optimizer state) start the new recording, in
         # their allocation order, so persistent ordinals and addresses stay right
         self._rec = Recording(self._live, self.min_period_events)
-        self._div_iters = self._iter_div = 0
+        self._steps.reset_run()
 
     def _arm_learned(self) -> None:
         """Arm the plan the worker made (``_job``, taken here), on the training thread:
@@ -534,6 +526,7 @@ class Scheduler:
         self._counters["arm_time_s"] += time.perf_counter() - t0
         self.plan, self.pattern, self._addrs = p, pat, addrs
         self._learnt_events = job.request_events
+        self._steps.new_plan(res["kinds"], start_now)
         self.samples = res["samples"]
         self.tuning_skipped = res["tuning_skipped"]
         # the tuning candidates' plans were made with the plan (_learn.learn)
@@ -561,7 +554,7 @@ class Scheduler:
 
     def _drop_recording(self) -> None:
         self._rec.chunks, self._rec.prefix = [], self._live[:0]  # (the plan keeps its own)
-        self._div_iters = self._iter_div = 0
+        self._steps.reset_run()
 
     def _disarm(self) -> None:
         from . import native
@@ -569,8 +562,8 @@ class Scheduler:
         native.disarm()  # (a no-op when the watchdog has it disarmed already)
 
     def _log_relearn(self) -> None:
-        logger.info("disarmed: %d iterations in a row diverged from the learned one "
-                    "(relearn_after=%d); relearning", self._div_iters, self.relearn_after)
+        logger.info("disarmed: %d steps in a row diverged from the plan; relearning",
+                    self.relearn_after)
 
     def _drop_plan(self) -> None:
         self._counters["relearns"] += 1
@@ -583,6 +576,9 @@ class Scheduler:
         self._counters["watchdog_disarms"] += 1
         logger.info("disarmed by the watchdog: the plan's iterations %.6f s, no plan's %.6f s",
                     r["plan_s"], r["no_plan_s"])
+
+    def _log_watching(self) -> None:
+        logger.info("watching: %s", self.watching)
 
     def _log_closing(self) -> None:
         logger.info("disarmed: the scheduler was closed")
@@ -613,6 +609,9 @@ class Scheduler:
         (State.ARMED, State.UNPLANNED): (_disarm, _count_watchdog_disarm),
         (State.ARMED, State.CLOSED): (_disarm, _log_closing, _release, _log_closed),
         (State.UNPLANNED, State.CLOSED): (_release, _log_closed),
+        (State.ARMED, State.WATCHING): (_disarm, _log_watching),
+        (State.RECORDING, State.WATCHING): (_stop_touches, _drop_recording, _log_watching),
+        (State.WATCHING, State.CLOSED): (_release, _log_closed),
     }
 
     # -- reporting ----------------------------------------------------------------------
@@ -643,9 +642,10 @@ class Scheduler:
         ``planning``: one is being made now; ``arm_time_s``: seconds the training thread
         spent arming plans), ``problems`` (the history of runtime problems: kind,
         message, state, time), ``predicted`` (in every state: the planner's prediction for
-        the plan held, ``{}`` before the first plan and while re-learning), the native
-        counters (``native``) and what calibration measured (``calibration``). ``state``
-        is a plain string, like the rest (JSON)."""
+        the plan held, ``{}`` before the first plan and while re-learning), the steps
+        (``_runtime_kinds.Steps.report``), ``watching`` (why learning stopped, or None), the
+        native counters (``native``) and what calibration measured (``calibration``).
+        ``state`` is a plain string, like the rest (JSON)."""
         from . import native
 
         with self._lock:
@@ -668,6 +668,7 @@ class Scheduler:
             out["predicted"] = dict(self.plan.meta.get("predicted") or {}) \
                 if self.plan is not None else {}
             out["tuning"] = dict(self.tuning)
+            out.update(self._steps.report(), watching=self.watching)
             if self._dog is not None and self._dog.plan is not None:
                 out["watchdog"] = self._dog.report()
             if self.tuning_skipped:

@@ -9,6 +9,7 @@
  * action whose block is not live (not yet allocated, already freed, or its address reused
  * by another allocation: the ordinal tells them apart) is skipped.
  * Divergence: when allocation j of the iteration has a size other than alloc_sizes[j]
+ * (0: any size, a position the batch's shapes resize)
  * (or there are more allocations than the plan knows), the rest of the iteration runs
  * without actions and the divergence is counted; the next iteration starts afresh.
  * Ordering: evictions and prefetches go on two side streams (one per copy direction),
@@ -219,7 +220,7 @@ int uvm_exec_arm_at(uvm_exec *x, const uvm_plan_row *rows, size_t n_rows,
         if (!addrs[j] ||
             uvm_pool_lookup(&uvm_g.pool, (void *)(uintptr_t)addrs[j], &blk) != UVM_OK)
             continue;
-        if (!x->diverged && blk.req != x->alloc_sizes[j]) {
+        if (!x->diverged && x->alloc_sizes[j] && blk.req != x->alloc_sizes[j]) {
             x->diverged = true;
             x->st.divergences++;
             uvm_trace(UVM_EV_DIVERGENCE, addrs[j], blk.req, 0, x->device, (int64_t)j);
@@ -359,7 +360,7 @@ void uvm_exec_on_event(uvm_exec *x, int kind, const uvm_block *b, void *stream) 
     if (kind == UVM_EV_ALLOC) {
         uint64_t j = x->allocs_in_iter++;
         if (!x->diverged) {
-            if (j >= x->n_allocs || b->req != x->alloc_sizes[j]) {
+            if (j >= x->n_allocs || (x->alloc_sizes[j] && b->req != x->alloc_sizes[j])) {
                 x->diverged = true;
                 x->st.divergences++;
                 uvm_trace(UVM_EV_DIVERGENCE, (uint64_t)(uintptr_t)b->addr, b->req, 0, x->device,

@@ -196,7 +196,7 @@ UVM_API int uvm_sched_discard(void *ptr, size_t bytes, int device, void *stream)
 UVM_API int uvm_sched_synchronize(void *stream, int device);
 
 /* Executor.  rows sorted or not (the executor sorts a copy by tick); alloc_sizes[j] = bytes
- * of allocation j of the iteration; period_events = allocator events per iteration.
+ * of allocation j of the iteration (0: any size); period_events = allocator events per iteration.
  * start_now: the iteration starts with the next allocator event (else at the next
  * marker, sync=marker only).  Replaces any armed plan.  UVM_EINVAL (nothing replaced)
  * when rows or alloc_sizes is NULL with a count above 0, or period_events is not in

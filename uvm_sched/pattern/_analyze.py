@@ -50,7 +50,8 @@ import numpy as np
 
 from .._errors import Error
 from ..trace._model import EventKind, Trace
-from ._evidence import check_learned, describe_kinds, iteration_kinds, structure_tokens
+from ._evidence import (check_learned, describe_kinds, iteration_kinds, structure_tokens,
+                        varying_allocs)
 from ._period import detect_period, make_hash, tokenize
 from ._tables import ACTIVATION_SHARE, CLASSES, AllocEvents, block_tables
 
@@ -70,7 +71,9 @@ class Pattern:
     ``period_events`` allocator events per iteration; ``iterations`` (start_tick, stop_tick)
     per iteration found; ``rep`` the representative one, spanning ``start_tick`` ..
     ``stop_tick``; ``source`` "markers" or "learned"; ``events`` / ``blocks`` its tables;
-    ``tick_ns`` its device time per tick (ns); ``notes`` say what was decided and why.
+    ``tick_ns`` its device time per tick (ns); ``notes`` say what was decided and why;
+    ``alloc_varies`` per ALLOC of the representative whether per-batch shapes resize it
+    (``_evidence.varying_allocs``: a plan names those by position).
     """
 
     period_events: int
@@ -91,6 +94,8 @@ class Pattern:
     notes: list[str] = field(default_factory=list)
     evidence: dict[str, Any] = field(default_factory=dict)  # signal, coverage, rule figures
     kinds: list[dict[str, Any]] = field(default_factory=list)  # iterations grouped
+    # per ALLOC of the representative: its size changes between iterations of its structure
+    alloc_varies: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
     time_source: str = ""  # Trace.time_source: what the trace's clock is (words)
 
     @property
@@ -263,6 +268,7 @@ def analyze(trace: Trace) -> Pattern:
         notes=notes,
         evidence=found.evidence,
         kinds=kinds,
+        alloc_varies=varying_allocs(seg, rep, kinds, ev.kind, ev.size),
     )
 
 

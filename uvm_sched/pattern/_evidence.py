@@ -47,8 +47,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["check_learned", "iteration_kinds", "structure_tokens", "MIN_COPIES", "OLD_FREE_MAX", "PEAK_SLACK",
-           "MIN_ITER_COVERAGE"]
+__all__ = ["check_learned", "iteration_kinds", "structure_tokens", "varying_allocs", "MIN_COPIES",
+           "OLD_FREE_MAX", "PEAK_SLACK", "MIN_ITER_COVERAGE"]
 
 MIN_COPIES = 3
 OLD_FREE_MAX = 0.02  # share of the events of iterations 2.. that free older blocks
@@ -255,3 +255,23 @@ def describe_kinds(kinds: list[dict[str, Any]], n_its: int) -> str | None:
         parts.append(f"{kd['label']}: #{shown} ({'same count' if d == 0 else f'{d:+,} events'})")
     more = f"; {len(odd) - 6} more kinds" if len(odd) > 6 else ""
     return f"{n_odd} of {n_its} iterations differ from the representative -- " + "; ".join(parts) + more
+
+
+def varying_allocs(seg: np.ndarray, rep: int, kinds: list[dict[str, Any]], ev_kind: np.ndarray,
+                   ev_size: np.ndarray) -> np.ndarray:
+    """Per ALLOC of the representative iteration: whether its size differs in an iteration
+    of the same structure (the ``steady`` and ``same structure, other sizes`` kinds): the
+    positions per-batch shapes resize, which a plan names by position and sizes at run time
+    (``planner``: ``alloc_sizes`` 0)."""
+    a, b = seg[rep]
+    rep_alloc = ev_kind[a:b] == 0
+    want = ev_size[a:b][rep_alloc]
+    out = np.zeros(len(want), bool)
+    for kd in kinds:
+        if kd["label"] not in ("steady", "same structure, other sizes"):
+            continue
+        for i in kd["iterations"]:
+            s, e = seg[i]
+            if e - s == b - a:
+                out |= ev_size[s:e][rep_alloc] != want
+    return out

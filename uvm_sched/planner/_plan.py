@@ -71,11 +71,13 @@ class Plan:
 
     Columns of ``actions``: ``tick`` (allocator-event ordinal in the iteration),
     ``action`` (one of ``ACTIONS``), ``block`` (ordinal, see module doc), ``persistent``,
-    ``offset`` and ``bytes`` (the byte range of the block the action covers).
+    ``offset`` and ``bytes`` (the byte range of the block the action covers; ``bytes`` 0:
+    to the block's end, whatever its size at run time).
 
     ``meta`` holds at least ``version``, ``budget_bytes``, ``hw``, ``mode``,
     ``period_events`` (allocator events per iteration) and ``alloc_sizes`` (the byte size
-    of each allocation of the iteration, in order: the executor's divergence check).
+    of each allocation of the iteration, in order: the executor's divergence check; 0 for
+    an allocation whose size changes with the batch's shapes, checked by position only).
     """
 
     def __init__(self, actions, meta: Mapping[str, Any]) -> None:
@@ -173,8 +175,17 @@ class Plan:
                 f"period={self.meta['period_events']} events, {len(self)} actions {counts}>")
 
     def summary(self) -> dict[str, Any]:
-        """Counts and bytes per action, for humans and the plan file's header."""
-        g = self.actions.groupby("action")["bytes"]
+        """Counts and bytes per action, for humans and the plan file's header (a
+        whole-block action on a position sized at run time counts the planned size)."""
+        acts = self.actions
+        planned = self.meta.get("planned_alloc_sizes")
+        if planned is not None and len(acts):
+            nbytes = acts["bytes"].to_numpy(np.int64).copy()
+            blk = acts["block"].to_numpy(np.int64)
+            fill = (nbytes == 0) & ~acts["persistent"].to_numpy(bool) & (blk < len(planned))
+            nbytes[fill] = np.asarray(planned, np.int64)[blk[fill]]
+            acts = acts.assign(bytes=nbytes)
+        g = acts.groupby("action")["bytes"]
         return {a: {"count": int(g.count().get(a, 0)), "bytes": int(g.sum().get(a, 0))}
                 for a in ACTIONS}
 
@@ -314,11 +325,12 @@ def _occurs(hay: np.ndarray, needle: np.ndarray) -> bool:
         return True
     if m > len(hay):
         return False
-    cand = np.flatnonzero(hay[: len(hay) - m + 1] == needle[0])
-    for j in range(1, m):
+    cand = np.arange(len(hay) - m + 1)
+    for j in range(m):
         if not len(cand):
             return False
-        cand = cand[hay[cand + j] == needle[j]]
+        if needle[j]:  # 0: any size (a plan's position sized at run time)
+            cand = cand[hay[cand + j] == needle[j]]
     return bool(len(cand))
 
 

@@ -98,6 +98,7 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "auto", **opts: Any) -> Pla
                 int(opts.get("discard_min_bytes", DISCARD_MIN_BYTES)),
                 bool(opts.get("populate", True)))
     actions = _actions(prob, info, sched, *act_opts)
+    _sizes_at_run_time(pat, info, actions)
     E = prob.E
     pred = dict(sched.predicted)
     pred.update(_coarse_cost(prob))
@@ -111,6 +112,9 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "auto", **opts: Any) -> Pla
         "mode_reason": mode_reason,
         "period_events": int(E),
         "alloc_sizes": [int(s) for s in info["alloc_sizes"]],
+        # the planned iteration's sizes where alloc_sizes says 0 (what summary() counts)
+        **({"planned_alloc_sizes": [int(s) for s in info["planned_alloc_sizes"]]}
+           if "planned_alloc_sizes" in info else {}),
         "sync": "marker" if getattr(pat, "source", "learned") == "markers" else "period",
         # period sync counts iterations on this grid: the allocator event (from the trace's
         # start) where the learned iteration begins, so a warm-up that does not fill whole
@@ -312,6 +316,27 @@ def _tick_durations(pat) -> np.ndarray:
     elif bad.any():
         d[bad] = float(np.median(d[~bad]))
     return d
+
+
+def _sizes_at_run_time(pat, info: dict, actions) -> None:
+    """Name the allocations per-batch shapes resize by position alone (issue 22): their
+    ``alloc_sizes`` entry becomes 0 (the executor checks no size there) and a whole-block
+    action on one covers ``bytes`` 0 (the whole block at its run-time size), so a plan
+    learned from some sequence lengths runs on others. Why this and not a plan per shape:
+    the shapes are unbounded (every batch pads to its own length), the structure is one."""
+    varies = np.asarray(getattr(pat, "alloc_varies", ()), bool)
+    sizes = info["alloc_sizes"]
+    if not varies.any() or len(varies) != len(sizes):
+        return
+    info["planned_alloc_sizes"] = sizes
+    info["alloc_sizes"] = np.where(varies, 0, sizes)
+    if len(actions):
+        blk = actions["block"].to_numpy(np.int64)
+        local = ~actions["persistent"].to_numpy(bool) & (blk < len(varies))
+        whole = local & (actions["offset"].to_numpy(np.int64) == 0)
+        whole[whole] &= varies[blk[whole]] & (actions["bytes"].to_numpy(np.int64)[whole]
+                                              == np.asarray(sizes)[blk[whole]])
+        actions.loc[whole, "bytes"] = 0
 
 
 def _problem(pat, prof, samples: dict | None, remote_fallback: bool = False,

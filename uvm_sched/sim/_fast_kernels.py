@@ -449,7 +449,7 @@ def plan_table(end_t, ev_ptr, ev_kind, ev_block, bsize, balloc_tick, is_mark, fi
                 j = nalloc
                 allocs[nalloc] = ev_block[i]
                 nalloc += 1
-                if armed and (j >= len(sizes) or sizes[j] != bsize[ev_block[i]]):
+                if armed and (j >= len(sizes) or (sizes[j] != 0 and sizes[j] != bsize[ev_block[i]])):
                     armed = False
                     div += 1
             if not armed or k >= period:

@@ -126,7 +126,7 @@ class PlanSchedule(Schedule):
     every ``period_events`` allocator events with ``sync == "period"``); an action with tick
     ``k`` is issued right after allocator event ``k`` of the iteration; non-persistent
     ordinal ``j`` is the iteration's ``j``-th ALLOC, persistent ordinal ``j`` the trace's
-    ``j``-th ALLOC; an ALLOC whose size differs from ``alloc_sizes[j]`` disarms the plan
+    ``j``-th ALLOC; an ALLOC whose size differs from ``alloc_sizes[j]`` (0: any) disarms the plan
     for the rest of the iteration (one divergence). Actions after an ALLOC are issued
     before the tick's kernel, those after a FREE after it (the trace does not say where
     within a tick's allocs an action falls, so all of a tick's ALLOCs precede its actions).
@@ -196,7 +196,8 @@ class PlanSchedule(Schedule):
             if kinds[i] == EventKind.ALLOC:
                 j = len(self.allocs)
                 self.allocs.append(int(blocks[i]))
-                if self.armed and (j >= len(self.sizes) or self.sizes[j] != p.bsize[blocks[i]]):
+                if self.armed and (j >= len(self.sizes) or (  # size 0: any (sized at run time)
+                        self.sizes[j] and self.sizes[j] != p.bsize[blocks[i]])):
                     self.armed = False
                     self.divergences += 1
             if not self.armed or k >= self.period:

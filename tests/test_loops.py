@@ -1,0 +1,182 @@
+"""Training loops that vary (issue 22), on the generated shapes of ``pattern._loops``: the
+iterations found, plans from the warm-up that survive per-batch shapes, and a runtime that
+matches each step to its kind and settles. A fast subset of benchmarks/bench_loops.py."""
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from uvm_sched import planner
+from uvm_sched.pattern import analyze
+from uvm_sched.pattern._loops import SHAPES, judge, loop_trace
+
+from _planner_helpers import host_backend
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from bench_loops import plan_vs_demand, twin, warmup_prefix  # noqa: E402
+
+host = pytest.fixture(host_backend)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_with_markers_the_iterations_are_the_true_steps(shape):
+    tr, truth = loop_trace(shape, markers=True, steps=12)
+    pat = analyze(tr)
+    assert pat.source == "markers" and len(pat.iterations) == truth.steps
+    assert judge(pat, truth) == "steps"
+    if len(set(truth.kinds)) > 1 or shape == "partial_last":
+        assert len(pat.kinds) > 1, pat.kinds  # the odd steps are reported as kinds
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_without_markers_a_period_is_never_shorter_than_a_step(shape):
+    tr, truth = loop_trace(shape, markers=False, steps=12)
+    pat = analyze(tr)
+    verdict = judge(pat, truth)
+    assert verdict in ("steps", "groups of steps", "no period"), (verdict, pat.notes)
+    if verdict == "steps":  # a step or two at the ends may fall outside the learned phase
+        assert truth.steps - 2 <= len(pat.iterations) <= truth.steps
+    if verdict == "no period":
+        assert any(n.startswith("no period: ") for n in pat.notes)
+
+
+def test_judge_calls_a_micro_step_period_a_sub_period():
+    tr, truth = loop_trace("grad_accum", markers=False, steps=6, k=3)
+    pat = analyze(tr)
+    pat.period_events = (truth.bounds[2] - truth.bounds[1]) // 3  # one micro-step
+    assert judge(pat, truth) == "sub-period"
+
+
+def test_the_plan_names_the_allocations_per_batch_shapes_resize_by_position():
+    tr, truth = loop_trace("dynamic_padding", steps=8)
+    p = planner.plan(warmup_prefix(tr, truth), "50%", "h200-pcie5")
+    sizes = np.asarray(p.meta["alloc_sizes"])
+    assert (sizes == 0).any()  # the activations: by position
+    assert {512, 1 << 20} <= set(sizes.tolist())  # the loss and the workspaces: sizes checked
+    acts = p.actions
+    local = acts[~acts["persistent"].to_numpy(bool)]
+    resized = sizes[local["block"].to_numpy()] == 0
+    assert (local["bytes"].to_numpy()[resized] == 0).all()  # the whole block, as it comes
+    p.check_trace(tr)  # its iteration occurs in the whole loop, whatever the sizes
+    # the summary counts the planned iteration's bytes for them
+    assert all(v["bytes"] > 0 for v in p.summary().values() if v["count"]), p.summary()
+
+
+def test_a_fixed_shape_loop_keeps_every_size_checked():
+    tr, truth = loop_trace("fixed", steps=6)
+    p = planner.plan(tr, "50%", "h200-pcie5")
+    assert min(p.meta["alloc_sizes"]) > 0
+
+
+@pytest.mark.parametrize("shape", ["dynamic_padding", "partial_last", "missing_events",
+                                   "eval_every", "grad_accum"])
+def test_a_plan_from_the_warm_up_is_never_slower_than_demand_on_the_whole_loop(shape):
+    tr, truth = loop_trace(shape, steps=10)
+    r = plan_vs_demand(tr, truth, "h200-pcie5", "50%")
+    assert r["ratio"] <= 1.0, r
+    if shape == "dynamic_padding":
+        assert r["divergences"] == 0, r  # other sequence lengths, the plan runs on
+
+
+def test_dynamic_padding_saves_within_10pct_of_its_fixed_shape_twin():
+    tw = twin(steps=10)
+    assert tw["within_10pct"], tw
+    assert tw["fixed_saving"] > 0.1  # (a twin that saves nothing would prove nothing)
+
+
+def test_the_executor_runs_a_dynamic_padding_plan_on_other_shapes_without_divergence(host):
+    from uvm_sched import native
+    from uvm_sched._armed import replay
+
+    tr, truth = loop_trace("dynamic_padding", steps=8)
+    p = planner.plan(warmup_prefix(tr, truth), "50%", "h200-pcie5")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ev = replay(tr, p)
+    k = ev["kind"]
+    from uvm_sched._codes import NativeEvent
+
+    assert np.count_nonzero(k == int(NativeEvent.ITER)) >= 4
+    assert np.count_nonzero(k == int(NativeEvent.DIVERGENCE)) == 0
+    assert native.stats()["divergences"] == 0
+
+
+def _replay(shape: str, **kw):
+    from uvm_sched._runtime_replay import replay_loop
+
+    tr, truth = loop_trace(shape, markers=kw.pop("markers", True), steps=kw.pop("steps", 14),
+                           **kw)
+    return replay_loop(tr, budget="50%", hw="h200-pcie5", worker="thread", watchdog_iters=0), truth
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_the_runtime_runs_armed_for_most_steps_after_its_first_plan(host, shape):
+    st, truth = _replay(shape)
+    assert st["state"] == "armed" and st["plans"] == 1 and st["relearns"] == 0, st["not_armed"]
+    assert st["armed_share"] >= 0.8, (st["armed_share"], st["kinds"], st["not_armed"])
+    assert sum(r["steps"] for r in st["kinds"].values()) == truth.steps - 1  # (the last is open)
+    assert st["not_armed"]["warm-up: no plan yet"] == 3
+
+
+def test_an_eval_batch_met_again_is_an_expected_kind_not_a_divergence(host):
+    st, truth = _replay("eval_every", steps=16, k=3)
+    evals = [r for label, r in st["kinds"].items() if label.startswith("new (")]
+    assert len(evals) == 1 and evals[0]["armed"] == 0 and evals[0]["steps"] >= 3
+    assert st["not_armed"]["diverged from the plan"] == 1  # the first one only
+    assert sum(v for why, v in st["not_armed"].items() if "not the planned one" in why) >= 2
+    assert st["relearns"] == 0 and st["state"] == "armed"
+
+
+def test_a_step_with_events_missing_is_one_divergence_and_no_relearn(host):
+    st, _ = _replay("missing_events")
+    assert st["not_armed"].get("diverged from the plan") == 1 and st["relearns"] == 0
+
+
+def test_a_loop_without_markers_runs_on_the_learned_period(host):
+    st, _ = _replay("dynamic_padding", markers=False)
+    assert st["state"] == "armed" and st["sync"] == "period"
+    assert st["executor_clean_share"] == 1.0 and st["armed_share"] is None
+
+
+def _events(*steps: str) -> np.ndarray:
+    """Drained events: per step a MARK, then 'a' (alloc), 'f' (free), 'd' (divergence)."""
+    from uvm_sched._codes import NativeEvent
+    from uvm_sched.native import EVENT_DTYPE
+
+    code = {"a": NativeEvent.ALLOC, "f": NativeEvent.FREE, "d": NativeEvent.DIVERGENCE}
+    kinds = []
+    for s in steps:
+        kinds += [int(NativeEvent.MARK)] + [int(code[c]) for c in s]
+    ev = np.zeros(len(kinds), EVENT_DTYPE)
+    ev["kind"] = kinds
+    return ev
+
+
+def test_steps_are_matched_to_the_kinds_the_plan_was_learned_from():
+    from uvm_sched._runtime_kinds import PLANNED, Steps, step_key
+
+    steps = Steps()
+    train = "aaff"
+    known = {(4, step_key(np.array([0, 0, 1, 1], bool))): PLANNED,
+             (2, step_key(np.array([0, 1], bool))): "other (-2 events)"}
+    assert steps.feed(_events("af"), "warm-up: no plan yet") == 0  # a step opens
+    assert steps.feed(_events(train), "warm-up: no plan yet") == 0  # it ends, unplanned
+    steps.new_plan(known, at_marker=True)  # armed at the marker that opened this one
+    # that train step ends; an eval that diverges (a known kind: expected), a new kind that
+    # diverges (counts), the planned kind diverging (counts), train (still open)
+    assert steps.feed(_events("adf", "aadf", "aadff", train), None) == 2
+    r = steps.report()
+    assert r["kinds"] == {"before the first plan": {"steps": 1, "armed": 0},
+                          PLANNED: {"steps": 2, "armed": 1},
+                          "other (-2 events)": {"steps": 1, "armed": 0},
+                          "new (3 events)": {"steps": 1, "armed": 0}}
+    assert r["not_armed"] == {"warm-up: no plan yet": 1, "diverged from the plan": 2,
+                              "kind 'other (-2 events)': not the planned one, runs unplanned": 1}
+    assert r["steps_armed"] == 1 and r["armed_share"] == pytest.approx(1 / 4)
+    # the new kind met again is a kind of this loop: expected, the run of divergences ends
+    assert steps.feed(_events("aadf", train), None) == 0
+    assert steps.report()["kinds"]["new (3 events)"] == {"steps": 2, "armed": 0}

@@ -1,0 +1,214 @@
+"""Each step's kind, whether it ran armed and why not; when a run of bad steps means relearn.
+
+Rule: a step (the events from one marker to the next) is matched to a kind by its string
+of allocs and frees -- its key is (allocator events, CRC-32 of that string), sizes left out
+-- against the kinds of the iterations the plan was learned from (``kind_keys``: the
+pattern's ``steady`` kind and its per-batch shapes are the planned one; warm-up, eval, a
+partial batch are other kinds). The plan names the allocations that per-batch shapes resize
+by position (``planner``: sizes at run time), so a step of the planned kind runs armed
+whatever its shapes. A step whose plan stopped at a divergence is then:
+
+* of a known other kind (eval, a partial batch, seen while learning) -- expected: it ran
+  unplanned, and is never a reason to relearn;
+* of a kind met for the second time since the plan -- a kind as well (an eval every k
+  steps that the warm-up did not reach): expected from then on;
+* else (a new kind, or the planned kind with sizes the plan checks) -- a divergence; only
+  ``relearn_after`` of those in a row make the Scheduler relearn.
+
+Why not relearn on every divergence, as before: a loop with eval batches or a partial last
+batch then relearned forever and never settled. Relearning is bounded as well: after
+``relearn_limit`` relearns the Scheduler stops learning and watches (``State.WATCHING``),
+and says why. ``stats()`` reports the steps per kind, how many ran armed, and for every
+other step the reason (``Steps.report``).
+
+Why one plan keyed by structural position with sizes resolved at run time, not one plan
+per kind: the executor holds one table, armed at a marker, and a step's kind is known only
+once its events have come; a table per kind would need a guess of the next kind. The kind
+that varies most -- per-batch shapes, every batch padded to its own length -- is one
+structure, so a plan named by position covers all of it; the other kinds (eval, a partial
+batch) are a small share of the steps and run unplanned, expected (benchmarks/results/
+loops.md: armed for 80-100% of the steps after the first plan on every marked shape).
+"""
+from __future__ import annotations
+
+import logging
+import zlib
+from typing import Any
+
+import numpy as np
+
+from ._runtime_recording import ALLOC, DIVERGENCE, FREE, ITER, MARK
+from ._runtime_states import State
+
+__all__ = ["Steps", "kind_keys", "spend_relearn", "why_not", "PLANNED"]
+
+# the Scheduler's logger: its per-step lines beside its transitions, where a user turns it up
+logger = logging.getLogger("uvm_sched.runtime")
+
+PLANNED = "planned"  # the label of the kind the plan was made for
+_LABELS = {"steady": PLANNED, "same structure, other sizes": PLANNED,
+           "first (warm-up?)": "warm-up", "last (partial batch or cut short?)": "last"}
+
+Key = tuple  # (allocator events, crc32 of the alloc/free string)
+
+
+def step_key(is_free: np.ndarray, crc: int = 0) -> int:
+    """CRC-32 of a string of allocator events (True: a free), continued from ``crc``."""
+    return zlib.crc32(np.ascontiguousarray(is_free, np.uint8).tobytes(), crc)
+
+
+def kind_keys(pat, ev_kind: np.ndarray) -> dict[Key, str]:
+    """Per kind of ``pat`` (``Pattern.kinds``): the key of each of its iterations -> its
+    label (``PLANNED`` for the representative's structure). ``ev_kind``: the trace's
+    allocator events (0 alloc, 1 free), as ``pat.iteration_events`` counts them."""
+    out: dict[Key, str] = {}
+    for kd in pat.kinds:
+        label = _LABELS.get(kd["label"]) or f"other ({kd['delta_events']:+,} events)"
+        for i in kd["iterations"]:
+            a, b = pat.iteration_events[i]
+            key = (int(b - a), step_key(ev_kind[a:b] == 1))
+            if out.get(key) != PLANNED:  # a twin of the planned structure stays planned
+                out[key] = label
+    return out
+
+
+class Steps:
+    """The steps seen, by kind, and the run of divergences that asks for a relearn.
+
+    ``feed(ev, why_not)`` per drained batch: ``why_not`` is None while a plan is armed,
+    else why none is (the steps that end in the batch are counted with it). It returns
+    how many steps in a row have diverged unexpectedly (``relearn_after`` of them:
+    relearn)."""
+
+    def __init__(self) -> None:
+        self.known: dict[Key, str] = {}
+        self.new_kinds: dict[Key, int] = {}  # kinds met since the plan: times seen
+        self.kinds: dict[str, dict[str, int]] = {}  # label -> steps, armed
+        self.not_armed: dict[str, int] = {}  # reason -> steps
+        self.after_plan = 0  # steps since the first plan was armed
+        self.armed_after_plan = 0
+        self.bad_in_row = 0
+        self.iter_run = 0  # executor iterations in a row with a divergence (period sync)
+        self._iter_div = 0  # divergences in the executor's current iteration
+        self._open = False  # a marker has started a step
+        self._n = 0  # its allocator events so far
+        self._crc = 0
+        self._div = False  # a divergence in it
+        self._why: str | None = None  # why it did not run armed, known before its end
+
+    def new_plan(self, known: dict[Key, str], at_marker: bool) -> None:
+        """A plan was armed, learned from iterations of these kinds; ``at_marker``: with
+        the step that has just started (else from the next one)."""
+        self.known = dict(known)
+        self.new_kinds = {}
+        self.bad_in_row = 0
+        if not at_marker and self._open:
+            self._why = "the plan was armed during it"
+        if not self.after_plan:
+            self.after_plan = -1  # (the step now starting is the first one after it)
+
+    def feed(self, ev: np.ndarray, why_not: str | None) -> int:
+        k = ev["kind"]
+        marks = np.flatnonzero(k == MARK)
+        start = 0
+        for m in marks.tolist() + [len(k)]:
+            part = k[start:m]
+            if self._open:
+                alloc_free = part[(part == ALLOC) | (part == FREE)]
+                self._n += len(alloc_free)
+                self._crc = step_key(alloc_free == FREE, self._crc)
+                self._div = self._div or bool(np.any(part == DIVERGENCE))
+            if m == len(k):
+                break
+            if self._open:
+                self._end(self._why or why_not)
+            self._open, self._n, self._crc, self._div, self._why = True, 0, 0, False, None
+            start = m + 1
+        return self.bad_in_row
+
+    def reset_run(self) -> None:
+        """A fresh recording: no divergences in a row."""
+        self.bad_in_row = self.iter_run = self._iter_div = 0
+
+    def iterations(self, k: np.ndarray, counters: dict[str, Any]) -> int:
+        """The executor's iterations (ITER) and divergences in drained kinds ``k``,
+        counted in ``counters``; returns its iterations in a row with a divergence (what
+        a plan synced on the learned period, without markers, relearns by)."""
+        for kind in k[(k == ITER) | (k == DIVERGENCE)].tolist():
+            if kind == DIVERGENCE:
+                self._iter_div += 1
+                counters["divergences"] += 1
+                continue
+            counters["iterations_armed"] += 1  # a new iteration: judge the one that ended
+            self.iter_run = self.iter_run + 1 if self._iter_div else 0
+            logger.debug("armed iteration %d ended: %d divergences (%d iterations in a row "
+                         "with one)", counters["iterations_armed"], self._iter_div,
+                         self.iter_run)
+            self._iter_div = 0
+        return self.iter_run
+
+    def _end(self, why_not: str | None) -> None:
+        key = (self._n, self._crc)
+        label = self.known.get(key)
+        expected = label is not None and label != PLANNED
+        if label is None and self.known:
+            seen = self.new_kinds[key] = self.new_kinds.get(key, 0) + 1
+            label = f"new ({self._n:,} events)"
+            expected = seen >= 2  # a kind met again is a kind of this loop
+        label = label or "before the first plan"
+        armed = why_not is None and not self._div
+        if why_not is not None:
+            reason = why_not
+        elif self._div:
+            reason = (f"kind {label!r}: not the planned one, runs unplanned" if expected
+                      else "diverged from the plan")
+        else:
+            reason = None
+        bad = why_not is None and self._div and not expected
+        self.bad_in_row = self.bad_in_row + 1 if bad else 0
+        row = self.kinds.setdefault(label, {"steps": 0, "armed": 0})
+        row["steps"] += 1
+        row["armed"] += armed
+        if reason is not None:
+            self.not_armed[reason] = self.not_armed.get(reason, 0) + 1
+        logger.debug("step ended: kind %r, %s", label, "armed" if armed else reason)
+        if self.after_plan:
+            self.after_plan = max(self.after_plan, 0) + 1
+            self.armed_after_plan += armed
+
+    def report(self) -> dict[str, Any]:
+        """``stats()``'s part: ``steps_armed``, ``armed_share`` (of the steps since the
+        first plan was armed; None before), ``kinds`` (label -> steps, armed) and
+        ``not_armed`` (reason -> steps)."""
+        n = max(self.after_plan, 0)
+        return {"steps_armed": sum(r["armed"] for r in self.kinds.values()),
+                "armed_share": self.armed_after_plan / n if n else None,
+                "kinds": {k: dict(v) for k, v in self.kinds.items()},
+                "not_armed": dict(self.not_armed)}
+
+
+def why_not(s: Any) -> str | None:
+    """Why the steps that end now ran without a plan under the ``Scheduler`` ``s`` (None:
+    one was armed)."""
+    if s.state is State.ARMED:
+        dog = s._dog  # timing no plan: the plan is disarmed for a few steps
+        return "the watchdog timed no plan" if dog is not None and dog.plan is s.plan \
+            and dog.phase == "none" else None
+    if s.state is State.RECORDING:
+        return "relearning" if s._counters["plans"] else "warm-up: no plan yet"
+    if s.state is State.UNPLANNED:
+        return "the watchdog found the plan slower than none"
+    return f"watching: {s.watching}" if s.state is State.WATCHING else str(s.state)
+
+
+def spend_relearn(counters: dict[str, Any], limit: int, why: str) -> str | None:
+    """A relearn is asked for (``why``): None while ``limit`` allows one (a failed learn
+    is counted in ``counters["learn_retries"]``; a relearn by the plan it drops), else why
+    the Scheduler stops learning and watches."""
+    done = counters["relearns"] + counters["learn_retries"]
+    if done >= limit:
+        return (f"{why} after {counters['relearns']} relearns and {counters['learn_retries']} "
+                f"failed learns (relearn_limit={limit}); the allocator runs unplanned and "
+                "nothing more is learned")
+    counters["learn_retries"] += why == "learning failed"
+    return None
