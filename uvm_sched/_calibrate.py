@@ -118,8 +118,12 @@ def profile_from(fig: dict[str, Any], base: Any) -> HardwareProfile:
         if field in known and value > 0:
             changes[field] = value
             sources[field] = f"{at}: {how}"
+    ranges = dict(base.ranges)
+    for field, value in changes.items():  # a measurement outside the range widens it
+        lo, hi = ranges.get(field, (value, value))
+        ranges[field] = (min(lo, value), max(hi, value))
     return dataclasses.replace(
-        base, name=f"{base.name}-calibrated", sources=sources,
+        base, name=f"{base.name}-calibrated", sources=sources, ranges=ranges,
         description=f"{base.description}; link and fault path {at}", **changes)
 
 

@@ -117,19 +117,25 @@ static int size_region(probe *q, double budget_s, uvm_calibration *c, uint64_t *
     TRY(span(q, 2, 3, &h2d));
     TRY(span(q, 0, 3, &spent));
     double rp = PILOT / pop, rd = PILOT / d2h, rh = PILOT / h2d;
-    double fast = rh > rd ? rh : rd;
+    double fast = rh > rd ? rh : rd, slow = rh > rd ? rd : rh;
     /* device time per byte of N: populate 3N, d2h 2N, h2d N, duplex (0.75N of the faster
-     * way, up to twice as slow shared), remote (<= N/4 at >= a quarter of d2h) */
-    double per_byte = 3 / rp + 2 / rd + 1 / rh + 1.5 / fast + 1 / rd;
+     * way, up to twice as slow shared), remote (<= N/4 at >= a fifth of the slower way) */
+    double per_byte = 3 / rp + 2 / rd + 1 / rh + 1.5 / fast + 1.25 / slow;
     int k = (int)(budget_s * 0.1 / (2 * FAULT_GUESS_S));
     *k_out = k < 4 ? 4 : k > 64 ? 64 : k;
-    double left = budget_s - spent - 2 * *k_out * FAULT_GUESS_S;
+    /* fixed costs: the pilot, the fault batches, and the duplex step's floor of one block
+     * on the slower way (up to twice as slow shared), which on an asymmetric link is more
+     * than its share of N */
+    double fixed = spent + 2 * *k_out * FAULT_GUESS_S + 2.0 * BLOCK / slow;
+    double left = budget_s - fixed;
     uint64_t n = down(0.7 * (left > 0 ? left : 0) / per_byte);
     if (n > down((double)room)) n = down((double)room);
-    if (n < 4 * BLOCK) { /* the smallest whole probe: does it fit? */
+    if (n < 4 * BLOCK) { /* the smallest whole probe: does it fit, with a margin? */
         n = 4 * BLOCK;
-        double need = spent + 2 * *k_out * FAULT_GUESS_S + n * per_byte;
-        if (need > budget_s) {
+        double need = fixed + n * per_byte;
+        /* the estimate's own error (pilot rates, fault guess) needs the same margin the
+         * sizing above keeps */
+        if (need > 0.8 * budget_s) {
             uvm_set_error("calibrate: a budget of %.0f ms is too small for this device's link "
                           "(pilot: h2d %.2f GB/s, d2h %.2f GB/s); the smallest probe needs "
                           "about %.0f ms", budget_s * 1e3, rh / 1e9, rd / 1e9, need * 1e3);
