@@ -57,7 +57,7 @@ from ._errors import Error, Warning as _Warning
 from ._runtime_clock import WATCHDOG_SLACK, Tuner, Watchdog  # noqa: F401 (SLACK: re-exported)
 from ._runtime_recording import DIVERGENCE, ITER, MARK, Recording, live_ordinal, track_live
 from ._runtime_setup import (check_options, current_device, install_hook, rank,
-                             silent_message, touch_source)
+                             silent_message, start_tracer, touch_source)
 from ._runtime_states import State, StateError
 
 if TYPE_CHECKING:  # for annotations only: importing them costs the Scheduler's start-up
@@ -195,7 +195,11 @@ class Scheduler:
         with self._lock:
             if self.state is State.IDLE:
                 self._enter(State.RECORDING)
-                self.poll()
+                try:
+                    self.poll()
+                except BaseException:  # strict: a start that raises leaves nothing installed
+                    self.close()
+                    raise
         return self
 
     def close(self) -> None:
@@ -483,7 +487,8 @@ class Scheduler:
     def _start_touches(self) -> None:
         if self._touches is not None:
             self._touches.clear()  # a fresh recording: fresh samples
-            self._touches.start()
+            self._touches, self._mode_reason = start_tracer(self._touches, self.mode,
+                                                            self._mode_reason)
 
     def _stop_touches(self) -> None:
         if self._touches is not None:
