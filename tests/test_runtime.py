@@ -187,7 +187,7 @@ def test_sampled_mode_records_its_samples_from_pytorch_ops_during_warmup(host):
 
 def test_default_mode_on_a_pytorch_loop_is_sampled_and_the_tracer_is_gone_once_armed(host):
     torch = pytest.importorskip("torch")
-    from torch.utils._python_dispatch import _get_current_dispatch_mode
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
     loop = TensorLoop()
     with Scheduler(budget="60%", hw="h200-pcie5", warmup_iters=3, hook=False,
@@ -201,7 +201,8 @@ def test_default_mode_on_a_pytorch_loop_is_sampled_and_the_tracer_is_gone_once_a
         assert st["mode_reason"].startswith("auto: sampled, the dispatch tracer saw")
         assert s.samples["block"].nunique() >= loop.layers
         # armed: no dispatch mode on the loop's thread, nothing recorded any more
-        assert not s._touches.active and _get_current_dispatch_mode() is None
+        assert not s._touches.active
+        assert not any(type(m).__name__ == "_Touches" for m in _get_current_dispatch_mode_stack())
         seen = len(s._touches.clocks)
         _run(s, loop, batch=2, iters=2)
         x = torch.ones(4)
@@ -401,6 +402,9 @@ def test_the_scheduler_runs_on_the_given_device_or_torchs_current_one(host, monk
     monkeypatch.setenv("RANK", "3")
     s = Scheduler(hook=False).start()
     assert (s.device, s.rank) == (1, 3)
+    # auto: "torch" is loaded, but this one has no dispatch modes: no tracer, and it says so
+    assert s.stats()["mode_reason"].startswith("auto: oblivious, no access source: "
+                                               "PyTorch's dispatch tracer did not start")
     s.close()
     s = Scheduler(hook=False, device=2).start()
     assert s.device == 2 and s.stats()["device"] == 2
@@ -615,3 +619,20 @@ def test_touch_recorder_sees_tensor_lists_and_every_result_and_stops_recording(h
     n = len(rec.clocks)
     torch.cat([a, b])
     assert len(rec.clocks) == n and not rec.active
+
+
+def test_a_strict_start_that_raises_leaves_no_tracer_or_hook_behind(host):
+    pytest.importorskip("torch")
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    from uvm_sched.runtime import SchedulerError
+
+    native.set_tracing(False)  # recording off: a strict Scheduler raises in start()
+    try:
+        s = Scheduler(budget="60%", hook=True, strict=True, touch_device="cpu")
+        with pytest.raises(SchedulerError, match="event recording is off"):
+            s.start()
+    finally:
+        native.set_tracing(True)
+    assert s.state == "closed" and s._hook_handle is None and not s._touches.active
+    assert not any(type(m).__name__ == "_Touches" for m in _get_current_dispatch_mode_stack())

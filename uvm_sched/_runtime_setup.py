@@ -83,6 +83,19 @@ def touch_source(mode: str, opts: dict, device_type: str) -> tuple[Any, str]:
     return None, f"{mode}, as requested"
 
 
+def start_tracer(touches, mode: str, why: str) -> tuple[Any, str]:
+    """Start the dispatch tracer ``touches``: ``(touches, why)``, or in auto mode, where it
+    cannot start (a PyTorch without dispatch modes), ``(None, why oblivious)``."""
+    try:
+        touches.start()
+    except Exception as e:  # sampled mode has no other source: the error is the user's to see
+        if mode != "auto":
+            raise
+        return None, (f"auto: oblivious, no access source: PyTorch's dispatch tracer did not "
+                      f"start ({type(e).__name__}: {e})")
+    return touches, why
+
+
 def install_hook(pref: Any, step) -> Any:
     """Install ``step`` as PyTorch's global optimizer step hook as ``hook=pref`` asks
     (``"auto"``: when torch is imported); the handle, or None when none was installed."""

@@ -51,7 +51,7 @@ from ._runtime_calib import Calibrator
 from ._runtime_kinds import Steps, spend_relearn, why_not
 from ._runtime_recording import MARK, Recording, live_ordinal, track_live
 from ._runtime_setup import (check_options, current_device, install_hook, rank,
-                             silent_message, touch_source)
+                             silent_message, start_tracer, touch_source)
 from ._runtime_states import State, StateError
 
 if TYPE_CHECKING:  # for annotations only: importing them costs the Scheduler's start-up
@@ -195,7 +195,11 @@ class Scheduler:
         with self._lock:
             if self.state is State.IDLE:
                 self._enter(State.RECORDING)
-                self.poll()
+                try:
+                    self.poll()
+                except BaseException:  # strict: a start that raises leaves nothing installed
+                    self.close()
+                    raise
         return self
 
     def close(self) -> None:
@@ -479,7 +483,8 @@ class Scheduler:
     def _start_touches(self) -> None:
         if self._touches is not None:
             self._touches.clear()  # a fresh recording: fresh samples
-            self._touches.start()
+            self._touches, self._mode_reason = start_tracer(self._touches, self.mode,
+                                                            self._mode_reason)
 
     def _stop_touches(self) -> None:
         if self._touches is not None:
