@@ -23,8 +23,7 @@ allocator running unplanned. Such a problem is never silent: the first of each k
 failure to learn or plan, events dropped by a ring too small for an iteration, event
 recording switched off) emits one ``SchedulerWarning``, ``stats()["problems"]`` keeps their
 history and ``stats()["last_error"]`` the latest; ``Scheduler(strict=True)`` raises
-``SchedulerError`` instead. Options are checked when the Scheduler is made (a bad one is a
-``ValueError``/``TypeError`` there, not an error inside the optimizer hook later).
+``SchedulerError`` instead. Options are checked when the Scheduler is made, not later.
 
 Learning and planning (seconds on an LLM-sized iteration) never run on the training
 thread: once enough is recorded, the events go to a background worker (``_learn``: a
