@@ -142,9 +142,10 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "auto", **opts: Any) -> Pla
         # what the judge may know of the accesses: what the planner read (sampled mode with
         # samples drawn from this trace read its ground truth; oblivious mode never does)
         truth_known = mode == "sampled" and opts.get("samples") is None
-        out = _priced(trace, out, _actions(prob, info, Schedule([], [], sched.remote, {}),
-                                           *act_opts), budget_bytes, prof, truth_known,
-                     [a for a, _ in pat.iterations])
+        advice = _actions(prob, info, Schedule([], [], sched.remote, {}), *act_opts)
+        _sizes_at_run_time(pat, info, advice)  # the advice-only candidate runs on them too
+        out = _priced(trace, out, advice, budget_bytes, prof, truth_known,
+                      [a for a, _ in pat.iterations])
     pred["plan_time_s"] = time.perf_counter() - t0
     return out
 
@@ -325,7 +326,7 @@ def _sizes_at_run_time(pat, info: dict, actions) -> None:
     learned from some sequence lengths runs on others. Why this and not a plan per shape:
     the shapes are unbounded (every batch pads to its own length), the structure is one."""
     varies = np.asarray(getattr(pat, "alloc_varies", ()), bool)
-    sizes = info["alloc_sizes"]
+    sizes = info.get("planned_alloc_sizes", info["alloc_sizes"])  # (once per candidate)
     if not varies.any() or len(varies) != len(sizes):
         return
     info["planned_alloc_sizes"] = sizes
