@@ -1,0 +1,118 @@
+"""What a fault-sampled warm-up sees: the rule of Note [Fault probes], simulated on a trace.
+
+Note [Fault probes]
+~~~~~~~~~~~~~~~~~~~
+Rationale. CUPTI's unified-memory GPU page-fault records (``uvm_sched.native.cupti_*``)
+give the faulting address and a time, without a framework. But a fault shows only the
+first touch of a page that is not resident: a persistent block (weights, optimizer state)
+stays resident after its first touch, so its later uses -- the backward read of a weight,
+the optimizer step -- never fault, and a plan built on first touches alone would evict a
+weight right after its forward read.
+
+Approach. During the warm-up iterations the runtime *probes* a rotating share of the
+persistent blocks: a probed block is moved to the host (a prefetch to the host) right
+after its last observed touch, so that its next use faults and shows itself. Each probe
+learns one more touch per block; a probe that sees no fault before the iteration ends
+closes the block (its touch list is then complete: the block is idle after its last
+touch until the next iteration's first). The first probe of a block moves it at the
+iteration's start (the marker), where nothing is known yet.
+
+* Rotation: the persistent blocks in allocation order are split into
+  ``ceil(1 / share)`` groups (block j in group ``j mod groups``); warm-up iteration i
+  probes group ``i mod groups``.
+* Cost (bounded, reported): each probe migrates the block once to the host and back by
+  faults, ``probe_bytes`` = the sum of the probed blocks' sizes per probe; at most
+  ``warmup_iters x share`` probes per block.
+* Ticks: a fault at allocator-event tick k of an iteration is a touch at tick k (the
+  runtime maps CUPTI timestamps to ticks by the ring's clock, ``_runtime_faults``).
+
+Limitations. Blocks are probed whole (a touch of a page already faulted back in that
+iteration is not seen, so a block is seen at page-first-touch granularity: here, the
+block's first access after the probe point). Non-persistent blocks are not probed: their
+lifetimes come from the allocator; they get no samples and keep the oblivious rule. A
+block not closed by the end of the warm-up has an open touch list: the frame's
+``attrs["complete_touches"]`` is then False and the planner trusts only the first and last
+touch (busy in between), as for sparse samples.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["fault_samples", "probe_groups"]
+
+
+def probe_groups(n_blocks: int, share: float) -> np.ndarray:
+    """Group (0 .. ceil(1/share) - 1) of each of ``n_blocks`` persistent blocks in allocation
+    order; warm-up iteration i probes group ``i mod groups`` (Note [Fault probes])."""
+    if not 0 < share <= 1:
+        raise ValueError(f"share must be in (0, 1] (the fraction of persistent blocks probed "
+                         f"per warm-up iteration), got {share}")
+    return np.arange(n_blocks, dtype=np.int64) % math.ceil(1.0 / share - 1e-9)
+
+
+def fault_samples(trace, pattern=None, *, warmup_iters: int = 3, share: float = 0.5):
+    """The touch-form samples (``planner._sampling`` doc) that a fault-sampled warm-up of
+    ``warmup_iters`` iterations probing ``share`` of the persistent blocks per iteration
+    would collect (Note [Fault probes]), from ``trace``'s ground-truth ACCESS rows of the
+    representative iteration (``pattern``, default ``pattern.analyze(trace)``).
+
+    Returns a DataFrame (iteration, block, persistent, tick; ticks in allocator events from
+    the iteration's start) with ``attrs``: ``complete_touches`` (every sampled block
+    closed), ``probes`` (block probes made), ``probe_bytes`` (bytes moved to the host by
+    them; as many come back by faults), ``closed`` / ``open`` (sampled blocks whose touch
+    list is / is not known complete), ``persistent_blocks``. Pass
+    ``complete_touches=frame.attrs["complete_touches"]`` to ``plan`` (the default there).
+    """
+    import pandas as pd
+
+    from ..trace import EventKind
+
+    if int(warmup_iters) < 1:
+        raise ValueError(f"warmup_iters must be >= 1, got {warmup_iters}")
+    if not trace.has_accesses:
+        raise ValueError("fault_samples simulates faults from the trace's ACCESS rows: this "
+                         "trace has none (record it with accesses, or use oblivious mode)")
+    if pattern is None:
+        from ..pattern import analyze
+
+        pattern = analyze(trace)
+    start, stop = int(pattern.start_tick), int(pattern.stop_tick)
+    blocks = pattern.blocks[pattern.blocks["persistent"].to_numpy(bool)].sort_values("ordinal")
+    groups = probe_groups(len(blocks), share)
+    rows = np.flatnonzero((trace.kind == EventKind.ACCESS) & (trace.tick >= start)
+                          & (trace.tick < stop))
+    bid, tick = trace.block[rows], trace.tick[rows] - start
+    order = np.lexsort((tick, bid))
+    bid, tick = bid[order], tick[order]
+    n_groups = int(groups.max(initial=0)) + 1
+    out_b, out_t = [], []
+    probes = probe_bytes = closed = 0
+    for j, (b, ordinal, size) in enumerate(zip(blocks.index.to_numpy(),
+                                               blocks["ordinal"].to_numpy(np.int64),
+                                               blocks["size"].to_numpy(np.int64))):
+        lo, hi = np.searchsorted(bid, b), np.searchsorted(bid, b, side="right")
+        touches = np.unique(tick[lo:hi])  # this block's ground truth, sorted
+        seen = -1  # tick of the last observed touch (-1: none, probe at the marker)
+        n_probes = sum(1 for i in range(int(warmup_iters)) if i % n_groups == groups[j])
+        done = False
+        for _ in range(n_probes):
+            probes += 1
+            probe_bytes += int(size)
+            k = np.searchsorted(touches, seen, side="right")
+            if k == len(touches):
+                done = True  # no fault until the iteration's end: the list is complete
+                break
+            seen = int(touches[k])
+            out_b.append(int(ordinal))
+            out_t.append(seen)
+        closed += int(done and seen >= 0)
+    sampled = len(set(out_b))
+    df = pd.DataFrame({"iteration": np.zeros(len(out_b), np.int64),
+                       "block": np.asarray(out_b, np.int64),
+                       "persistent": np.ones(len(out_b), bool),
+                       "tick": np.asarray(out_t, np.int64)})
+    df.attrs.update(complete_touches=closed == sampled, probes=probes, probe_bytes=probe_bytes,
+                    closed=closed, open=sampled - closed, persistent_blocks=len(blocks))
+    return df
