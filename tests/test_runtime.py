@@ -119,14 +119,19 @@ def test_scheduler_rejects_bad_arguments():
 
 
 
-def test_sampled_mode_without_pytorch_or_samples_says_what_it_needs(monkeypatch):
+def test_sampled_mode_without_pytorch_samples_faults_or_says_what_it_needs(monkeypatch):
     import importlib.util
+
+    from uvm_sched._runtime_faults import FaultSampler
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "torch" else real(name, *a))
-    with pytest.raises(ValueError, match=r"needs access samples.*plan_opts=\{'samples'"):
-        Scheduler(mode="sampled", hook=False)
+    with pytest.raises(ValueError, match=r"needs PyTorch.*sampler='cupti'.*plan_opts=\{'samples'"):
+        Scheduler(mode="sampled", sampler="torch", hook=False)
+    assert isinstance(Scheduler(mode="sampled", hook=False)._touches, FaultSampler)
+    with pytest.raises(ValueError, match="sampler must be one of"):
+        Scheduler(mode="sampled", sampler="nvml", hook=False)
 
 
 class TensorLoop(Loop):

@@ -44,7 +44,8 @@ def learn(req: dict) -> dict:
     ``samples``, ``cands``: [(label, plan)] for tuning, ``tuning_skipped``), "wait" (a
     learned period with too few repetitions yet), or "error" (``error``: what failed)."""
     from .pattern import PatternError, analyze
-    from .planner import PlanError, plan, samples_from_touches, tuning_candidates
+    from .planner import (PlanError, plan, samples_from_faults, samples_from_touches,
+                          tuning_candidates)
     from .trace import EventKind
     from .trace._native import trace_from_events
 
@@ -60,9 +61,22 @@ def learn(req: dict) -> dict:
         mode = req["mode"]
         if req["touches"] is not None:
             clocks, taddrs, device_type = req["touches"]
-            opts["samples"] = samples_from_touches(trace, addresses, pat, clocks, taddrs,
-                                                   k0=int(events["tick"][0]))
-            if not len(opts["samples"]):
+            cupti = device_type.startswith("cupti")
+            if cupti and clocks is None:
+                mode = "oblivious"  # no CUPTI (stats()["fault_sampling"] says why)
+            elif cupti:
+                opts["samples"] = samples_from_faults(trace, addresses, pat, clocks, taddrs,
+                                                      k0=int(events["tick"][0]))
+                opts["samples"].attrs["complete_touches"] = device_type == "cupti"
+            else:
+                opts["samples"] = samples_from_touches(trace, addresses, pat, clocks, taddrs,
+                                                       k0=int(events["tick"][0]))
+            if cupti and clocks is not None and not len(opts["samples"]):
+                raise ValueError(
+                    f"sampled mode: CUPTI reported {len(clocks):,} GPU page faults in the "
+                    "warm-up and none inside a uvm_sched block of the learned iteration; "
+                    "is the model's memory allocated through uvm_sched?")
+            if mode == "sampled" and not len(opts["samples"]):
                 # planning on would quietly be the oblivious mode
                 raise ValueError(
                     f"sampled mode: the dispatch tracer saw no PyTorch op touch a "

@@ -17,7 +17,7 @@ import numpy as np
 
 def check_options(*, budget: Any, hw: Any, mode: str, hook: Any, strict: Any,
                   plan_opts: Any, device: Any, worker: Any, tune: tuple,
-                  counts: dict[str, Any]) -> dict:
+                  counts: dict[str, Any], sampler: str = "auto") -> dict:
     """Check the Scheduler's options (``counts``: name -> an integer option) in the order
     a user reads them; returns ``plan_opts`` as a dict."""
     for name, v in counts.items():
@@ -47,18 +47,23 @@ def check_options(*, budget: Any, hw: Any, mode: str, hook: Any, strict: Any,
         tuning_candidates(tune, mode, dict(opts))  # checks them now
     if mode not in MODES:
         raise ValueError(f"unknown planning mode {mode!r}; known: {', '.join(MODES)}")
-    if mode == "sampled" and opts.get("samples") is None:
+    from ._runtime_faults import SAMPLERS
+
+    if sampler not in SAMPLERS:
+        raise ValueError(f"sampler must be one of {', '.join(map(repr, SAMPLERS))}, got "
+                         f"{sampler!r}")
+    if mode == "sampled" and opts.get("samples") is None and sampler == "torch":
         # the allocator's ring records allocations, not accesses: the samples come from
-        # PyTorch's dispatcher during the warm-up iterations
+        # PyTorch's dispatcher during the warm-up iterations (or CUPTI's fault records)
         import importlib.util
 
         if importlib.util.find_spec("torch") is None:
             raise ValueError(
-                "Scheduler(mode='sampled') needs access samples, which the allocator does "
-                "not record: with PyTorch installed it records them itself during warm-up "
-                "(a dispatch-mode tracer); without it pass plan_opts={'samples': frame} "
-                "(one row per touch: block, persistent, tick; see "
-                "uvm_sched.planner.draw_samples for the format), or use mode='oblivious'")
+                "Scheduler(mode='sampled', sampler='torch') needs PyTorch to record access "
+                "samples (a dispatch-mode tracer); without it use sampler='cupti' (GPU page "
+                "faults), pass plan_opts={'samples': frame} (one row per touch: block, "
+                "persistent, tick; see uvm_sched.planner.draw_samples for the format), or "
+                "use mode='oblivious'")
     return opts
 
 

@@ -56,6 +56,7 @@ import numpy as np
 
 from ._errors import Error, Warning as _Warning
 from ._runtime_clock import WATCHDOG_SLACK, Tuner, Watchdog  # noqa: F401 (SLACK: re-exported)
+from ._runtime_faults import FaultSampler, make_sampler
 from ._runtime_recording import DIVERGENCE, ITER, MARK, Recording, live_ordinal, track_live
 from ._runtime_setup import check_options, current_device, rank, silent_message
 from ._runtime_states import State, StateError
@@ -100,7 +101,9 @@ class Scheduler:
     dispatch-mode tracer (``integrations.torch.TouchRecorder``) notes which blocks each
     PyTorch op on ``touch_device`` touches; ``samples`` holds what the plan was made with.
     Start, step and close the scheduler in the thread that runs the training loop (the
-    tracer is a PyTorch mode of that thread).
+    tracer is a PyTorch mode of that thread). ``sampler="cupti"`` (``"auto"``: without
+    PyTorch) samples CUPTI's GPU page faults instead, probing persistent blocks
+    (``_runtime_faults``); ``stats()["fault_sampling"]`` says what it collected.
 
     ``tune``: plans to try beside the configured one (``planner.tuning_candidates``):
     guards (ticks, or ``"auto"``), e.g. ``(16, 8)`` -- how far from an allocation or a free
@@ -122,13 +125,13 @@ class Scheduler:
     def __init__(self, budget: Any = "100%", hw: Any = "h200-pcie5", warmup_iters: int = 3,
                  mode: str = "oblivious", *, relearn_after: int = 2, hook: Any = "auto",
                  plan_opts: dict | None = None, min_period_events: int = 64,
-                 touch_device: str = "cuda", tune: Any = None, tune_iters: int = 2,
+                 touch_device: str = "cuda", sampler: str = "auto", tune: Any = None, tune_iters: int = 2,
                  device: int | None = None, worker: str = "process",
                  strict: bool = False, watchdog_iters: int = 3) -> None:
         self.tune = tuple(tune) if tune else ()
         plan_opts = check_options(
             budget=budget, hw=hw, mode=mode, hook=hook, strict=strict, plan_opts=plan_opts,
-            device=device, worker=worker, tune=self.tune,
+            device=device, worker=worker, tune=self.tune, sampler=sampler,
             counts={"warmup_iters": warmup_iters, "relearn_after": relearn_after,
                     "tune_iters": tune_iters, "min_period_events": min_period_events,
                     "watchdog_iters": watchdog_iters})
@@ -153,11 +156,8 @@ class Scheduler:
         self._warned: set[str] = set()  # problem kinds already warned about
         self.last_error: str | None = None
         self._hook_handle: Any = None  # torch's RemovableHandle (torch is optional)
-        self._touches = None  # the dispatch-mode TouchRecorder of sampled mode
-        if mode == "sampled" and plan_opts.get("samples") is None:
-            from .integrations.torch import TouchRecorder  # torch itself loads at start()
-
-            self._touches = TouchRecorder(touch_device)
+        # sampled mode's TouchRecorder (dispatch tracer) or FaultSampler (CUPTI)
+        self._touches = make_sampler(mode, plan_opts, touch_device, sampler, device)
         # what was learned: the plan armed (or last armed), what it was learned from
         self.plan: Plan | None = None
         self.pattern = None
@@ -274,6 +274,8 @@ class Scheduler:
         rec = self._rec
         if len(ev):
             rec.add(ev)
+            if isinstance(self._touches, FaultSampler):
+                self._touches.see(ev, self._live)
         if self._job is not None:
             if self._job.done.is_set():
                 self._finish_learning()
@@ -674,6 +676,8 @@ class Scheduler:
             if self._tuner is not None:
                 out["tuning_now"] = self._tuner.label
             out["native"] = native.stats()
+            if isinstance(self._touches, FaultSampler):
+                out["fault_sampling"] = self._touches.report()
             return out
 
     def _summary(self) -> str:

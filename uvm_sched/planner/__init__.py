@@ -6,8 +6,8 @@ of ``mode="sampled"`` from a trace's ground truth (the frame format a sampling s
 """
 from ._plan import ACTIONS, PLAN_VERSION, Plan, PlanError, PlanMismatchWarning, trace_fingerprint
 from ._planner import MODES, PLAN_OPTIONS, plan, tuning_candidates
-from ._faults import fault_samples
+from ._faults import fault_samples, samples_from_faults
 from ._sampling import draw_samples, samples_from_touches
 
 __all__ = ["plan", "Plan", "PlanError", "ACTIONS", "PLAN_VERSION", "MODES", "draw_samples",
-           "samples_from_touches", "fault_samples", "tuning_candidates", "trace_fingerprint", "PLAN_OPTIONS", "PlanMismatchWarning"]
+           "samples_from_touches", "fault_samples", "samples_from_faults", "tuning_candidates", "trace_fingerprint", "PLAN_OPTIONS", "PlanMismatchWarning"]

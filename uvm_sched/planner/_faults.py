@@ -40,7 +40,7 @@ import math
 
 import numpy as np
 
-__all__ = ["fault_samples", "probe_groups"]
+__all__ = ["fault_samples", "probe_groups", "samples_from_faults"]
 
 
 def probe_groups(n_blocks: int, share: float) -> np.ndarray:
@@ -116,3 +116,40 @@ def fault_samples(trace, pattern=None, *, warmup_iters: int = 3, share: float = 
     df.attrs.update(complete_touches=closed == sampled, probes=probes, probe_bytes=probe_bytes,
                     closed=closed, open=sampled - closed, persistent_blocks=len(blocks))
     return df
+
+
+def samples_from_faults(trace, addresses, pattern, ticks, fault_addrs, *, k0: int):
+    """Touch-form samples (``planner._sampling`` doc) from fault records of a live run.
+
+    ``trace``/``addresses``/``pattern``/``k0`` as for ``samples_from_touches``; ``ticks``:
+    the ring tick in force at each fault (the allocator events served before it, minus
+    one: ``_runtime_faults`` maps CUPTI times to it), ``fault_addrs``: the faulting
+    page's address, anywhere inside a block. A fault belongs to the block whose bytes hold
+    its address and that is alive at its tick; faults in no such block are dropped.
+    O((B + F) log B) for B blocks and F faults, plus O(B) per fault whose address lies in
+    a block reused at another size (rare).
+    """
+    from ._sampling import samples_from_touches
+
+    ticks = np.asarray(ticks, np.int64)
+    fa = np.asarray(fault_addrs, np.uint64)
+    bt = trace.block_table()
+    if not len(ticks) or not len(bt):
+        return samples_from_touches(trace, addresses, pattern, ticks[:0], fa[:0], k0=k0)
+    blk = bt.index.to_numpy(np.int64)
+    base = np.asarray(addresses, np.uint64)[blk]
+    end = base + bt["size"].to_numpy(np.int64).astype(np.uint64)
+    a_t = bt["alloc_tick"].to_numpy(np.int64) + int(k0)
+    f_t = bt["free_tick"].to_numpy(np.int64)
+    f_t = np.where(f_t >= 0, f_t + int(k0), np.iinfo(np.int64).max)
+    order = np.argsort(base, kind="stable")
+    sb = base[order]
+    j = np.searchsorted(sb, fa, side="right") - 1
+    cand = order[np.maximum(j, 0)]
+    ok = (j >= 0) & (fa < end[cand]) & (a_t[cand] <= ticks) & (ticks <= f_t[cand])
+    owner = np.where(ok, base[cand], 0).astype(np.uint64)
+    for i in np.flatnonzero(~ok & (j >= 0)):  # the nearest block below was another's
+        m = (base <= fa[i]) & (fa[i] < end) & (a_t <= ticks[i]) & (ticks[i] <= f_t)
+        if m.any():
+            owner[i], ok[i] = base[np.flatnonzero(m)[0]], True
+    return samples_from_touches(trace, addresses, pattern, ticks[ok] + 1, owner[ok], k0=k0)
