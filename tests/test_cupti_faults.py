@@ -232,3 +232,110 @@ def test_a_probe_outside_the_pool_is_skipped_and_a_bad_row_refused(host):
     with pytest.raises(ValueError, match="probe row 0: tick -2"):
         nf.probe_set(np.array([(-2, 0x1000, 4096, 0, 0)], nf.PROBE_DTYPE))
     nf.probe_set(np.empty(0, nf.PROBE_DTYPE))
+
+
+# ---- the Scheduler's fault sampler ---------------------------------------------------------
+class FaultingLoop:
+    """A training loop whose kernels touch its weights, on a GPU emulated for the fake
+    CUPTI: a touch of a weight that is not resident faults (recorded now, at an address
+    inside it) and makes it resident; a probe (a PROBE event leaving the ring) moves it to
+    the host. Weight i is read in the forward pass (tick 3i+2 of an iteration of L layers),
+    in the backward pass (tick 3L+2(L-1-i)) and by the optimizer (tick 6L-1)."""
+
+    def __init__(self, fake: FakeCupti, layers: int = 4) -> None:
+        self.fake, self.layers = fake, layers
+        self.weights = [native.malloc(4 * MiB) for _ in range(layers)]
+        self.resident: set[int] = set()
+        self.faults = 0
+        native._DRAIN_TAPS.append(self._tap)
+
+    def _tap(self, ev) -> None:
+        for a in ev["addr"][ev["kind"] == int(native.NativeEvent.PROBE)]:
+            self.resident.discard(int(a))
+
+    def touch(self, w: int) -> None:
+        native.peek_events()  # the probes fired so far reach _tap
+        if w not in self.resident:
+            assert self.fake.fault(w + 3 * 65536)
+            self.faults += 1
+            self.resident.add(w)
+
+    def iteration(self) -> None:
+        acts = []
+        for w in self.weights:
+            acts.append(native.malloc(2 * MiB))
+            native.free(native.malloc(MiB // 2))
+            self.touch(w)
+        grads = []
+        for w, a in zip(reversed(self.weights), reversed(acts)):
+            grads.append(native.malloc(2 * MiB))
+            self.touch(w)
+            native.free(a)
+        for g in grads:
+            native.free(g)
+        for w in self.weights:
+            self.touch(w)
+
+    def expected(self) -> set[tuple[int, ...]]:
+        L = self.layers
+        return {(3 * i + 2, 3 * L + 2 * (L - 1 - i), 6 * L - 1) for i in range(L)}
+
+    def close(self) -> None:
+        native._DRAIN_TAPS.remove(self._tap)
+        for w in self.weights:
+            native.free(w)
+
+
+def test_the_fault_sampler_probes_learns_every_weight_touch_and_plans_sampled(cupti):
+    from uvm_sched import Scheduler
+
+    nf.cupti_stop()  # the Scheduler starts it
+    cupti.lib.fake_cupti_clock_offset(7_000_000_000)  # CUPTI's clock is not the ring's
+    loop = FaultingLoop(cupti)
+    try:
+        with Scheduler(budget="50%", warmup_iters=4, mode="sampled", sampler="cupti",
+                       hook=False, worker="thread") as s:
+            s._touches.share = 1.0  # every weight probed each warm-up iteration
+            for _ in range(5):
+                s.step()
+                loop.iteration()
+            s.step()
+            assert s.wait_planned(300), s.last_error
+            fs = s.stats()["fault_sampling"]
+            assert fs["available"] and fs["blocks_closed"] == loop.layers
+            assert fs["probe_issued"] > 0 and fs["probe_bytes"] > 0
+            assert fs["faults"] == loop.faults
+            assert s.plan.meta["mode"] == "sampled"
+            smp = s.samples[s.samples["persistent"]]
+            got = {tuple(sorted(g["tick"])) for _, g in smp.groupby("block")}
+            assert got == loop.expected()
+            assert smp.attrs["complete_touches"] is True
+            # after the warm-up: no probes, CUPTI off, the loop's faults are not collected
+            assert nf.probe_stats()["probe_rows"] == 0
+            assert not cupti.fault(loop.weights[0])
+    finally:
+        cupti.lib.fake_cupti_clock_offset(0)
+        loop.close()
+
+
+def test_without_cupti_the_scheduler_plans_obliviously_and_says_why():
+    code = textwrap.dedent("""
+        import os
+        os.environ["UVM_SCHED_LIBCUPTI"] = "/nonexistent/libcupti.so"
+        from uvm_sched import native, Scheduler
+        native._reset("host", force=True)
+        ws = [native.malloc(4 << 20) for _ in range(3)]
+        with Scheduler(budget="50%", warmup_iters=2, mode="sampled", sampler="cupti",
+                       hook=False, worker="thread") as s:
+            for _ in range(4):
+                s.step()
+                a = [native.malloc(2 << 20) for _ in range(3)]
+                for x in a:
+                    native.free(x)
+            assert s.wait_planned(300), s.last_error
+            fs = s.stats()["fault_sampling"]
+            print("PLAN", s.plan.meta["mode"], fs["available"], fs["why_not"])
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300)
+    assert "PLAN oblivious False fault sampling: CUPTI is not loadable" in out.stdout, out.stderr

@@ -125,7 +125,9 @@ def samples_from_faults(trace, addresses, pattern, ticks, fault_addrs, *, k0: in
     the ring tick in force at each fault (the allocator events served before it, minus
     one: ``_runtime_faults`` maps CUPTI times to it), ``fault_addrs``: the faulting
     page's address, anywhere inside a block. A fault belongs to the block whose bytes hold
-    its address and that is alive at its tick; faults in no such block are dropped.
+    its address and that is alive at its tick; faults in no such block are dropped. Faults
+    of every iteration of ``pattern`` count, folded onto the representative iteration by
+    their tick within their own (the block at the same address there).
     O((B + F) log B) for B blocks and F faults, plus O(B) per fault whose address lies in
     a block reused at another size (rare).
     """
@@ -152,4 +154,12 @@ def samples_from_faults(trace, addresses, pattern, ticks, fault_addrs, *, k0: in
         m = (base <= fa[i]) & (fa[i] < end) & (a_t <= ticks[i]) & (ticks[i] <= f_t)
         if m.any():
             owner[i], ok[i] = base[np.flatnonzero(m)[0]], True
-    return samples_from_touches(trace, addresses, pattern, ticks[ok] + 1, owner[ok], k0=k0)
+    # fold every iteration's faults onto the representative by their tick within their
+    # iteration (each warm-up iteration probed other blocks and points): the block is the
+    # one at the same address there (persistent blocks: the same block)
+    tt = ticks[ok] - int(k0)
+    its = np.asarray(pattern.iterations, np.int64).reshape(-1, 2)
+    i = np.searchsorted(its[:, 0], tt, side="right") - 1
+    inside = (i >= 0) & (tt < its[np.maximum(i, 0), 1])
+    rep = tt[inside] - its[i[inside], 0] + int(pattern.start_tick) + int(k0)
+    return samples_from_touches(trace, addresses, pattern, rep + 1, owner[ok][inside], k0=k0)
