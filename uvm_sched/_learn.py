@@ -61,13 +61,14 @@ def learn(req: dict) -> dict:
         mode = req["mode"]
         if req["touches"] is not None:
             clocks, taddrs, device_type = req["touches"]
-            cupti = device_type.startswith("cupti")
+            cupti = device_type == "cupti"
             if cupti and clocks is None:
                 mode = "oblivious"  # no CUPTI (stats()["fault_sampling"] says why)
-            elif cupti:
-                opts["samples"] = samples_from_faults(trace, addresses, pat, clocks, taddrs,
-                                                      k0=int(events["tick"][0]))
-                opts["samples"].attrs["complete_touches"] = device_type == "cupti"
+            elif cupti:  # clocks: (ring ticks, addresses of blocks left open)
+                opts["samples"] = samples_from_faults(trace, addresses, pat, clocks[0], taddrs,
+                                                      k0=int(events["tick"][0]),
+                                                      open_addrs=clocks[1])
+                clocks = clocks[0]
             else:
                 opts["samples"] = samples_from_touches(trace, addresses, pat, clocks, taddrs,
                                                        k0=int(events["tick"][0]))

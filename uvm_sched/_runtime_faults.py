@@ -60,7 +60,7 @@ class FaultSampler:
         self._last: dict[int, int] = {}  # ordinal -> last observed touch (iteration tick)
         self._probed: dict[int, int] = {}  # ordinal -> probe tick, in the iteration under way
         self._closed: set[int] = set()
-        self._live = None
+        self._addr: dict[int, int] = {}  # ordinal -> address of the blocks seen
         self.collected = {"faults": 0, "faults_in_iterations": 0, "probe_rounds": 0}
 
     def start(self) -> None:
@@ -89,21 +89,19 @@ class FaultSampler:
         nf.cupti_stop()
         self.on = False
 
-    @property
-    def device_type(self) -> str:
-        """What the worker reads to take the fault path: ``"cupti"`` when every block
-        with observed touches is closed, ``"cupti-open"`` when some touch list is open
-        (the planner then trusts only first and last touches)."""
-        return "cupti" if set(self._last) <= self._closed else "cupti-open"
+    device_type = "cupti"  # what the worker reads to take the fault path
 
     @property
-    def clocks(self) -> np.ndarray | None:
-        """Ring ticks of the faults collected (None: CUPTI unavailable -> oblivious)."""
+    def clocks(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """Ring ticks of the faults collected and the addresses of the blocks whose touch
+        list is still open (their tails are assumed busy); None: CUPTI unavailable, plan
+        obliviously."""
         if self.unavailable is not None:
             return None
         if self.on:
             self._collect()
-        return self._all()[0]
+        open_ = [self._addr[o] for o in self._last if o not in self._closed]
+        return self._all()[0], np.asarray(open_, np.uint64)
 
     @property
     def addresses(self) -> np.ndarray | None:
@@ -122,7 +120,6 @@ class FaultSampler:
         marks = ev["tick"][k == MARK]
         if not len(marks):
             return
-        self._live = live
         self._collect()
         self._marks.extend(int(t) for t in marks)
         self._update(live)
@@ -180,6 +177,7 @@ class FaultSampler:
                 self._closed.add(o)  # no fault after its probe point: the list is complete
         for o, t in seen.items():
             self._last[o] = max(self._last.get(o, -1), t)
+        self._addr.update(zip(live["arg"].tolist(), live["addr"].tolist()))
         # candidates: alive across the marker before (allocated before that iteration began)
         cand = live[(live["tick"] < prev) | (len(self._marks) == 1)]
         cand = cand[~np.isin(cand["arg"], np.fromiter(self._closed, np.int64))]

@@ -26,13 +26,16 @@ iteration's start (the marker), where nothing is known yet.
 * Ticks: a fault at allocator-event tick k of an iteration is a touch at tick k (the
   runtime maps CUPTI timestamps to ticks by the ring's clock, ``_runtime_faults``).
 
+What the planner is given: the touches observed, exact up to each block's last observed
+one (each probe reveals the *next* touch, so none hides between two observed ones), and,
+for a block not closed by the end of the warm-up, its unknown tail -- the ticks after its
+last observed touch -- marked busy (``busy_tails``): idle where the probes showed it
+idle, resident where nothing is known.
+
 Limitations. Blocks are probed whole (a touch of a page already faulted back in that
 iteration is not seen, so a block is seen at page-first-touch granularity: here, the
 block's first access after the probe point). Non-persistent blocks are not probed: their
-lifetimes come from the allocator; they get no samples and keep the oblivious rule. A
-block not closed by the end of the warm-up has an open touch list: the frame's
-``attrs["complete_touches"]`` is then False and the planner trusts only the first and last
-touch (busy in between), as for sparse samples.
+lifetimes come from the allocator; they get no samples and keep the oblivious rule.
 """
 from __future__ import annotations
 
@@ -58,12 +61,13 @@ def fault_samples(trace, pattern=None, *, warmup_iters: int = 3, share: float = 
     would collect (Note [Fault probes]), from ``trace``'s ground-truth ACCESS rows of the
     representative iteration (``pattern``, default ``pattern.analyze(trace)``).
 
-    Returns a DataFrame (iteration, block, persistent, tick; ticks in allocator events from
-    the iteration's start) with ``attrs``: ``complete_touches`` (every sampled block
-    closed), ``probes`` (block probes made), ``probe_bytes`` (bytes moved to the host by
+    Returns a DataFrame (iteration, block, persistent, tick, assumed: ticks in allocator
+    events from the iteration's start; ``assumed`` rows are the busy tails of blocks not
+    closed, ``busy_tails``) with ``attrs``: ``complete_touches`` (True: the idle stretches
+    between rows are known), ``probes`` (block probes made), ``probe_bytes`` (bytes moved to the host by
     them; as many come back by faults), ``closed`` / ``open`` (sampled blocks whose touch
     list is / is not known complete), ``persistent_blocks``. Pass
-    ``complete_touches=frame.attrs["complete_touches"]`` to ``plan`` (the default there).
+    ``samples=frame`` to ``plan(mode="sampled")``.
     """
     import pandas as pd
 
@@ -89,6 +93,7 @@ def fault_samples(trace, pattern=None, *, warmup_iters: int = 3, share: float = 
     n_groups = int(groups.max(initial=0)) + 1
     out_b, out_t = [], []
     probes = probe_bytes = closed = 0
+    closed_set: set[int] = set()
     for j, (b, ordinal, size) in enumerate(zip(blocks.index.to_numpy(),
                                                blocks["ordinal"].to_numpy(np.int64),
                                                blocks["size"].to_numpy(np.int64))):
@@ -107,18 +112,46 @@ def fault_samples(trace, pattern=None, *, warmup_iters: int = 3, share: float = 
             seen = int(touches[k])
             out_b.append(int(ordinal))
             out_t.append(seen)
-        closed += int(done and seen >= 0)
+        if done and seen >= 0:
+            closed += 1
+            closed_set.add(int(ordinal))
     sampled = len(set(out_b))
     df = pd.DataFrame({"iteration": np.zeros(len(out_b), np.int64),
                        "block": np.asarray(out_b, np.int64),
                        "persistent": np.ones(len(out_b), bool),
                        "tick": np.asarray(out_t, np.int64)})
-    df.attrs.update(complete_touches=closed == sampled, probes=probes, probe_bytes=probe_bytes,
+    df = busy_tails(df, stop - start, set(out_b) - closed_set)
+    df.attrs.update(complete_touches=True, probes=probes, probe_bytes=probe_bytes,
                     closed=closed, open=sampled - closed, persistent_blocks=len(blocks))
     return df
 
 
-def samples_from_faults(trace, addresses, pattern, ticks, fault_addrs, *, k0: int):
+def busy_tails(samples, n_ticks: int, open_blocks):
+    """``samples`` (touch form, persistent blocks) with the tail of each open block's touch
+    list -- every tick after its last observed touch, to the iteration's last -- added as
+    rows with ``assumed=True`` (observed rows: False). Why: probes reveal touches in order,
+    so a list is exact up to its last observed touch and unknown after it; the planner
+    then trusts the idle stretches between observed touches and keeps the block resident
+    where nothing is known (Note [Fault probes])."""
+    import pandas as pd
+
+    samples = samples.assign(assumed=False)
+    extra = []
+    for b in sorted(open_blocks):
+        rows = samples["persistent"].to_numpy(bool) & (samples["block"].to_numpy() == b)
+        if not rows.any():
+            continue
+        last = int(samples.loc[rows, "tick"].max())
+        ticks = np.arange(last + 1, int(n_ticks), dtype=np.int64)
+        extra.append(pd.DataFrame({"iteration": 0, "block": np.int64(b), "persistent": True,
+                                   "tick": ticks, "assumed": True}))
+    out = pd.concat([samples, *extra], ignore_index=True) if extra else samples
+    out.attrs.update(samples.attrs)
+    return out
+
+
+def samples_from_faults(trace, addresses, pattern, ticks, fault_addrs, *, k0: int,
+                        open_addrs=()):
     """Touch-form samples (``planner._sampling`` doc) from fault records of a live run.
 
     ``trace``/``addresses``/``pattern``/``k0`` as for ``samples_from_touches``; ``ticks``:
@@ -127,7 +160,9 @@ def samples_from_faults(trace, addresses, pattern, ticks, fault_addrs, *, k0: in
     page's address, anywhere inside a block. A fault belongs to the block whose bytes hold
     its address and that is alive at its tick; faults in no such block are dropped. Faults
     of every iteration of ``pattern`` count, folded onto the representative iteration by
-    their tick within their own (the block at the same address there).
+    their tick within their own (the block at the same address there). ``open_addrs``:
+    addresses of the persistent blocks whose touch list the warm-up did not close: their
+    tails are marked busy (``busy_tails``).
     O((B + F) log B) for B blocks and F faults, plus O(B) per fault whose address lies in
     a block reused at another size (rare).
     """
@@ -137,7 +172,8 @@ def samples_from_faults(trace, addresses, pattern, ticks, fault_addrs, *, k0: in
     fa = np.asarray(fault_addrs, np.uint64)
     bt = trace.block_table()
     if not len(ticks) or not len(bt):
-        return samples_from_touches(trace, addresses, pattern, ticks[:0], fa[:0], k0=k0)
+        return samples_from_touches(trace, addresses, pattern, ticks[:0], fa[:0], k0=k0)\
+            .assign(assumed=False)
     blk = bt.index.to_numpy(np.int64)
     base = np.asarray(addresses, np.uint64)[blk]
     end = base + bt["size"].to_numpy(np.int64).astype(np.uint64)
@@ -162,4 +198,10 @@ def samples_from_faults(trace, addresses, pattern, ticks, fault_addrs, *, k0: in
     i = np.searchsorted(its[:, 0], tt, side="right") - 1
     inside = (i >= 0) & (tt < its[np.maximum(i, 0), 1])
     rep = tt[inside] - its[i[inside], 0] + int(pattern.start_tick) + int(k0)
-    return samples_from_touches(trace, addresses, pattern, rep + 1, owner[ok][inside], k0=k0)
+    out = samples_from_touches(trace, addresses, pattern, rep + 1, owner[ok][inside], k0=k0)
+    pb = pattern.blocks[pattern.blocks["persistent"].to_numpy(bool)]
+    at = np.asarray(addresses, np.uint64)[pb.index.to_numpy(np.int64)]
+    opened = pb["ordinal"].to_numpy(np.int64)[np.isin(at, np.asarray(open_addrs, np.uint64))]
+    out = busy_tails(out, int(pattern.stop_tick - pattern.start_tick), set(opened.tolist()))
+    out.attrs["complete_touches"] = True
+    return out
