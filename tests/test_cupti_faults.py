@@ -339,3 +339,28 @@ def test_without_cupti_the_scheduler_plans_obliviously_and_says_why():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=300)
     assert "PLAN oblivious False fault sampling: CUPTI is not loadable" in out.stdout, out.stderr
+
+
+def test_a_warmup_too_short_to_close_the_lists_plans_their_tails_busy(cupti):
+    from uvm_sched import Scheduler
+
+    nf.cupti_stop()
+    loop = FaultingLoop(cupti)
+    try:
+        with Scheduler(budget="50%", warmup_iters=2, mode="sampled", sampler="cupti",
+                       hook=False, worker="thread") as s:
+            s._touches.share = 1.0
+            for _ in range(3):
+                s.step()
+                loop.iteration()
+            assert s.wait_planned(300), s.last_error
+            fs = s.stats()["fault_sampling"]
+            assert fs["blocks_closed"] == 0 and fs["blocks_seen"] == loop.layers
+            smp = s.samples[s.samples["persistent"]]
+            T = s.pattern.stop_tick - s.pattern.start_tick  # the learned iteration's ticks
+            for _, g in smp.groupby("block"):
+                seen = sorted(g.loc[~g["assumed"], "tick"])
+                assert tuple(seen) in {e[:2] for e in loop.expected()}  # forward, backward
+                assert sorted(g.loc[g["assumed"], "tick"]) == list(range(seen[-1] + 1, T))
+    finally:
+        loop.close()
