@@ -364,3 +364,45 @@ def test_a_warmup_too_short_to_close_the_lists_plans_their_tails_busy(cupti):
                 assert sorted(g.loc[g["assumed"], "tick"]) == list(range(seen[-1] + 1, T))
     finally:
         loop.close()
+
+
+@pytest.mark.gpu
+def test_real_cupti_reports_the_faults_of_a_block_moved_to_the_host():
+    """On a GPU: a block moved to the host faults at its next GPU use, and CUPTI's records
+    name addresses inside it (skips where CUPTI or its UM counters are missing)."""
+    pytest.importorskip("torch")
+    code = textwrap.dedent("""
+        import glob, os, sys, torch, uvm_sched
+        from uvm_sched import native, _native_faults as nf
+        torch.cuda.memory.change_current_allocator(uvm_sched.allocator())
+        path = None
+        try:
+            import nvidia.cuda_cupti as cc
+            found = sorted(glob.glob(os.path.join(list(cc.__path__)[0], "lib", "libcupti.so*")))
+            path = found[0] if found else None
+        except ImportError:
+            pass
+        w = torch.zeros(16 << 20, dtype=torch.float32, device="cuda")  # 64 MiB
+        torch.cuda.synchronize()
+        try:
+            nf.cupti_start(path, 0)
+        except Exception as e:
+            print("SKIP", e)
+            sys.exit(0)
+        native.prefetch(w.data_ptr(), w.numel() * 4, to="host")
+        torch.cuda.synchronize()
+        t0 = nf.cupti_clock()
+        w.add_(1)
+        torch.cuda.synchronize()
+        nf.cupti_stop()
+        got = nf.cupti_take()
+        lo, hi = w.data_ptr(), w.data_ptr() + w.numel() * 4
+        inside = (got["address"] >= lo) & (got["address"] < hi)
+        print("FAULTS", len(got), int(inside.sum()), int((got["t_cupti"] >= t0[0]).sum()))
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    if "SKIP" in r.stdout:
+        pytest.skip(r.stdout.strip())
+    n, inside, after = map(int, r.stdout.split("FAULTS")[1].split())
+    assert inside > 0 and after == n, r.stdout

@@ -202,6 +202,12 @@ int uvm_sched_cupti_start(const char *path, int device) {
         return UVM_EINVAL;
     }
     if (C.on) return UVM_OK;
+    /* "The API should be called after CUDA driver initialization" (cupti_activity.h,
+     * cuptiActivityConfigureUnifiedMemoryCounter): start the backend first (cuInit) */
+    pthread_mutex_lock(&uvm_g.lock);
+    int ready = uvm_g.ready ? UVM_OK : uvm_start_locked();
+    pthread_mutex_unlock(&uvm_g.lock);
+    if (ready != UVM_OK) return ready;
     if (!C.lib) {
         int s = load(path);
         if (s != UVM_OK) {
