@@ -41,6 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "glibc_compat.h"
 #include "internal.h"
 
 typedef int CUptiResult;
@@ -191,10 +192,9 @@ static int load(const char *path) {
     return UVM_OK;
 }
 
-static void unload(void) {
-    if (C.lib) dlclose(C.lib);
-    C.lib = NULL;
-}
+/* a library without the symbols is forgotten, not closed: dlclose has no pre-2.34 symbol
+ * version bound in glibc_compat.h, and one mapping left behind costs nothing */
+static void unload(void) { C.lib = NULL; }
 
 int uvm_sched_cupti_start(const char *path, int device) {
     if (device < 0) {
