@@ -160,8 +160,9 @@ class FaultSampler:
         start = self._marks[-1]
         prev = self._marks[-2] if len(self._marks) > 1 else start
         ticks, addrs = self._all()
-        # the iteration that just ended: its faults on the blocks alive now
-        it = (ticks >= prev) & (ticks < start) if len(self._marks) > 1 else ticks < start
+        # the iteration that just ended (none before the first marker): its faults on the
+        # blocks alive now
+        it = (ticks >= prev) & (ticks < start) & (len(self._marks) > 1)
         base, size = live["addr"].astype(np.uint64), live["size"].astype(np.uint64)
         order = np.argsort(base)
         j = np.searchsorted(base[order], addrs[it], side="right") - 1
