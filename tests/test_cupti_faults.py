@@ -406,3 +406,23 @@ def test_real_cupti_reports_the_faults_of_a_block_moved_to_the_host():
         pytest.skip(r.stdout.strip())
     n, inside, after = map(int, r.stdout.split("FAULTS")[1].split())
     assert inside > 0 and after == n, r.stdout
+
+
+def test_probes_on_the_fake_driver_are_prefetches_it_accepts(monkeypatch):
+    """The probes on the CUDA path: a prefetch to the host of the block on the event's
+    stream (at a marker: the legacy stream), each accepted by the strict fake driver."""
+    from native.fakecuda import backend
+
+    with backend("fake") as drv:
+        w = native.malloc(4 * MiB)
+        native.step()
+        nf.probe_set(np.array([(-1, w, 4 * MiB, 0, 0), (0, w, 4 * MiB, 0, 0)], nf.PROBE_DTYPE))
+        drv.clear()
+        s = native.malloc(MiB)
+        native.free(s)
+        calls = drv.calls("cuMemPrefetchAsync")
+        assert [(c["ptr"], c["bytes"], c["loc.type"], c["rc"]) for c in calls] == \
+            [(w, 4 * MiB, 2, 0)]  # CU_MEM_LOCATION_TYPE_HOST, accepted
+        assert nf.probe_stats()["probe_failed"] == 0
+        nf.probe_set(np.empty(0, nf.PROBE_DTYPE))
+        native.free(w)
