@@ -125,8 +125,8 @@ class Scheduler:
     def __init__(self, budget: Any = "100%", hw: Any = "h200-pcie5", warmup_iters: int = 3,
                  mode: str = "oblivious", *, relearn_after: int = 2, hook: Any = "auto",
                  plan_opts: dict | None = None, min_period_events: int = 64,
-                 touch_device: str = "cuda", sampler: str = "auto", tune: Any = None, tune_iters: int = 2,
-                 device: int | None = None, worker: str = "process",
+                 touch_device: str = "cuda", sampler: str = "auto", tune: Any = None,
+                 tune_iters: int = 2, device: int | None = None, worker: str = "process",
                  strict: bool = False, watchdog_iters: int = 3) -> None:
         self.tune = tuple(tune) if tune else ()
         plan_opts = check_options(

@@ -8,9 +8,10 @@
  * event's stream (so after the kernels already queued there, which may have touched the
  * range); tick -1 at the marker itself, on the legacy NULL stream.  A table set in the
  * middle of an iteration fires its tick -1 rows at once and its rows still ahead in this
- * iteration when they come (the runtime sets it just after a marker).  A range no longer inside the pool's
- * reservations (its arena released) is skipped and counted.  Every issued probe is
- * recorded in the ring as UVM_EV_PROBE (arg = the row's index in the table given). */
+ * iteration when they come (the runtime sets it just after a marker).  A range no longer
+ * inside the pool's reservations (its arena released) is skipped and counted.  Every
+ * issued probe is recorded in the ring as UVM_EV_PROBE (arg = the row's index in the table
+ * given). */
 #define _GNU_SOURCE
 #include <stdlib.h>
 #include <string.h>

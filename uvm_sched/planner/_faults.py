@@ -64,10 +64,10 @@ def fault_samples(trace, pattern=None, *, warmup_iters: int = 3, share: float = 
     Returns a DataFrame (iteration, block, persistent, tick, assumed: ticks in allocator
     events from the iteration's start; ``assumed`` rows are the busy tails of blocks not
     closed, ``busy_tails``) with ``attrs``: ``complete_touches`` (True: the idle stretches
-    between rows are known), ``probes`` (block probes made), ``probe_bytes`` (bytes moved to the host by
-    them; as many come back by faults), ``closed`` / ``open`` (sampled blocks whose touch
-    list is / is not known complete), ``persistent_blocks``. Pass
-    ``samples=frame`` to ``plan(mode="sampled")``.
+    between rows are known), ``probes`` (block probes made), ``probe_bytes`` (bytes moved
+    to the host by them; as many come back by faults), ``closed`` / ``open`` (sampled
+    blocks whose touch list is / is not known complete), ``persistent_blocks``. Pass it as
+    ``samples=`` to ``plan(mode="sampled")``.
     """
     import pandas as pd
 
