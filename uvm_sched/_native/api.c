@@ -149,6 +149,8 @@ static int env_u64(const char *name, uint64_t dflt, uint64_t *out) {
     return UVM_OK;
 }
 
+int uvm_env_u64(const char *name, uint64_t dflt, uint64_t *out) { return env_u64(name, dflt, out); }
+
 static int env_bool(const char *name, int dflt, int *out) {
     static const char *const on[] = {"1", "true", "yes", "on"}, *const off[] = {"0", "false", "no", "off"};
     const char *v = getenv(name);

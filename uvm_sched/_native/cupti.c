@@ -216,17 +216,13 @@ int uvm_sched_cupti_start(const char *path, int device) {
         }
     }
     if (!C.samples) {
-        uint64_t cap = 1u << 18;
-        const char *e = getenv("UVM_SCHED_CUPTI_SAMPLES");
-        if (e && *e) {
-            char *end = NULL;
-            unsigned long long v = strtoull(e, &end, 10);
-            if (!end || *end || v == 0 || v > (1ull << 28)) {
-                uvm_set_error("UVM_SCHED_CUPTI_SAMPLES=\"%.40s\" is not a count in 1..2^28",
-                              e);
-                return UVM_EINVAL;
-            }
-            cap = v;
+        uint64_t cap;
+        int s = uvm_env_u64("UVM_SCHED_CUPTI_SAMPLES", 1u << 18, &cap);
+        if (s != UVM_OK) return s;
+        if (cap == 0 || cap > (1ull << 28)) {
+            uvm_set_error("UVM_SCHED_CUPTI_SAMPLES=%llu: give a count in 1..256M",
+                          (unsigned long long)cap);
+            return UVM_EINVAL;
         }
         C.samples = calloc(cap, sizeof *C.samples);
         if (!C.samples) {

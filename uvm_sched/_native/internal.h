@@ -332,6 +332,9 @@ UVM_HIDDEN void uvm_exec_disarm(uvm_exec *x);
 UVM_HIDDEN void uvm_probe_on_mark(void);
 UVM_HIDDEN void uvm_probe_on_event(void *stream);
 UVM_HIDDEN void uvm_probe_reset(void);
+/* api.c: a count from the environment (whole number or 0x hex, optional K/M/G/T unit);
+ * dflt when unset, UVM_EINVAL (the variable and value in the last error) when unparsable */
+UVM_HIDDEN int uvm_env_u64(const char *name, uint64_t dflt, uint64_t *out);
 /* cupti.c: forget the samples and counters (uvm_sched_reset) */
 UVM_HIDDEN void uvm_cupti_reset(void);
 

@@ -63,8 +63,8 @@ def fault_samples(trace, pattern=None, *, warmup_iters: int = 3, share: float = 
 
     Returns a DataFrame (iteration, block, persistent, tick, assumed: ticks in allocator
     events from the iteration's start; ``assumed`` rows are the busy tails of blocks not
-    closed, ``busy_tails``) with ``attrs``: ``complete_touches`` (True: the idle stretches
-    between rows are known), ``probes`` (block probes made), ``probe_bytes`` (bytes moved
+    closed, ``busy_tails``; the idle stretches between rows are known) with ``attrs``:
+    ``probes`` (block probes made), ``probe_bytes`` (bytes moved
     to the host by them; as many come back by faults), ``closed`` / ``open`` (sampled
     blocks whose touch list is / is not known complete), ``persistent_blocks``. Pass it as
     ``samples=`` to ``plan(mode="sampled")``.
@@ -121,7 +121,7 @@ def fault_samples(trace, pattern=None, *, warmup_iters: int = 3, share: float = 
                        "persistent": np.ones(len(out_b), bool),
                        "tick": np.asarray(out_t, np.int64)})
     df = busy_tails(df, stop - start, set(out_b) - closed_set)
-    df.attrs.update(complete_touches=True, probes=probes, probe_bytes=probe_bytes,
+    df.attrs.update(probes=probes, probe_bytes=probe_bytes,
                     closed=closed, open=sampled - closed, persistent_blocks=len(blocks))
     return df
 
@@ -202,6 +202,4 @@ def samples_from_faults(trace, addresses, pattern, ticks, fault_addrs, *, k0: in
     pb = pattern.blocks[pattern.blocks["persistent"].to_numpy(bool)]
     at = np.asarray(addresses, np.uint64)[pb.index.to_numpy(np.int64)]
     opened = pb["ordinal"].to_numpy(np.int64)[np.isin(at, np.asarray(open_addrs, np.uint64))]
-    out = busy_tails(out, int(pattern.stop_tick - pattern.start_tick), set(opened.tolist()))
-    out.attrs["complete_touches"] = True
-    return out
+    return busy_tails(out, int(pattern.stop_tick - pattern.start_tick), set(opened.tolist()))

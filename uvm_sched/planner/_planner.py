@@ -194,9 +194,6 @@ def _samples(trace, pat, mode: str, opts: dict) -> tuple[dict | None, bool, int]
 
     touch_guard = 0
     raw = opts.get("samples")
-    if raw is not None and "complete_touches" not in opts:
-        # a source that knows its touches are partial says so (planner.fault_samples)
-        complete = bool(getattr(raw, "attrs", {}).get("complete_touches", True))
     if raw is None:
         rate, noise = float(opts.get("sample_rate", 1.0)), float(opts.get("noise", 0.0))
         raw = draw_samples(trace, pat, sample_rate=rate, noise=noise,
