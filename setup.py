@@ -19,7 +19,8 @@ except ImportError:  # pragma: no cover
     from wheel.bdist_wheel import bdist_wheel
 
 SOURCES = ["api.c", "api_direct.c", "pool.c", "pool_pages.c", "pool_streams.c", "pool_check.c",
-           "ring.c", "exec.c", "prim_host.c", "prim_cuda.c", "torch_abi.c", "calib.c"]
+           "ring.c", "exec.c", "prim_host.c", "prim_cuda.c", "torch_abi.c", "calib.c",
+           "cupti.c", "probe.c"]
 
 
 class BuildExt(build_ext):

@@ -89,7 +89,7 @@ NEEDS = {"build": ("pip", "setuptools"), "library": (), "gpu-tests": ("pytest", 
 # --continue-on-collection-errors).
 GPU_TEST_FILES = ("tests/test_gpu_e2e.py", "tests/test_gpu_kernels.py",
                   "tests/test_gpu_measure.py", "tests/test_native_conformance.py",
-                  "tests/test_integrations.py")
+                  "tests/test_integrations.py", "tests/test_cupti_faults.py")
 
 # Does numba's CUDA target find libNVVM (calibration compiles its kernels with it)?  torch's
 # cu130 wheels bring no libNVVM: numba-cuda's [cu13] extra does (cuda-toolkit[nvvm]).

@@ -119,14 +119,19 @@ def test_scheduler_rejects_bad_arguments():
 
 
 
-def test_sampled_mode_without_pytorch_or_samples_says_what_it_needs(monkeypatch):
+def test_sampled_mode_without_pytorch_samples_faults_or_says_what_it_needs(monkeypatch):
     import importlib.util
+
+    from uvm_sched._runtime_faults import FaultSampler
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "torch" else real(name, *a))
-    with pytest.raises(ValueError, match=r"needs access samples.*plan_opts=\{'samples'"):
-        Scheduler(mode="sampled", hook=False)
+    with pytest.raises(ValueError, match=r"needs PyTorch.*sampler='cupti'.*plan_opts=\{'samples'"):
+        Scheduler(mode="sampled", sampler="torch", hook=False)
+    assert isinstance(Scheduler(mode="sampled", hook=False)._touches, FaultSampler)
+    with pytest.raises(ValueError, match="sampler must be one of"):
+        Scheduler(mode="sampled", sampler="nvml", hook=False)
 
 
 class TensorLoop(Loop):
@@ -404,7 +409,7 @@ def test_the_scheduler_runs_on_the_given_device_or_torchs_current_one(host, monk
     assert (s.device, s.rank) == (1, 3)
     # auto: "torch" is loaded, but this one has no dispatch modes: no tracer, and it says so
     assert s.stats()["mode_reason"].startswith("auto: oblivious, no access source: "
-                                               "PyTorch's dispatch tracer did not start")
+                                               "the access sampler did not start")
     s.close()
     s = Scheduler(hook=False, device=2).start()
     assert s.device == 2 and s.stats()["device"] == 2

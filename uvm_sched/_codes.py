@@ -33,3 +33,4 @@ class NativeEvent(IntEnum):
     UNADVISE = 41
     RELEASE = 42
     SYNC = 43
+    PROBE = 44  # a fault probe moved a range to the host (_native_faults.probe_set)

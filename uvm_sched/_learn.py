@@ -47,7 +47,8 @@ def learn(req: dict) -> dict:
     ``_runtime_kinds.kind_keys``), "wait" (a
     learned period with too few repetitions yet), or "error" (``error``: what failed)."""
     from .pattern import PatternError, analyze
-    from .planner import PlanError, plan, samples_from_touches, tuning_candidates
+    from .planner import (PlanError, plan, samples_from_faults, samples_from_touches,
+                          tuning_candidates)
     from .trace import EventKind
     from .trace._native import trace_from_events
 
@@ -63,12 +64,26 @@ def learn(req: dict) -> dict:
         mode, why = req["mode"], req.get("mode_reason")
         if req["touches"] is not None:
             clocks, taddrs, device_type = req["touches"]
-            opts["samples"] = samples_from_touches(trace, addresses, pat, clocks, taddrs,
-                                                   k0=int(events["tick"][0]))
-            seen = (f"the dispatch tracer saw no PyTorch op touch a uvm_sched block on device "
+            cupti = device_type == "cupti"
+            if cupti and clocks is None:  # no CUPTI (stats()["fault_sampling"] says why)
+                mode, why = "oblivious", f"{mode}: oblivious, CUPTI is not available"
+                opts.pop("samples", None)
+            elif cupti:  # clocks: (ring ticks, addresses of blocks left open)
+                opts["samples"] = samples_from_faults(trace, addresses, pat, clocks[0], taddrs,
+                                                      k0=int(events["tick"][0]),
+                                                      open_addrs=clocks[1])
+                clocks = clocks[0]
+            else:
+                opts["samples"] = samples_from_touches(trace, addresses, pat, clocks, taddrs,
+                                                       k0=int(events["tick"][0]))
+            seen = (f"CUPTI reported {len(clocks):,} GPU page faults in the warm-up and none "
+                    "inside a uvm_sched block of the learned iteration" if cupti else
+                    f"the dispatch tracer saw no PyTorch op touch a uvm_sched block on device "
                     f"type {device_type!r} during the warm-up ({len(clocks):,} touches "
-                    "recorded)")
-            if not len(opts["samples"]) and mode == "auto":
+                    "recorded)") if clocks is not None else ""
+            if mode == "oblivious":
+                pass
+            elif not len(opts["samples"]) and mode == "auto":
                 mode, why = "oblivious", f"auto: oblivious, no access source: {seen}"
                 del opts["samples"]
             elif not len(opts["samples"]):
@@ -76,7 +91,8 @@ def learn(req: dict) -> dict:
                 raise ValueError(f"sampled mode: {seen}; are the model's tensors there, "
                                  "allocated through uvm_sched.allocator()?")
             elif mode == "auto":
-                mode, why = "sampled", (f"auto: sampled, the dispatch tracer saw "
+                mode, why = "sampled", (f"auto: sampled, "
+                                        f"{'CUPTI' if cupti else 'the dispatch tracer'} saw "
                                         f"{opts['samples']['block'].nunique():,} blocks touched "
                                         "in the warm-up")
         tune = tuple(c for c in req["tune"] if mode != "oblivious" or c != "oblivious")

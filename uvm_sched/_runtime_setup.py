@@ -17,7 +17,7 @@ import numpy as np
 
 def check_options(*, budget: Any, hw: Any, mode: str, hook: Any, strict: Any,
                   plan_opts: Any, device: Any, worker: Any, tune: tuple,
-                  counts: dict[str, Any]) -> dict:
+                  counts: dict[str, Any], sampler: str = "auto") -> dict:
     """Check the Scheduler's options (``counts``: name -> an integer option) in the order
     a user reads them; returns ``plan_opts`` as a dict."""
     for name, v in counts.items():
@@ -47,40 +47,58 @@ def check_options(*, budget: Any, hw: Any, mode: str, hook: Any, strict: Any,
         tuning_candidates(tune, mode, dict(opts))  # checks them now
     if mode not in MODES:
         raise ValueError(f"unknown planning mode {mode!r}; known: {', '.join(MODES)}")
-    if mode == "sampled" and opts.get("samples") is None:
+    from ._runtime_faults import SAMPLERS
+
+    if sampler not in SAMPLERS:
+        raise ValueError(f"sampler must be one of {', '.join(map(repr, SAMPLERS))}, got "
+                         f"{sampler!r}")
+    if mode == "sampled" and opts.get("samples") is None and sampler == "torch":
         # the allocator's ring records allocations, not accesses: the samples come from
-        # PyTorch's dispatcher during the warm-up iterations
+        # PyTorch's dispatcher during the warm-up iterations (or CUPTI's fault records)
         import importlib.util
 
         if importlib.util.find_spec("torch") is None:
             raise ValueError(
-                "Scheduler(mode='sampled') needs access samples, which the allocator does "
-                "not record: with PyTorch installed it records them itself during warm-up "
-                "(a dispatch-mode tracer); without it pass plan_opts={'samples': frame} "
-                "(one row per touch: block, persistent, tick; see "
-                "uvm_sched.planner.draw_samples for the format), or use mode='oblivious'")
+                "Scheduler(mode='sampled', sampler='torch') needs PyTorch to record access "
+                "samples (a dispatch-mode tracer); without it use sampler='cupti' (GPU page "
+                "faults), pass plan_opts={'samples': frame} (one row per touch: block, "
+                "persistent, tick; see uvm_sched.planner.draw_samples for the format), or "
+                "use mode='oblivious'")
     return opts
 
 
-def touch_source(mode: str, opts: dict, device_type: str) -> tuple[Any, str]:
-    """Where a Scheduler in ``mode`` gets its access samples: ``(TouchRecorder or None,
-    why)``. Sampled without ``samples``: the dispatch tracer. Auto: the samples given, else
-    the tracer when PyTorch is loaded (a loop that runs PyTorch ops has imported it by
-    now; importing it here would cost a CuPy or Numba loop seconds for nothing), else no
-    source: oblivious."""
+def touch_source(mode: str, opts: dict, device_type: str, sampler: str = "auto",
+                 device: int | None = None) -> tuple[Any, str]:
+    """Where a Scheduler in ``mode`` gets its access samples: ``(sampler or None, why)``.
+    Samples given: none needed. CUPTI's GPU page faults (``FaultSampler``) where
+    ``sampler="cupti"``, or in sampled mode with ``"auto"`` and PyTorch not installed. Else
+    the dispatch tracer (``TouchRecorder``) in sampled mode, and in auto mode when PyTorch
+    is loaded (a loop that runs PyTorch ops has imported it by now; importing it here would
+    cost a CuPy or Numba loop seconds for nothing). Auto never starts CUPTI's warm-up probes
+    unasked: they move persistent blocks to the host. Else no source: oblivious."""
     if opts.get("samples") is not None:
         return None, ("auto: sampled, access samples were given in plan_opts" if mode == "auto"
                       else f"{mode}, as requested")
-    if mode == "sampled" or (mode == "auto" and "torch" in sys.modules):
+    if mode == "oblivious":
+        return None, "oblivious, as requested"
+    import importlib.util
+
+    if sampler == "cupti" or (mode == "sampled" and sampler == "auto"
+                              and importlib.util.find_spec("torch") is None):
+        from ._runtime_faults import FaultSampler
+
+        return FaultSampler(device or 0), (
+            "sampled, as requested" if mode == "sampled" else
+            "auto: sampled, CUPTI's GPU page-fault records (sampler='cupti')")
+    if mode == "sampled" or "torch" in sys.modules:
         from .integrations.torch import TouchRecorder
 
         return TouchRecorder(device_type), (
             "sampled, as requested" if mode == "sampled" else
             "auto: sampled, PyTorch's dispatch tracer records the warm-up's touches")
-    if mode == "auto":
-        return None, ("auto: oblivious, no access source: PyTorch is not loaded (its dispatch "
-                      "tracer is the runtime's source) and plan_opts has no samples")
-    return None, f"{mode}, as requested"
+    return None, ("auto: oblivious, no access source: PyTorch is not loaded (its dispatch "
+                  "tracer is the runtime's source), plan_opts has no samples and "
+                  "sampler='cupti' was not asked for")
 
 
 def start_tracer(touches, mode: str, why: str) -> tuple[Any, str]:
@@ -91,7 +109,7 @@ def start_tracer(touches, mode: str, why: str) -> tuple[Any, str]:
     except Exception as e:  # sampled mode has no other source: the error is the user's to see
         if mode != "auto":
             raise
-        return None, (f"auto: oblivious, no access source: PyTorch's dispatch tracer did not "
+        return None, (f"auto: oblivious, no access source: the access sampler did not "
                       f"start ({type(e).__name__}: {e})")
     return touches, why
 

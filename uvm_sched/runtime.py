@@ -47,6 +47,7 @@ import numpy as np
 from ._errors import Error, Warning as _Warning
 from ._runtime_clock import WATCHDOG_SLACK, Tuner, Watchdog  # noqa: F401 (SLACK: re-exported)
 from ._runtime_calib import Calibrator
+from ._runtime_faults import FaultSampler
 from ._runtime_kinds import Steps, spend_relearn, why_not
 from ._runtime_recording import MARK, Recording, live_ordinal, track_live
 from ._runtime_setup import (check_options, current_device, install_hook, rank,
@@ -90,45 +91,41 @@ class Scheduler:
     runtime problem would otherwise be a ``SchedulerWarning``. Every option is checked here
     (``TypeError`` / ``ValueError``, ``ProfileError`` for ``hw``).
 
-    ``mode="sampled"`` without ``plan_opts["samples"]`` records the samples itself: from
-    ``start()`` until the plan is armed (the warm-up iterations, again while re-learning) a
-    dispatch-mode tracer (``integrations.torch.TouchRecorder``) notes which blocks each
-    PyTorch op on ``touch_device`` touches; ``samples`` holds what the plan was made with.
-    Start, step and close the scheduler in the thread that runs the training loop (the
-    tracer is a PyTorch mode of that thread). ``mode="auto"`` is sampled where touches can
-    be had (samples given, or PyTorch loaded when the Scheduler is made: the tracer, whose
-    plan falls back to oblivious if it sees no op on a block) and oblivious otherwise;
-    ``stats()["mode"]``/``["mode_reason"]`` say which ran and why.
+    Access samples (``mode="sampled"``, or ``"auto"`` where they can be had: the rule and
+    its reasons are ``_runtime_setup.touch_source``'s): ``plan_opts["samples"]`` as given,
+    else, from ``start()`` until the plan is armed, PyTorch's dispatch tracer
+    (``integrations.torch.TouchRecorder``, ops on ``touch_device``; start, step and close
+    the scheduler in the loop's thread: the tracer is a mode of that thread) or, with
+    ``sampler="cupti"``, CUPTI's GPU page faults (``_runtime_faults``,
+    ``stats()["fault_sampling"]``); ``samples`` holds what the plan was made with and
+    ``stats()["mode"]``/``["mode_reason"]`` say which mode ran and why.
 
-    ``tune``: plans to try beside the configured one (``planner.tuning_candidates``):
-    guards (ticks, or ``"auto"``), e.g. ``(16, 8)`` -- how far from an allocation or a free
-    a block may still be read is what the guard bets on, and it differs between workloads
-    -- and, in sampled mode, ``"oblivious"`` (the plan without the samples). With iteration
-    markers the Scheduler arms each candidate in turn for ``tune_iters`` iterations (after
-    one to settle), times them between markers, and keeps the fastest; ``tuning`` holds the
-    median seconds per candidate. ``sim.simulate(..., "uvm-sched", tune=...)`` does the same
-    with the simulator standing in for the clock.
+    ``tune``: plans to try beside the configured one (``planner.tuning_candidates``): guards
+    (ticks, or ``"auto"``; e.g. ``(16, 8)``: how far from an allocation or a free a block is
+    still read differs between workloads) and, in sampled mode, ``"oblivious"``. With
+    markers each is armed for ``tune_iters`` iterations (after one to settle), timed between
+    markers, and the fastest kept (``tuning``: median seconds per candidate);
+    ``sim.simulate(..., "uvm-sched", tune=...)`` does the same with the simulator's clock.
 
     ``worker``: where learning and planning run, ``"process"`` (a helper process shared by
-    every Scheduler of this process) or ``"thread"`` (a thread of this process: no second
-    process, but it competes with the loop for the GIL).
-    ``watchdog_iters``: iterations per measurement of the watchdog (see the module
-    docstring; 0 turns it off): with markers, the plan is timed against no plan and
-    disarmed when it is more than ``WATCHDOG_SLACK`` slower. ``calibrate``: measure the
-    device at the first learn and plan with it (``_runtime_calib``: "auto" = on CUDA).
+    every Scheduler of this process) or ``"thread"`` (competes with the loop for the GIL).
+    ``watchdog_iters``: iterations per measurement of the watchdog (0: off): with markers,
+    the plan is timed against no plan and disarmed when more than ``WATCHDOG_SLACK``
+    slower. ``calibrate``: measure the device at the first learn and plan with it
+    (``_runtime_calib``: "auto" = on CUDA).
     """
 
     def __init__(self, budget: Any = "100%", hw: Any = "h200-pcie5", warmup_iters: int = 3,
                  mode: str = "auto", *, relearn_after: int = 2, relearn_limit: int = 3,
                  hook: Any = "auto", plan_opts: dict | None = None, min_period_events: int = 64,
-                 touch_device: str = "cuda", tune: Any = None, tune_iters: int = 2,
-                 device: int | None = None, worker: str = "process",
+                 touch_device: str = "cuda", sampler: str = "auto", tune: Any = None,
+                 tune_iters: int = 2, device: int | None = None, worker: str = "process",
                  strict: bool = False, watchdog_iters: int = 3, calibrate: Any = "auto") -> None:
         self.tune = tuple(tune) if tune else ()
         self._calib = Calibrator(calibrate)
         plan_opts = check_options(
             budget=budget, hw=hw, mode=mode, hook=hook, strict=strict, plan_opts=plan_opts,
-            device=device, worker=worker, tune=self.tune,
+            device=device, worker=worker, tune=self.tune, sampler=sampler,
             counts={"warmup_iters": warmup_iters, "relearn_after": relearn_after,
                     "relearn_limit": relearn_limit, "tune_iters": tune_iters,
                     "min_period_events": min_period_events, "watchdog_iters": watchdog_iters})
@@ -154,8 +151,9 @@ class Scheduler:
         self._warned: set[str] = set()  # problem kinds already warned about
         self.last_error: str | None = None
         self._hook_handle: Any = None  # torch's RemovableHandle (torch is optional)
-        # the dispatch-mode TouchRecorder (sampled, or auto with PyTorch loaded) and why
-        self._touches, self._mode_reason = touch_source(mode, plan_opts, touch_device)
+        # the access sampler (dispatch tracer or CUPTI's faults; none) and why
+        self._touches, self._mode_reason = touch_source(mode, plan_opts, touch_device,
+                                                        sampler, device)
         # what was learned: the plan armed (or last armed), what it was learned from
         self.plan: Plan | None = None
         self.pattern = None
@@ -278,6 +276,8 @@ class Scheduler:
         rec = self._rec
         if len(ev):
             rec.add(ev)
+            if isinstance(self._touches, FaultSampler):
+                self._touches.see(ev, self._live)
         if self._job is not None:
             if self._job.done.is_set():
                 self._finish_learning()
@@ -296,13 +296,10 @@ class Scheduler:
 
         if self._rec.alloc_events == 0 and len(self._rec.prefix) == 0:
             return  # nothing allocated through uvm_sched: nothing to learn (step() says why)
-        touches = None
-        if self._touches is not None:
-            touches = (self._touches.clocks, self._touches.addresses,
-                       self._touches.device_type)
-        req = {"events": self._rec.parts(),
+        t = self._touches
+        touches = None if t is None else (t.clocks, t.addresses, t.device_type)
+        req = {"events": self._rec.parts(), "mode": self.mode,
                "budget": self.budget, "hw": self._calib.hw(self.hw, self.device),
-               "mode": self.mode,
                "warmup_iters": self.warmup_iters, "plan_opts": self.plan_opts,
                "mode_reason": self._mode_reason,
                "touches": touches, "tune": self.tune}
@@ -680,6 +677,8 @@ class Scheduler:
             if self._tuner is not None:
                 out["tuning_now"] = self._tuner.label
             out["native"], out["calibration"] = native.stats(), self._calib.report()
+            if isinstance(self._touches, FaultSampler):
+                out["fault_sampling"] = self._touches.report()
             return out
 
     def _summary(self) -> str:

@@ -1,8 +1,10 @@
 /* Native tests of the pool, ring and executor, built with the library sources under
  * AddressSanitizer/UBSan (see Makefile; scripts/native_tests.sh runs them).
  * Usage: test_native [seconds-for-the-thread-test]  (UVM_SCHED_LIBCUDA = fake driver
- * path enables the fake-driver cases). Exit status 0 = all passed. */
+ * path enables the fake-driver cases, UVM_SCHED_LIBCUPTI = fake CUPTI the fault-sampling
+ * ones). Exit status 0 = all passed. */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -514,6 +516,80 @@ static void test_fake_faults(const char *fake) {
     unsetenv("FAKE_CUDA_NO_DISCARD");
 }
 
+/* Fault sampling under load: two threads make faults while two flush and take, and the
+ * allocator fires probes; every fault is taken exactly once (ASan, TSan: the sample table's
+ * lock against CUPTI's completion callback). */
+typedef int (*fault_fn)(uint64_t, uint64_t, uint32_t, uint32_t);
+static fault_fn fake_fault;
+static _Atomic int cupti_done;
+static _Atomic uint64_t cupti_made, cupti_taken;
+
+static void *cupti_maker(void *arg) {
+    uint64_t base = (uint64_t)(uintptr_t)arg;
+    for (uint64_t i = 0; i < 20000; i++)
+        if (fake_fault(base + i * 4096, i, 1, 0)) cupti_made++;
+    return NULL;
+}
+
+static void *cupti_taker(void *arg) {
+    (void)arg;
+    uvm_fault_sample buf[256];
+    for (;;) {
+        int last = cupti_done;
+        CHECK(uvm_sched_cupti_flush() == UVM_OK, "flush: %s", uvm_sched_last_error());
+        size_t k;
+        while ((k = uvm_sched_cupti_take(buf, 256)) > 0) cupti_taken += k;
+        if (last) return NULL;
+    }
+}
+
+static void test_cupti(const char *fake) {
+    if (!fake) {
+        printf("fault-sampling cases skipped (UVM_SCHED_LIBCUPTI not set)\n");
+        return;
+    }
+    CHECK(uvm_sched_reset("host", 1) == UVM_OK, "reset");
+    void *lib = dlopen(fake, RTLD_NOW | RTLD_LOCAL);
+    CHECK(lib, "dlopen %s", fake);
+    if (!lib) return;
+    *(void **)&fake_fault = dlsym(lib, "fake_cupti_fault");
+    CHECK(uvm_sched_cupti_flush() == UVM_EINVAL, "flush before start");
+    CHECK(uvm_sched_cupti_start(NULL, -1) == UVM_EINVAL, "device -1");
+    CHECK(uvm_sched_cupti_start(NULL, 0) == UVM_OK, "start: %s", uvm_sched_last_error());
+    uint64_t c, m;
+    CHECK(uvm_sched_cupti_clock(&c, &m) == UVM_OK && m > 0, "clock");
+    void *w = uvm_sched_malloc(4 << 20, 0, NULL);
+    uvm_probe_row rows[2] = {{-1, (uint64_t)(uintptr_t)w, 4 << 20, 0, 0},
+                             {3, (uint64_t)(uintptr_t)w, 2 << 20, 0, 0}};
+    CHECK(uvm_sched_probe_set(rows, 2) == UVM_OK, "probe_set");
+    pthread_t t[4];
+    pthread_create(&t[0], NULL, cupti_maker, (void *)(uintptr_t)0x100000000ull);
+    pthread_create(&t[1], NULL, cupti_maker, (void *)(uintptr_t)0x200000000ull);
+    pthread_create(&t[2], NULL, cupti_taker, NULL);
+    pthread_create(&t[3], NULL, cupti_taker, NULL);
+    for (int i = 0; i < 2000; i++) {
+        if (i % 10 == 0) uvm_sched_step();
+        uvm_sched_free(uvm_sched_malloc(1 << 20, 0, NULL), 1 << 20, 0, NULL);
+    }
+    pthread_join(t[0], NULL);
+    pthread_join(t[1], NULL);
+    cupti_done = 1;
+    pthread_join(t[2], NULL);
+    pthread_join(t[3], NULL);
+    CHECK(uvm_sched_cupti_stop() == UVM_OK, "stop");
+    uvm_fault_sample buf[64];
+    size_t k;
+    while ((k = uvm_sched_cupti_take(buf, 64)) > 0) cupti_taken += k;
+    CHECK(cupti_made == 40000 && cupti_taken == cupti_made, "made %llu, taken %llu",
+          (unsigned long long)cupti_made, (unsigned long long)cupti_taken);
+    uint64_t ps[5];
+    CHECK(uvm_sched_probe_stats(ps, 5) == 5 && ps[1] == 2 * 200 + 1, "probes issued %llu",
+          (unsigned long long)ps[1]);
+    CHECK(uvm_sched_probe_set(NULL, 0) == UVM_OK, "clear");
+    uvm_sched_free(w, 4 << 20, 0, NULL);
+    dlclose(lib);
+}
+
 int main(int argc, char **argv) {
     double seconds = argc > 1 ? atof(argv[1]) : 2.0;
     setenv("UVM_SCHED_VERBOSE", "0", 1);
@@ -529,6 +605,7 @@ int main(int argc, char **argv) {
     test_many_streams("host");
     test_fake_faults(getenv("UVM_SCHED_LIBCUDA"));
     test_threads(seconds);
+    test_cupti(getenv("UVM_SCHED_LIBCUPTI"));
     test_invariant_check_reports_corruption();
     char why[256] = "";
     CHECK(pool_valid(why, sizeof why), "the pool at the end: %s", why);

@@ -149,6 +149,8 @@ static int env_u64(const char *name, uint64_t dflt, uint64_t *out) {
     return UVM_OK;
 }
 
+int uvm_env_u64(const char *name, uint64_t dflt, uint64_t *out) { return env_u64(name, dflt, out); }
+
 static int env_bool(const char *name, int dflt, int *out) {
     static const char *const on[] = {"1", "true", "yes", "on"}, *const off[] = {"0", "false", "no", "off"};
     const char *v = getenv(name);
@@ -257,11 +259,13 @@ int uvm_sched_reset(const char *backend, int force) {
     }
     if (uvm_g.ready) {
         uvm_exec_fini(&uvm_g.exec);
+        uvm_probe_reset();
         uvm_pool_fini(&uvm_g.pool);
         uvm_ring_fini(&uvm_g.ring);
         uvm_g.prim->shutdown();
         uvm_g.ready = false;
     }
+    uvm_cupti_reset();
     int s = do_init(backend);
     pthread_mutex_unlock(&drain_lock);
     pthread_mutex_unlock(&uvm_g.lock);
@@ -298,6 +302,7 @@ int uvm_sched_malloc_status(size_t size, int device, void *stream, void **out) {
         uvm_trace(UVM_EV_ALLOC, (uint64_t)(uintptr_t)b.addr, size, (uint64_t)(uintptr_t)stream,
                   device, (int64_t)b.ordinal);
         if (uvm_g.exec.armed) uvm_exec_on_event(&uvm_g.exec, UVM_EV_ALLOC, &b, stream);
+        uvm_probe_on_event(stream);
         uvm_g.tick++;
         *out = b.addr;
     } else {
@@ -321,6 +326,7 @@ int uvm_sched_free_status(void *ptr, size_t size, int device, void *stream, int 
         uvm_trace(UVM_EV_FREE, (uint64_t)(uintptr_t)ptr, b.req, (uint64_t)(uintptr_t)st,
                   b.device, (int64_t)b.ordinal);
         if (uvm_g.exec.armed) uvm_exec_on_event(&uvm_g.exec, UVM_EV_FREE, &b, st);
+        uvm_probe_on_event(st);
         uvm_g.tick++;
     } else {
         int kind = s == UVM_EDOUBLEFREE ? UVM_EV_DOUBLE_FREE
@@ -371,6 +377,7 @@ int uvm_sched_step(void) {
     uvm_trace(UVM_EV_MARK, 0, 0, 0, 0, (int64_t)uvm_g.marks);
     uvm_g.marks++;
     uvm_exec_on_mark(&uvm_g.exec);
+    uvm_probe_on_mark();
     pthread_mutex_unlock(&uvm_g.lock);
     return UVM_OK;
 }

@@ -343,6 +343,17 @@ UVM_HIDDEN int uvm_exec_arm_at(uvm_exec *x, const uvm_plan_row *rows, size_t n_r
                                const uint64_t *addrs, size_t n_addrs);
 UVM_HIDDEN void uvm_exec_disarm(uvm_exec *x);
 
+/* probe.c: with the lock held, at a marker / after an allocator event served (before the
+ * tick advances), and at reset */
+UVM_HIDDEN void uvm_probe_on_mark(void);
+UVM_HIDDEN void uvm_probe_on_event(void *stream);
+UVM_HIDDEN void uvm_probe_reset(void);
+/* api.c: a count from the environment (whole number or 0x hex, optional K/M/G/T unit);
+ * dflt when unset, UVM_EINVAL (the variable and value in the last error) when unparsable */
+UVM_HIDDEN int uvm_env_u64(const char *name, uint64_t dflt, uint64_t *out);
+/* cupti.c: forget the samples and counters (uvm_sched_reset) */
+UVM_HIDDEN void uvm_cupti_reset(void);
+
 static inline void uvm_trace(int32_t kind, uint64_t addr, uint64_t size, uint64_t stream,
                              int32_t device, int64_t arg) {
     if (uvm_g.tracing)

@@ -62,7 +62,9 @@ enum uvm_event_kind {
     UVM_EV_UNSUPPORTED = 40, /* executor: driver lacks the call (discard); arg = plan row */
     UVM_EV_UNADVISE = 41,    /* direct call: advice unset; addr/size, arg = the advise action */
     UVM_EV_RELEASE = 42,     /* direct call: cached memory released; size = bytes */
-    UVM_EV_SYNC = 43         /* direct call: waited for stream */
+    UVM_EV_SYNC = 43,        /* direct call: waited for stream */
+    UVM_EV_PROBE = 44        /* fault probe moved a range to the host; addr/size, stream,
+                                arg = probe row (uvm_sched_probe_set) */
 };
 
 /* Plan actions: the order is planner.ACTIONS (the ABI with the Python planner). */
@@ -238,6 +240,49 @@ typedef struct uvm_calibration {
     char device_name[256];
 } uvm_calibration;
 UVM_API int uvm_sched_calibrate(int device, double budget_s, uvm_calibration *out);
+
+/* ---- fault sampling: CUPTI unified-memory GPU page-fault records (cupti.c) --------------
+ * start: dlopen CUPTI ($UVM_SCHED_LIBCUPTI, else path, else libcupti.so[.13|.12]), register
+ * the buffer callbacks, configure the GPU page-fault counter for device, enable
+ * CUPTI_ACTIVITY_KIND_UNIFIED_MEMORY_COUNTER.  UVM_ENOBACKEND: no CUPTI (last error says
+ * why); UVM_EUNSUPPORTED: CUPTI says the platform or device has no UM counters;
+ * UVM_EDRIVER: CUPTI refused (the call and CUPTI's result string).  Already started: OK.
+ * flush: deliver the buffered records (forced flush); stop: flush, then disable.
+ * take: move up to max samples collected so far into out (oldest first), returns how many.
+ * clock: a CUPTI timestamp and the CLOCK_MONOTONIC ns (the ring's clock) at the same
+ * moment (the midpoint of two readings around CUPTI's). */
+typedef struct uvm_fault_sample {
+    uint64_t address; /* the faulting page's virtual address */
+    uint64_t t_cupti; /* ns on CUPTI's clock: when the driver started processing the fault */
+    uint64_t value;   /* page fault groups for the page */
+    uint32_t flags;   /* CUpti_ActivityUnifiedMemoryAccessType */
+    uint32_t device;  /* srcId: the faulting device */
+} uvm_fault_sample;   /* 32 bytes */
+UVM_API int uvm_sched_cupti_start(const char *path, int device);
+UVM_API int uvm_sched_cupti_flush(void);
+UVM_API int uvm_sched_cupti_stop(void);
+UVM_API size_t uvm_sched_cupti_take(uvm_fault_sample *out, size_t max);
+UVM_API int uvm_sched_cupti_clock(uint64_t *cupti_ns, uint64_t *mono_ns);
+/* names (comma-separated) and values, as uvm_sched_stats */
+UVM_API const char *uvm_sched_cupti_stats_names(void);
+UVM_API size_t uvm_sched_cupti_stats(uint64_t *out, size_t n);
+
+/* Fault probes (probe.c): ranges moved to the host (a prefetch) at a tick of every
+ * iteration so that their next GPU use faults.  tick: issued right after allocator event
+ * `tick` of the iteration (from 0 at the latest marker) on its stream; -1: at the marker,
+ * on the legacy NULL stream.  Replaces the table (n = 0 clears it): its tick -1 rows fire
+ * at once, its rows still ahead in the current iteration when they come, and all of them
+ * in every iteration after.  UVM_EINVAL: tick < -1, bytes 0, device < 0, more than 2^24 rows.
+ * stats: rows, issued, skipped (range no longer reserved), failed, bytes issued. */
+typedef struct uvm_probe_row {
+    int64_t tick;
+    uint64_t addr;
+    uint64_t bytes;
+    int32_t device;
+    int32_t pad; /* ignored */
+} uvm_probe_row; /* 32 bytes */
+UVM_API int uvm_sched_probe_set(const uvm_probe_row *rows, size_t n);
+UVM_API size_t uvm_sched_probe_stats(uint64_t *out, size_t n);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,68 @@
+"""Test helper: build the fake CUPTI library (fake_cupti.c) once per process and drive
+it (the faults a GPU would have). Imported by tests/test_cupti_faults.py."""
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+_BUILT: dict[str, str] = {}
+
+
+def fake_cupti_path() -> str:
+    """Path of a freshly built fake libcupti (gcc, once per process), or the one
+    $UVM_SCHED_FAKE_CUPTI names."""
+    if "path" not in _BUILT and os.environ.get("UVM_SCHED_FAKE_CUPTI"):
+        _BUILT["path"] = os.environ["UVM_SCHED_FAKE_CUPTI"]
+    if "path" not in _BUILT:
+        cc = os.environ.get("CC", "gcc")
+        if shutil.which(cc) is None:
+            import pytest
+
+            pytest.skip(f"no C compiler ({cc}) to build the fake CUPTI library")
+        out = Path(tempfile.mkdtemp(prefix="uvm_fake_cupti_")) / "libcupti.so"
+        subprocess.run([cc, "-Wall", "-Wextra", "-Werror", "-std=c11", "-O1", "-fPIC", "-shared",
+                        "-fvisibility=hidden", "-pthread", "-o", str(out),
+                        str(HERE / "fake_cupti.c")], check=True)
+        _BUILT["path"] = str(out)
+    return _BUILT["path"]
+
+
+def private_copy(tmp_path) -> str:
+    """A copy of the fake under another name: dlopen gives it its own state (for tests of
+    what the fake refuses before anything is set up)."""
+    dst = Path(tmp_path) / "libcupti_private.so"
+    shutil.copy(fake_cupti_path(), dst)
+    return str(dst)
+
+
+class FakeCupti:
+    """The loaded fake (the same instance the native library dlopen'd when loaded by path)."""
+
+    def __init__(self, path: str) -> None:
+        lib = self.lib = ctypes.CDLL(path)
+        lib.fake_cupti_log.restype = ctypes.c_char_p
+        lib.fake_cupti_fault.argtypes = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint32,
+                                         ctypes.c_uint32]
+        lib.fake_cupti_counter.argtypes = [ctypes.c_uint32, ctypes.c_uint64, ctypes.c_uint64,
+                                           ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint32]
+        lib.fake_cupti_clock_offset.argtypes = [ctypes.c_int64]
+        lib.cuptiGetTimestamp.argtypes = [ctypes.POINTER(ctypes.c_uint64)]
+
+    def now(self) -> int:
+        """The fake's clock (CUPTI ns)."""
+        t = ctypes.c_uint64()
+        assert self.lib.cuptiGetTimestamp(ctypes.byref(t)) == 0
+        return t.value
+
+    def fault(self, address: int, t: int | None = None, flags: int = 1, device: int = 0) -> bool:
+        """A GPU page fault at ``address`` (now by default); True when CUPTI collects it."""
+        return bool(self.lib.fake_cupti_fault(address, self.now() if t is None else t, flags,
+                                              device))
+
+    def log(self) -> list[str]:
+        return self.lib.fake_cupti_log().decode().splitlines()

@@ -1,0 +1,459 @@
+"""Fault sampling through the native core: CUPTI's unified-memory GPU page-fault records
+(cupti.c) read from a fake libcupti as strict as cupti_activity.h
+(tests/native/PRECONDITIONS_CUPTI.md), fault probes (probe.c), and the Scheduler's
+fault sampler on the host backend."""
+from __future__ import annotations
+
+import ctypes
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from _planner_helpers import host_backend
+from native.fakecupti import FakeCupti, fake_cupti_path, private_copy
+from uvm_sched import native
+from uvm_sched import _native_faults as nf
+
+host = pytest.fixture(host_backend)
+MiB = 1 << 20
+
+
+@pytest.fixture
+def cupti(host, monkeypatch):
+    """The fake CUPTI, loaded by the native core, collecting device 0's faults."""
+    path = fake_cupti_path()
+    monkeypatch.setenv("UVM_SCHED_LIBCUPTI", path)
+    fake = FakeCupti(path)
+    nf.cupti_start(None, 0)
+    nf.cupti_take()  # nothing left from an earlier test
+    yield fake
+    nf.cupti_stop()
+    nf.cupti_take()
+
+
+def test_fault_records_become_samples_with_their_address_time_and_device(cupti):
+    t0 = cupti.now()
+    faults = [(0x7F0000200000, t0 + 10), (0x7F0000400000 + 4096, t0 + 20), (0x1000, t0 + 30)]
+    for a, t in faults:
+        assert cupti.fault(a, t, flags=2, device=0)
+    nf.cupti_flush()
+    got = nf.cupti_take()
+    assert got.dtype == nf.FAULT_DTYPE
+    assert [(int(a), int(t)) for a, t in zip(got["address"], got["t_cupti"])] == faults
+    assert (got["flags"] == 2).all() and (got["value"] == 1).all()
+    st = nf.cupti_stats()
+    assert st["cupti_faults"] >= 3 and st["cupti_on"] == 1 and st["cupti_lost"] == 0
+    assert len(nf.cupti_take()) == 0  # taken once
+    log = "\n".join(cupti.log())
+    # configured (GPU page faults, enabled) before the kind was enabled
+    assert log.index("cuptiActivityConfigureUnifiedMemoryCounter count=1 kind=4 enable=1 -> 0") \
+        < log.index("cuptiActivityEnable kind=25 -> 0")
+
+
+def test_only_the_gpu_page_fault_counter_is_configured(cupti):
+    # bytes moved host to device (counter kind 1) are not asked for: CUPTI does not collect them
+    assert not cupti.lib.fake_cupti_counter(1, 0x200000, cupti.now(), 2 * MiB, 0, 0)
+    assert cupti.fault(0x200000)
+
+
+def test_an_incomplete_record_ends_its_buffer_and_is_counted(cupti):
+    for i in range(3):
+        cupti.fault(0x200000 * (i + 1))
+    cupti.lib.fake_cupti_truncate_next()
+    before = nf.cupti_stats()["cupti_bad_buffers"]
+    nf.cupti_flush()
+    assert [int(a) for a in nf.cupti_take()["address"]] == [0x200000, 0x400000]
+    assert nf.cupti_stats()["cupti_bad_buffers"] == before + 1
+
+
+def test_the_clock_pair_maps_cuptis_clock_to_the_rings(cupti):
+    cupti.lib.fake_cupti_clock_offset(-123_456_789_000)
+    try:
+        c, m = nf.cupti_clock()
+        assert abs((c - m) - (-123_456_789_000)) < 5_000_000  # both read within 5 ms
+    finally:
+        cupti.lib.fake_cupti_clock_offset(0)
+
+
+def test_without_cupti_start_says_what_to_install():
+    code = textwrap.dedent("""
+        import os
+        os.environ["UVM_SCHED_LIBCUPTI"] = "/nonexistent/libcupti.so"
+        from uvm_sched import native, _native_faults as nf
+        native._reset("host", force=True)
+        try:
+            nf.cupti_start()
+        except native.UvmSchedError as e:
+            print("ERR", e)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert "ERR fault sampling: CUPTI is not loadable (/nonexistent/libcupti.so)" in out.stdout
+    assert "nvidia-cuda-cupti" in out.stdout and "UVM_SCHED_LIBCUPTI" in out.stdout
+
+
+# ---- the fake refuses what cupti_activity.h says the real one refuses -----------------
+class _Fresh:
+    """A private instance of the fake, untouched by the native core."""
+
+    def __init__(self, tmp_path) -> None:
+        self.lib = ctypes.CDLL(private_copy(tmp_path))
+        self.lib.fake_cupti_reset()
+
+    def configure(self, kind: int = 4, scope: int = 1, enable: int = 1, count: int = 1) -> int:
+        cfg = (ctypes.c_uint32 * 4)(scope, kind, 0, enable)
+        return self.lib.cuptiActivityConfigureUnifiedMemoryCounter(cfg, count)
+
+
+REQ = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t),
+                       ctypes.POINTER(ctypes.c_size_t))
+DONE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_void_p, ctypes.c_size_t,
+                        ctypes.c_size_t)
+
+
+def test_fake_U1_register_callbacks_refuses_null(tmp_path):
+    f = _Fresh(tmp_path)
+    assert f.lib.cuptiActivityRegisterCallbacks(None, None) == 1  # INVALID_PARAMETER
+
+
+def test_fake_U2_configure_refuses_null_and_unknown_counter_kinds(tmp_path):
+    f = _Fresh(tmp_path)
+    assert f.lib.cuptiActivityConfigureUnifiedMemoryCounter(None, 1) == 1
+    assert f.configure(kind=0) == 1 and f.configure(kind=9) == 1 and f.configure(scope=3) == 1
+    assert f.configure(kind=4) == 0
+
+
+def test_fake_U3_enable_refuses_unknown_kinds(tmp_path):
+    f = _Fresh(tmp_path)
+    assert f.lib.cuptiActivityEnable(55) == 21 and f.lib.cuptiActivityEnable(0) == 21
+
+
+def test_fake_U4_enable_before_configuring_the_counters_is_refused(tmp_path):
+    f = _Fresh(tmp_path)
+    assert f.lib.cuptiActivityEnable(25) == 14  # NOT_COMPATIBLE
+    assert f.configure() == 0 and f.lib.cuptiActivityEnable(25) == 0
+
+
+def test_fake_U5_flush_before_registering_callbacks_is_refused(tmp_path):
+    f = _Fresh(tmp_path)
+    assert f.lib.cuptiActivityFlushAll(1) == 7  # INVALID_OPERATION
+
+
+def test_fake_U6_U7_next_record_stops_at_the_end_and_refuses_a_cut_record(tmp_path):
+    f = _Fresh(tmp_path)
+    rec = ctypes.c_void_p()
+    assert f.lib.cuptiActivityGetNextRecord(None, 0, ctypes.byref(rec)) == 1
+    size = f.lib.fake_cupti_record_size()
+    assert size == 104  # CUpti_ActivityUnifiedMemoryCounter3
+    buf = (ctypes.c_uint8 * (2 * size))()
+    ctypes.cast(buf, ctypes.POINTER(ctypes.c_uint32))[0] = 25
+    ctypes.cast(ctypes.byref(buf, size), ctypes.POINTER(ctypes.c_uint32))[0] = 25
+    assert f.lib.cuptiActivityGetNextRecord(buf, 2 * size, ctypes.byref(rec)) == 0
+    assert f.lib.cuptiActivityGetNextRecord(buf, 2 * size, ctypes.byref(rec)) == 0
+    assert f.lib.cuptiActivityGetNextRecord(buf, 2 * size, ctypes.byref(rec)) == 12  # the end
+    rec = ctypes.c_void_p()
+    assert f.lib.cuptiActivityGetNextRecord(buf, size + 8, ctypes.byref(rec)) == 0
+    assert f.lib.cuptiActivityGetNextRecord(buf, size + 8, ctypes.byref(rec)) == 21  # cut
+
+
+def test_fake_U8_timestamp_refuses_null(tmp_path):
+    assert _Fresh(tmp_path).lib.cuptiGetTimestamp(None) == 1
+
+
+def test_fake_U9_a_buffer_too_small_for_one_record_drops_the_records(tmp_path):
+    f = _Fresh(tmp_path)
+    keep = []
+
+    @REQ
+    def request(buf, size, max_records):
+        b = (ctypes.c_uint8 * 64)()
+        keep.append(b)
+        buf[0], size[0], max_records[0] = ctypes.addressof(b), 64, 0
+
+    @DONE
+    def complete(ctx, stream, buf, size, valid):
+        keep.append(valid)
+
+    assert f.lib.cuptiActivityRegisterCallbacks(request, complete) == 0
+    assert f.configure() == 0 and f.lib.cuptiActivityEnable(25) == 0
+    f.lib.fake_cupti_fault.argtypes = [ctypes.c_uint64] * 2 + [ctypes.c_uint32] * 2
+    assert f.lib.fake_cupti_fault(0x200000, 1, 1, 0) == 1
+    assert f.lib.cuptiActivityFlushAll(1) == 0
+    dropped = ctypes.c_size_t()
+    assert f.lib.cuptiActivityGetNumDroppedRecords(None, 0, ctypes.byref(dropped)) == 0
+    assert dropped.value == 1 and keep[-1] == 0  # given back empty
+
+
+def test_every_fake_rule_has_a_test():
+    from pathlib import Path
+
+    table = (Path(__file__).parent / "native" / "PRECONDITIONS_CUPTI.md").read_text()
+    ids = {line.split("|")[1].strip() for line in table.splitlines()
+           if line.startswith("| U")}
+    names = {n for n in globals() if n.startswith("test_fake_")}
+    tested = {i for n in names for i in n.split("_") if i.startswith("U") and i[1:].isdigit()}
+    assert ids and ids == tested, (ids, tested)
+
+
+# ---- fault probes -------------------------------------------------------------------------
+def test_probes_move_their_range_to_the_host_after_the_given_tick(host):
+    w = native.malloc(4 * MiB)
+    native.drain_events()
+    rows = np.zeros(2, nf.PROBE_DTYPE)
+    rows[0] = (1, w, 4 * MiB, 0, 0)  # right after allocator event 1 of the iteration
+    rows[1] = (-1, w, 2 * MiB, 0, 0)  # at the marker (and at once: set just after one)
+    native.step()
+    nf.probe_set(rows)
+    for _ in range(2):
+        a = native.malloc(MiB)
+        native.free(a)
+        native.step()
+    ev = native.drain_events()
+    kinds = [native.EVENT_KINDS[k] for k in ev["kind"]]
+    assert kinds == ["mark", "probe", "alloc", "free", "probe", "mark", "probe", "alloc",
+                     "free", "probe", "mark", "probe"]
+    probes = ev[ev["kind"] == int(native.NativeEvent.PROBE)]
+    assert probes["arg"].tolist() == [1, 0, 1, 0, 1] and (probes["addr"] == w).all()
+    st = nf.probe_stats()
+    assert st["probe_issued"] == 5 and st["probe_bytes"] == 2 * MiB * 3 + 4 * MiB * 2
+    nf.probe_set(np.empty(0, nf.PROBE_DTYPE))
+    native.free(w)
+
+
+def test_a_probe_outside_the_pool_is_skipped_and_a_bad_row_refused(host):
+    native.step()
+    nf.probe_set(np.array([(0, 0x1000, 4096, 0, 0)], nf.PROBE_DTYPE))
+    a = native.malloc(MiB)
+    native.free(a)
+    assert nf.probe_stats()["probe_skipped"] == 1
+    with pytest.raises(ValueError, match="probe row 0: tick -2"):
+        nf.probe_set(np.array([(-2, 0x1000, 4096, 0, 0)], nf.PROBE_DTYPE))
+    nf.probe_set(np.empty(0, nf.PROBE_DTYPE))
+
+
+# ---- the Scheduler's fault sampler ---------------------------------------------------------
+class FaultingLoop:
+    """A training loop whose kernels touch its weights, on a GPU emulated for the fake
+    CUPTI: a touch of a weight that is not resident faults (recorded now, at an address
+    inside it) and makes it resident; a probe (a PROBE event leaving the ring) moves it to
+    the host. Weight i is read in the forward pass (tick 3i+2 of an iteration of L layers),
+    in the backward pass (tick 3L+2(L-1-i)) and by the optimizer (tick 6L-1)."""
+
+    def __init__(self, fake: FakeCupti, layers: int = 4) -> None:
+        self.fake, self.layers = fake, layers
+        self.weights = [native.malloc(4 * MiB) for _ in range(layers)]
+        self.resident: set[int] = set()
+        self.faults = 0
+        native._DRAIN_TAPS.append(self._tap)
+
+    def _tap(self, ev) -> None:
+        for a in ev["addr"][ev["kind"] == int(native.NativeEvent.PROBE)]:
+            self.resident.discard(int(a))
+
+    def touch(self, w: int) -> None:
+        native.peek_events()  # the probes fired so far reach _tap
+        if w not in self.resident:
+            assert self.fake.fault(w + 3 * 65536)
+            self.faults += 1
+            self.resident.add(w)
+
+    def iteration(self) -> None:
+        acts = []
+        for w in self.weights:
+            acts.append(native.malloc(2 * MiB))
+            native.free(native.malloc(MiB // 2))
+            self.touch(w)
+        grads = []
+        for w, a in zip(reversed(self.weights), reversed(acts)):
+            grads.append(native.malloc(2 * MiB))
+            self.touch(w)
+            native.free(a)
+        for g in grads:
+            native.free(g)
+        for w in self.weights:
+            self.touch(w)
+
+    def expected(self) -> set[tuple[int, ...]]:
+        L = self.layers
+        return {(3 * i + 2, 3 * L + 2 * (L - 1 - i), 6 * L - 1) for i in range(L)}
+
+    def close(self) -> None:
+        native._DRAIN_TAPS.remove(self._tap)
+        for w in self.weights:
+            native.free(w)
+
+
+def test_the_fault_sampler_probes_learns_every_weight_touch_and_plans_sampled(cupti):
+    from uvm_sched import Scheduler
+
+    nf.cupti_stop()  # the Scheduler starts it
+    cupti.lib.fake_cupti_clock_offset(7_000_000_000)  # CUPTI's clock is not the ring's
+    loop = FaultingLoop(cupti)
+    try:
+        with Scheduler(budget="50%", warmup_iters=4, mode="sampled", sampler="cupti",
+                       hook=False, worker="thread") as s:
+            s._touches.share = 1.0  # every weight probed each warm-up iteration
+            for _ in range(5):
+                s.step()
+                loop.iteration()
+            s.step()
+            assert s.wait_planned(300), s.last_error
+            fs = s.stats()["fault_sampling"]
+            assert fs["available"] and fs["blocks_closed"] == loop.layers
+            assert fs["probe_issued"] > 0 and fs["probe_bytes"] > 0
+            assert fs["faults"] == loop.faults
+            assert s.plan.meta["mode"] == "sampled"
+            smp = s.samples[s.samples["persistent"] & ~s.samples["assumed"]]
+            got = {tuple(sorted(g["tick"])) for _, g in smp.groupby("block")}
+            assert got == loop.expected()
+            assert not s.samples["assumed"].any()  # every list closed: no tail assumed
+            # after the warm-up: no probes, CUPTI off, the loop's faults are not collected
+            assert nf.probe_stats()["probe_rows"] == 0
+            assert not cupti.fault(loop.weights[0])
+    finally:
+        cupti.lib.fake_cupti_clock_offset(0)
+        loop.close()
+
+
+def test_without_cupti_the_scheduler_plans_obliviously_and_says_why():
+    code = textwrap.dedent("""
+        import os
+        os.environ["UVM_SCHED_LIBCUPTI"] = "/nonexistent/libcupti.so"
+        from uvm_sched import native, Scheduler
+        native._reset("host", force=True)
+        ws = [native.malloc(4 << 20) for _ in range(3)]
+        with Scheduler(budget="50%", warmup_iters=2, mode="sampled", sampler="cupti",
+                       hook=False, worker="thread") as s:
+            for _ in range(4):
+                s.step()
+                a = [native.malloc(2 << 20) for _ in range(3)]
+                for x in a:
+                    native.free(x)
+            assert s.wait_planned(300), s.last_error
+            fs = s.stats()["fault_sampling"]
+            print("PLAN", s.plan.meta["mode"], fs["available"], fs["why_not"])
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300)
+    assert "PLAN oblivious False fault sampling: CUPTI is not loadable" in out.stdout, out.stderr
+
+
+def test_a_warmup_too_short_to_close_the_lists_plans_their_tails_busy(cupti):
+    from uvm_sched import Scheduler
+
+    nf.cupti_stop()
+    loop = FaultingLoop(cupti)
+    try:
+        with Scheduler(budget="50%", warmup_iters=2, mode="sampled", sampler="cupti",
+                       hook=False, worker="thread") as s:
+            s._touches.share = 1.0
+            for _ in range(3):
+                s.step()
+                loop.iteration()
+            assert s.wait_planned(300), s.last_error
+            fs = s.stats()["fault_sampling"]
+            assert fs["blocks_closed"] == 0 and fs["blocks_seen"] == loop.layers
+            smp = s.samples[s.samples["persistent"]]
+            T = s.pattern.stop_tick - s.pattern.start_tick  # the learned iteration's ticks
+            for _, g in smp.groupby("block"):
+                seen = sorted(g.loc[~g["assumed"], "tick"])
+                assert tuple(seen) in {e[:2] for e in loop.expected()}  # forward, backward
+                assert sorted(g.loc[g["assumed"], "tick"]) == list(range(seen[-1] + 1, T))
+    finally:
+        loop.close()
+
+
+@pytest.mark.gpu
+def test_real_cupti_reports_the_faults_of_a_block_moved_to_the_host():
+    """On a GPU: a block moved to the host faults at its next GPU use, and CUPTI's records
+    name addresses inside it (skips where CUPTI or its UM counters are missing)."""
+    pytest.importorskip("torch")
+    code = textwrap.dedent("""
+        import glob, os, sys, torch, uvm_sched
+        from uvm_sched import native, _native_faults as nf
+        torch.cuda.memory.change_current_allocator(uvm_sched.allocator())
+        path = None
+        try:
+            import nvidia.cuda_cupti as cc
+            found = sorted(glob.glob(os.path.join(list(cc.__path__)[0], "lib", "libcupti.so*")))
+            path = found[0] if found else None
+        except ImportError:
+            pass
+        w = torch.zeros(16 << 20, dtype=torch.float32, device="cuda")  # 64 MiB
+        torch.cuda.synchronize()
+        try:
+            nf.cupti_start(path, 0)
+        except Exception as e:
+            print("SKIP", e)
+            sys.exit(0)
+        native.prefetch(w.data_ptr(), w.numel() * 4, to="host")
+        torch.cuda.synchronize()
+        t0 = nf.cupti_clock()
+        w.add_(1)
+        torch.cuda.synchronize()
+        nf.cupti_stop()
+        got = nf.cupti_take()
+        lo, hi = w.data_ptr(), w.data_ptr() + w.numel() * 4
+        inside = (got["address"] >= lo) & (got["address"] < hi)
+        print("FAULTS", len(got), int(inside.sum()), int((got["t_cupti"] >= t0[0]).sum()))
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    if "SKIP" in r.stdout:
+        pytest.skip(r.stdout.strip())
+    n, inside, after = map(int, r.stdout.split("FAULTS")[1].split())
+    assert inside > 0 and after == n, r.stdout
+
+
+def test_probes_on_the_fake_driver_are_prefetches_it_accepts(monkeypatch):
+    """The probes on the CUDA path: a prefetch to the host of the block on the event's
+    stream (at a marker: the legacy stream), each accepted by the strict fake driver."""
+    from native.fakecuda import backend
+
+    with backend("fake") as drv:
+        w = native.malloc(4 * MiB)
+        native.step()
+        nf.probe_set(np.array([(-1, w, 4 * MiB, 0, 0), (0, w, 4 * MiB, 0, 0)], nf.PROBE_DTYPE))
+        drv.clear()
+        s = native.malloc(MiB)
+        native.free(s)
+        calls = drv.calls("cuMemPrefetchAsync")
+        assert [(c["ptr"], c["bytes"], c["loc.type"], c["rc"]) for c in calls] == \
+            [(w, 4 * MiB, 2, 0)]  # CU_MEM_LOCATION_TYPE_HOST, accepted
+        assert nf.probe_stats()["probe_failed"] == 0
+        nf.probe_set(np.empty(0, nf.PROBE_DTYPE))
+        native.free(w)
+
+
+def test_the_sample_table_holds_what_the_setting_says_and_counts_the_rest_lost():
+    code = textwrap.dedent("""
+        import os, sys
+        sys.path.insert(0, "tests")
+        from native.fakecupti import FakeCupti, fake_cupti_path
+        os.environ["UVM_SCHED_LIBCUPTI"] = fake_cupti_path()
+        os.environ["UVM_SCHED_CUPTI_SAMPLES"] = sys.argv[1]
+        from uvm_sched import native, _native_faults as nf
+        native._reset("host", force=True)
+        try:
+            nf.cupti_start()
+        except ValueError as e:
+            print("ERR", e)
+            sys.exit(0)
+        fake = FakeCupti(fake_cupti_path())
+        for i in range(3):
+            fake.fault(0x200000 * (i + 1))
+        nf.cupti_flush()
+        print("TOOK", len(nf.cupti_take()), nf.cupti_stats()["cupti_lost"])
+    """)
+    from conftest import REPO
+
+    def run(value: str) -> str:
+        return subprocess.run([sys.executable, "-c", code, value], capture_output=True,
+                              text=True, timeout=120, cwd=REPO).stdout
+
+    assert "TOOK 2 1" in run("2")
+    assert "TOOK 3 0" in run("1K")
+    assert 'UVM_SCHED_CUPTI_SAMPLES="12x" is not a count' in run("12x")
