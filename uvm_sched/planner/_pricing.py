@@ -12,7 +12,9 @@ the simulator's extremal model, written at the ALLOC and read at the FREE, the o
 use model; the allocator events do not say whether a block that is never freed -- weights,
 optimizer state -- is read every iteration, so each candidate runs twice: as the extremal
 model has it (written once) and with one read of every such block in each iteration
-(spread over its ticks in allocation order, as a forward pass reads its weights), and is
+(spread over its ticks in allocation order, as a forward pass reads its weights; the
+extremal accesses written out beside them, since a trace with ACCESS rows is judged by
+those rows alone), and is
 priced by the worse of its two ratios to no plan: the choice must be safe
 under both. A view's accesses are fewer than the real ones, so demand paging looks
 cheaper there than it is: a view refutes a candidate only where no plan's own stall in it
