@@ -189,8 +189,6 @@ class Schedule:
     prefetches: list  # (event_unrolled, block, size)
     remote: list  # blocks mapped host-resident for the whole iteration
     predicted: dict[str, Any]
-    # (T,) bytes per tick the schedule leaves over the budget (to the driver); None: unknown
-    over_budget: np.ndarray | None = None
 
 
 class _Gap:
@@ -276,8 +274,7 @@ def build_schedule(p: Problem, budget: int, *, guards=(4,), rounds: int = 6) -> 
     chosen, remote, resident = _remote_fallback(tl, chosen, saved)
     evictions, prefetches = _issue_points(tl, chosen)
     return Schedule(evictions, prefetches, remote,
-                    _prediction(tl, chosen, remote, resident, len(gaps)),
-                    np.maximum(resident - budget, 0))
+                    _prediction(tl, chosen, remote, resident, len(gaps)))
 
 
 # -- step 1: candidate gaps ------------------------------------------------------------------

@@ -136,7 +136,7 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "oblivious", **opts: Any) -
         # what the judge may know of the accesses: what the planner read (sampled mode with
         # samples drawn from this trace read its ground truth; oblivious mode never does)
         truth_known = mode == "sampled" and opts.get("samples") is None
-        out = _priced(trace, out, _actions(prob, info, _advice_schedule(prob, sched, budget_bytes),
+        out = _priced(trace, out, _actions(prob, info, Schedule([], [], sched.remote, {}),
                                            *act_opts), budget_bytes, prof, truth_known,
                      [a for a, _ in pat.iterations])
     pred["plan_time_s"] = time.perf_counter() - t0
@@ -173,18 +173,6 @@ def _priced(trace, full: Plan, advice_actions, budget: int, prof, accesses: bool
             f"{best}: the full plan was predicted at {times['plan']:.6g} s per iteration, "
             f"{best} at {times[best]:.6g} s (no plan: {times['none']:.6g} s)")
     return out
-
-
-def _advice_schedule(prob: Problem, sched: Schedule, budget: int) -> Schedule:
-    """``sched`` without its evictions and prefetches (the remote blocks stay), with the
-    bytes it then leaves over ``budget`` per tick."""
-    live = np.zeros(prob.T + 1, np.int64)
-    np.add.at(live, prob.live_from, prob.size)
-    np.add.at(live, prob.live_to + 1, -prob.size)
-    for i in sched.remote:
-        live[prob.live_from[i]] -= prob.size[i]
-        live[prob.live_to[i] + 1] += prob.size[i]
-    return Schedule([], [], sched.remote, {}, np.maximum(np.cumsum(live)[:prob.T] - budget, 0))
 
 
 def _guards(guard) -> tuple[int, ...]:
@@ -432,10 +420,7 @@ def _check_feasible(prob: Problem, info: dict, budget: int) -> None:
 # ``discard`` at the FREE event of every freed block of the iteration of at least
 # ``discard_min_bytes`` (dead data is never written back, and the pool's freed ranges stop
 # counting against the budget); a populating ``prefetch_to_device`` at every ALLOC event of
-# the iteration (fresh pages are populated without faults) where the schedule keeps that
-# tick within the budget (elsewhere the populate would make the driver evict ahead of the
-# block's first touch; measured, finetune-s3 at 90% of peak: 1.19x demand paging with the
-# populates, 0.97x without them); the remote blocks' advice and
+# the iteration (fresh pages are populated without faults); the remote blocks' advice and
 # ``advise_read_mostly`` for blocks only read. The table's order is the executor's: at one
 # allocator event what releases memory goes before what claims it (``_RANK`` below).
 #
@@ -469,16 +454,9 @@ def _actions(prob: Problem, info: dict, sched, prof, discard: bool, discard_min:
     populated_at = np.full(len(size), -1, np.int64)
     if populate:
         # Fresh memory is populated on the device by a prefetch (no fault, no link
-        # traffic); without it the first touch faults once per VA block. Not where the
-        # schedule leaves the ALLOC's tick over budget: there the populate makes the driver
-        # evict for bytes not yet touched (the first touch may come dozens of ticks later),
-        # ahead of need, and what it evicts faults back before the block is used
-        # (Note [Action table]).
+        # traffic); without it the first touch faults once per VA block.
         m = (~pers) & (prob.alloc_event >= 0)
         m[remote] = False
-        over = sched.over_budget
-        if over is not None:
-            m &= over[np.clip(prob.live_from, 0, len(over) - 1)] <= 0
         idx = np.flatnonzero(m)
         populated_at[idx] = prob.alloc_event[idx] % E
         put(prob.alloc_event[idx], "prefetch_to_device", idx, _RANK["populate"])
