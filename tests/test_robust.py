@@ -85,10 +85,16 @@ def test_plan_from_a_torch_snapshot_is_not_slower_than_demand(gpt2_snapshot, hw,
 # and simulate in seconds; the recurrent ones are the LSTM case above): every plan, from the
 # full trace or the allocator-only one, within 1% of demand paging or faster.
 # Two are known to fail today (oblivious at 90% of peak: encdec-s0 1.21x, finetune-s3 1.19x
-# demand paging): on the allocator events the plan, its advice alone and no plan all run
-# alike, so pricing cannot tell; strict, so a fix shows.
-_KNOWN = pytest.mark.xfail(strict=True, reason="oblivious plan ~1.2x demand at 90%; the "
-                           "allocator-event judge sees no difference")
+# demand paging). The cause is the populates: at ticks the schedule leaves over budget a
+# populate makes the driver evict for a block first touched up to dozens of ticks later
+# (finetune-s3: populates only 0.28 s, no populates 0.23 s, demand 0.23 s per iteration).
+# Skipping populates at such ticks fixes both but costs GPT-2 at 50% of peak 1.14x (2.73x
+# -> 3.12x ideal on h200-pcie5): there the first touch is the ALLOC's own tick and the
+# populate saves the fresh pages' faults. The allocator events cannot tell the two apart
+# and the judge's extremal accesses (written at the ALLOC) cannot see it; strict, so a fix
+# shows.
+_KNOWN = pytest.mark.xfail(strict=True, reason="oblivious plan ~1.2x demand at 90%: "
+                           "populates ahead of a late first touch, unseen by the judge")
 SAMPLE = [("mlp", 1), pytest.param("encdec", 0, marks=_KNOWN), ("moe", 0),
           pytest.param("finetune", 3, marks=_KNOWN)]
 
@@ -106,3 +112,30 @@ def test_generated_workload_plans_are_never_slower_than_demand(family, seed):
             r, p = _ratio(tr, src, budget, "h200-pcie5", mode)
             assert r <= SLACK, (f"{tr.meta['name']} {mode} at {budget}: plan {r:.3f}x demand "
                                 f"paging (pricing: {p.meta.get('pricing')})")
+
+
+# Recycled pool ranges: a block evicted after its last touch and freed while its bytes are
+# on the host leaves dead bytes there that come back when the pool hands the range out
+# again (a populate, or the next block's first touch migrates them in). So every freed block
+# of the iteration whose last move before its FREE is an eviction is discarded at that FREE
+# (sampled mode evicted small dead tails it cannot discard: 11-142 blocks per plan).
+@pytest.mark.parametrize("family,seed", [("mlp", 1), ("encdec", 0)])
+def test_no_dead_bytes_left_on_the_host_for_a_recycled_range(family, seed):
+    from uvm_sched import pattern
+
+    tr = zoo.record_random(seed, family, iters=3)
+    pat = pattern.analyze(tr)
+    b = pat.blocks
+    b = b[~b["persistent"] & (b["alloc_event"] >= 0) & (b["free_event"] >= 0)]
+    for mode in ("oblivious", "sampled"):
+        p = planner.plan(tr, "50%", "h200-pcie5", mode=mode, price=False, pattern=pat)
+        a = p.actions[~p.actions["persistent"]]
+        moved = a[a["action"].isin(["prefetch_to_host", "prefetch_to_device"])]
+        evicted = 0
+        for o, f in zip(b["ordinal"].tolist(), b["free_event"].tolist()):
+            m = moved[(moved["block"] == o) & (moved["tick"] <= f)]
+            if len(m) and m["action"].iloc[-1] == "prefetch_to_host":
+                evicted += 1
+                assert ((a["block"] == o) & (a["action"] == "discard") & (a["tick"] == f)).any(), \
+                    f"{mode}: block {o} freed at event {f} with its dead bytes on the host"
+        assert evicted or mode == "oblivious", f"{mode}: no dead tail evicted, nothing checked"

@@ -86,6 +86,12 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "auto", **opts: Any) -> Pla
         raise ValueError(f"remote_fallback must be True, False or 'auto', got {rf!r}")
     prob, info = _problem(pat, prof, samples, rf is not False, complete)
     prob.touch_guard_min = touch_guard
+    discard, discard_min = bool(opts.get("discard", True)), int(opts.get("discard_min_bytes",
+                                                                          DISCARD_MIN_BYTES))
+    # a dead range is evicted only where the plan discards it at its FREE: else its dead
+    # bytes are written back, and migrated back in when the pool hands the range out again
+    # (a populate, or the next block's first touch)
+    prob.dead_tail &= discard & (prob.size >= discard_min)
     # auto, oblivious: only when eviction leaves a large excess (the persistent state
     # dominates, as in fine-tuning with Adam): there remote reads beat the driver's eviction
     # and fault-back; a remote block's price is a guess (two reads), so a small excess is
@@ -94,9 +100,7 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "auto", **opts: Any) -> Pla
         if rf == "auto" and mode == "oblivious" else 0
     _check_feasible(prob, info, budget_bytes)
     sched = build_schedule(prob, budget_bytes, guards=guards, rounds=int(opts.get("rounds", 6)))
-    act_opts = (prof, bool(opts.get("discard", True)),
-                int(opts.get("discard_min_bytes", DISCARD_MIN_BYTES)),
-                bool(opts.get("populate", True)))
+    act_opts = (prof, discard, discard_min, bool(opts.get("populate", True)))
     actions = _actions(prob, info, sched, *act_opts)
     _sizes_at_run_time(pat, info, actions)
     E = prob.E
@@ -300,8 +304,9 @@ def tuning_candidates(tune, mode: str, opts: dict) -> list[tuple[str, str, dict]
 #   are trusted: a block of the iteration is used at both (widened by ``guard``) and a
 #   persistent block is busy in between (a sparse draw misses reads: measured, 30% samples
 #   with idle stretches between observed touches gave plans slower than demand paging).
-#   Either way a block's data is dead after its last touch (evicted without coming back;
-#   the FREE still discards it), blocks only read get ``advise_read_mostly`` (their
+#   Either way a block's data is dead after its last touch (evicted without coming back
+#   where the FREE discards it -- a block of its own pages; a smaller one stays: its dead
+#   bytes would be written back and migrated in again when the pool recycles the range), blocks only read get ``advise_read_mostly`` (their
 #   eviction writes nothing back), and large blocks touched lightly (partial touches,
 #   cheaper read remotely than migrated) are mapped host-resident. Persistent blocks stay
 #   candidates for the remote fallback, priced by their touches

@@ -12,7 +12,9 @@ the simulator's extremal model, written at the ALLOC and read at the FREE, the o
 use model; the allocator events do not say whether a block that is never freed -- weights,
 optimizer state -- is read every iteration, so each candidate runs twice: as the extremal
 model has it (written once) and with one read of every such block in each iteration
-(spread over its ticks in allocation order, as a forward pass reads its weights), and is
+(spread over its ticks in allocation order, as a forward pass reads its weights; the
+extremal accesses written out beside them, since a trace with ACCESS rows is judged by
+those rows alone), and is
 priced by the worse of its two ratios to no plan: the choice must be safe
 under both. A view's accesses are fewer than the real ones, so demand paging looks
 cheaper there than it is: a view refutes a candidate only where no plan's own stall in it
@@ -43,9 +45,14 @@ CANDIDATES = ("plan", "advice-only", "none")
 
 
 def _kept_reads_view(view, starts):
-    """``view`` (no ACCESS rows) plus, in each iteration (``starts``: its first ticks), a
-    whole-block READ of each never-freed block allocated before it, the k-th such block at
-    the iteration's k-th tick (modulo its length), after that tick's allocator events."""
+    """``view`` (no ACCESS rows) with the simulator's extremal accesses written out (every
+    block written whole at its ALLOC tick, read whole at its FREE tick) plus, in each
+    iteration (``starts``: its first ticks), a whole-block READ of each never-freed block
+    allocated before it, the k-th such block at the iteration's k-th tick (modulo its
+    length), after that tick's allocator events. The extremal rows must be explicit: a
+    trace with any ACCESS row is judged by its ACCESS rows alone, so the reads alone would
+    leave every other block untouched (never resident: no plan then looks free and any
+    populate costly)."""
     import numpy as np
 
     from ..trace import AccessMode, EventKind, Trace
@@ -66,17 +73,29 @@ def _kept_reads_view(view, starts):
         t_rows.append(s + np.arange(int(m.sum()), dtype=np.int64) % max(1, e - s))
         b_rows.append(blocks[m])
         s_rows.append(sizes[m])
-    tick = np.concatenate(t_rows)
-    if not len(tick):
+    if not sum(len(t) for t in t_rows):
         return view
+    n_read = sum(len(t) for t in t_rows)
+    alloc, free = c["kind"] == EventKind.ALLOC, c["kind"] == EventKind.FREE
+    tick = np.concatenate([c["tick"][alloc], c["tick"][free]] + t_rows)
+    mode = np.concatenate([np.full(int(alloc.sum()), AccessMode.WRITE, np.uint8),
+                           np.full(int(free.sum()) + n_read, AccessMode.READ, np.uint8)])
     pos = np.searchsorted(c["tick"], tick, side="right")
-    extra = {"tick": tick, "t_ns": c["t_ns"][np.maximum(pos - 1, 0)], "kind":
-             np.full(len(tick), EventKind.ACCESS, np.uint8), "block": np.concatenate(b_rows),
-             "size": np.concatenate(s_rows), "mode": np.full(len(tick), AccessMode.READ, np.uint8)}
-    # after the rows of its tick, ticks in order (an iteration with more kept blocks than
+    # each extra row takes the time of the row it is placed beside (times never go back)
+    t_ns = np.concatenate([c["t_ns"][alloc], c["t_ns"][free],
+                           c["t_ns"][np.maximum(pos[len(pos) - n_read:] - 1, 0)]])
+    extra = {"tick": tick, "t_ns": t_ns, "kind":
+             np.full(len(tick), EventKind.ACCESS, np.uint8),
+             "block": np.concatenate([c["block"][alloc], c["block"][free]] + b_rows),
+             "size": np.concatenate([c["size"][alloc], c["size"][free]] + s_rows),
+             "mode": mode}
+    # a write right after its ALLOC row, a read right before its FREE row, a kept read
+    # after the rows of its tick; ticks in order (an iteration with more kept blocks than
     # ticks wraps around)
-    order = np.lexsort((np.concatenate([np.arange(len(c["tick"])) * 2, pos * 2 - 1]),
-                        np.concatenate([c["tick"], tick])))
+    rows = np.arange(len(c["tick"]))
+    key = np.concatenate([rows * 2, rows[alloc] * 2 + 1, rows[free] * 2 - 1,
+                          pos[len(pos) - n_read:] * 2 - 1])
+    order = np.lexsort((key, np.concatenate([c["tick"], tick])))
     cols = {}
     for k, v in c.items():
         add = extra.get(k)
