@@ -18,7 +18,7 @@ Sizes in bytes; tick times from the same FLOP model as ``llm_trace``.
 """
 from __future__ import annotations
 
-from uvm_sched.trace._llm import _R, _RW, _W, _Model
+from uvm_sched.trace._llm import _R, _RW, _W, _Model, _train
 from uvm_sched.trace._model import Trace, TraceBuilder
 
 __all__ = ["persistent_trace", "WORKLOADS"]
@@ -131,13 +131,7 @@ def persistent_trace(*, layers: int, micro_batches: int, hidden: int, seq: int,
     tb = TraceBuilder(source="synthetic", name=name, batch=batch)
     m = _Variant(tb, ema=ema, teacher=teacher, frozen=frozen, layers=layers, hidden=hidden,
                  seq=seq, batch=batch, vocab=vocab, heads=heads, accesses=True, tflops=tflops)
-    m.weights()
-    for _ in range(iters):
-        tb.mark()
-        for _mb in range(micro_batches):
-            m.micro_batch()
-        m.adamw()
-    return tb.build()
+    return _train(tb, m, iters, micro_batches)
 
 
 # name -> shape: mixed-precision AdamW at 1, 4 and 16 accumulation steps, an EMA copy, a

@@ -18,20 +18,26 @@ def fake_path() -> str:
     """Path of a freshly built fake libcuda.so.1 (gcc; one build per process), or of the
     one $UVM_SCHED_FAKE_CUDA names (built beforehand: scripts/wheel_check.sh tests the
     installed wheel with no compiler on PATH)."""
-    if "path" not in _BUILT and os.environ.get("UVM_SCHED_FAKE_CUDA"):
-        _BUILT["path"] = os.environ["UVM_SCHED_FAKE_CUDA"]
-    if "path" not in _BUILT:
+    return build_fake("fake_cuda.c", "libcuda.so.1", "UVM_SCHED_FAKE_CUDA", "CUDA driver")
+
+
+def build_fake(source: str, soname: str, env: str, what: str) -> str:
+    """Path of the fake library built from ``source`` (this folder) as ``soname``, once
+    per process, or the prebuilt one ``$env`` names; skips the test without a compiler."""
+    if source not in _BUILT and os.environ.get(env):
+        _BUILT[source] = os.environ[env]
+    if source not in _BUILT:
         cc = os.environ.get("CC", "gcc")
         if shutil.which(cc) is None:
             import pytest
 
-            pytest.skip(f"no C compiler ({cc}) to build the fake CUDA driver")
-        out = Path(tempfile.mkdtemp(prefix="uvm_fake_cuda_")) / "libcuda.so.1"
+            pytest.skip(f"no C compiler ({cc}) to build the fake {what} library")
+        out = Path(tempfile.mkdtemp(prefix="uvm_fake_")) / soname
         subprocess.run([cc, "-Wall", "-Wextra", "-Werror", "-std=c11", "-O1", "-fPIC", "-shared",
                         "-fvisibility=hidden", "-pthread", "-o", str(out),
-                        str(HERE / "fake_cuda.c")], check=True)
-        _BUILT["path"] = str(out)
-    return _BUILT["path"]
+                        str(HERE / source)], check=True)
+        _BUILT[source] = str(out)
+    return _BUILT[source]
 
 
 class Fake:

@@ -3,33 +3,17 @@ it (the faults a GPU would have). Imported by tests/test_cupti_faults.py."""
 from __future__ import annotations
 
 import ctypes
-import os
 import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-_BUILT: dict[str, str] = {}
+from .fakecuda import build_fake
+
 
 
 def fake_cupti_path() -> str:
     """Path of a freshly built fake libcupti (gcc, once per process), or the one
     $UVM_SCHED_FAKE_CUPTI names."""
-    if "path" not in _BUILT and os.environ.get("UVM_SCHED_FAKE_CUPTI"):
-        _BUILT["path"] = os.environ["UVM_SCHED_FAKE_CUPTI"]
-    if "path" not in _BUILT:
-        cc = os.environ.get("CC", "gcc")
-        if shutil.which(cc) is None:
-            import pytest
-
-            pytest.skip(f"no C compiler ({cc}) to build the fake CUPTI library")
-        out = Path(tempfile.mkdtemp(prefix="uvm_fake_cupti_")) / "libcupti.so"
-        subprocess.run([cc, "-Wall", "-Wextra", "-Werror", "-std=c11", "-O1", "-fPIC", "-shared",
-                        "-fvisibility=hidden", "-pthread", "-o", str(out),
-                        str(HERE / "fake_cupti.c")], check=True)
-        _BUILT["path"] = str(out)
-    return _BUILT["path"]
+    return build_fake("fake_cupti.c", "libcupti.so", "UVM_SCHED_FAKE_CUPTI", "CUPTI")
 
 
 def private_copy(tmp_path) -> str:

@@ -19,6 +19,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ._mechanisms import copy_end as _copy_end
+
 jit = njit(nogil=True, cache=True)
 
 # I: int64 scalar state
@@ -99,16 +101,8 @@ def _claim(I, n):  # Engine._claim
         I[PEAK] = I[CLAIMED]
 
 
-@jit
-def copy_end(s, nbytes, bw, other_free, other_rate, cap):  # _engine.copy_end
-    if s < other_free and bw + other_rate > cap:
-        r = cap - other_rate
-        if r > 0.0:
-            if nbytes <= r * (other_free - s):
-                return s + nbytes / r
-            return other_free + (nbytes - r * (other_free - s)) / bw
-        return other_free + nbytes / bw
-    return s + nbytes / bw
+# the duplex rule compiled from its one definition (``_mechanisms.copy_end``)
+copy_end = jit(_copy_end)
 
 
 @jit

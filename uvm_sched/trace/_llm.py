@@ -42,6 +42,12 @@ def llm_trace(*, layers: int = 8, micro_batches: int = 4, iters: int = 3, hidden
                       batch=batch)
     m = _Model(tb, layers=layers, hidden=hidden, seq=seq, batch=batch, vocab=vocab,
                heads=heads, accesses=accesses, tflops=tflops)
+    return _train(tb, m, iters, micro_batches)
+
+
+def _train(tb: TraceBuilder, m: "_Model", iters: int, micro_batches: int) -> Trace:
+    """The training loop over model ``m`` (a ``_Model`` or a variant of it): weights, then
+    per iteration a marker, ``micro_batches`` forward/backward passes and one AdamW step."""
     m.weights()
     for _ in range(iters):
         tb.mark()
