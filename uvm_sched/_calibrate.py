@@ -66,7 +66,7 @@ def measure(device: int = 0, budget_ms: float = 200) -> dict[str, Any]:
     if status == native._ENOMEM:  # not an allocation of the user's: no OutOfMemoryError
         raise native.UvmSchedError(f"uvm_sched.calibrate: {native._last_error()}")
     native._raise(status, "uvm_sched.calibrate")
-    fig: dict[str, Any] = {name: getattr(out, name) for name, _ in _Out._fields_}
+    fig: dict[str, Any] = {f[0]: getattr(out, f[0]) for f in _Out._fields_}
     fig["device_name"] = out.device_name.decode(errors="replace")
     fig["when"] = when
     fig["budget_ms"] = float(budget_ms)

@@ -26,7 +26,7 @@ class Calibrator:
         if want not in ("auto", True, False):
             raise ValueError(f"calibrate must be 'auto', True or False, got {want!r}")
         self.want = want
-        self.profile = None  # the measured HardwareProfile, once there is one
+        self.profile: Any = None  # the measured HardwareProfile, once there is one
         self._report: dict[str, Any] = {"status": "off" if want is False else "pending"}
 
     def hw(self, hw: Any, device: int | None) -> Any:

@@ -65,7 +65,7 @@ def _earliest_with_room(resident, tl: _Timeline, sz: int, lo: int, hi: int, cap=
 
 
 def cyclic_fifo(issue: np.ndarray, dur: np.ndarray, after: np.ndarray, period: float,
-                 second: np.ndarray, busy=None) -> np.ndarray:
+                 second: np.ndarray, busy=None) -> tuple[np.ndarray, np.ndarray]:
     """Start times of copies on one FIFO copy engine in the steady state of a periodic
     iteration. ``issue``: unrolled issue times (the second iteration's control points are
     ``period`` later), ``after``: unrolled times a copy may not start before (its block's
@@ -75,7 +75,7 @@ def cyclic_fifo(issue: np.ndarray, dur: np.ndarray, after: np.ndarray, period: f
     in-iteration times, twice (the second pass starts with the backlog the first one left
     over the iteration's end). ``busy``: ``(starts, ends, slow)``, the other direction's
     busy intervals (in-iteration ns, sorted, disjoint) during which a copy runs at
-    ``slow`` times its own rate (the link's duplex cap; ``_engine.copy_end``'s rule: the
+    ``slow`` times its own rate (the link's duplex cap; ``_mechanisms.copy_end``'s rule: the
     copies placed first keep their times). Returns unrolled start times and the unrolled
     end times. O(G log G) (plus the busy intervals a copy spans)."""
     shift = np.where(second, period, 0.0)

@@ -509,7 +509,7 @@ class Engine:
 
     # -- the kernel of one tick ---------------------------------------------------------
     def _remote(self, rc: np.ndarray, rn: np.ndarray, rw: np.ndarray, rr: np.ndarray,
-                now: float) -> tuple[float, float, float]:
+                now: float) -> tuple[float, float, float, np.ndarray]:
         """Access of chunks ``rc`` (needing ``rn`` bytes each) in place on the host, from the
         kernel starting at ``now`` (Note [Advice]): a chunk with ``PreferredLocation = CPU``
         and no mapping faults once (one fault-batch latency per batch of its bytes) and is

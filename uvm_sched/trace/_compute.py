@@ -72,7 +72,7 @@ def measured_iterations(measured: Any) -> tuple[np.ndarray, str]:
             secs = np.array([float(s.sum()) for s in spans]) * 1e-9
             return secs, f"kernel times of {name!r} (sum per iteration)"
         kind, t_ns = measured.kind, measured.t_ns
-        mark_t = {}
+        mark_t: dict[int, int] = {}
         for tick, t in zip(measured.tick[kind == EventKind.MARK],
                            t_ns[kind == EventKind.MARK]):
             mark_t.setdefault(int(tick), int(t))
