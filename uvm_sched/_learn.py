@@ -47,8 +47,7 @@ def learn(req: dict) -> dict:
     ``_runtime_kinds.kind_keys``), "wait" (a
     learned period with too few repetitions yet), or "error" (``error``: what failed)."""
     from .pattern import PatternError, analyze
-    from .planner import (PlanError, plan, samples_from_faults, samples_from_touches,
-                          tuning_candidates)
+    from .planner import PlanError, plan, tuning_candidates
     from .trace import EventKind
     from .trace._native import trace_from_events
 
@@ -63,38 +62,8 @@ def learn(req: dict) -> dict:
         opts = dict(req["plan_opts"])
         mode, why = req["mode"], req.get("mode_reason")
         if req["touches"] is not None:
-            clocks, taddrs, device_type = req["touches"]
-            cupti = device_type == "cupti"
-            if cupti and clocks is None:  # no CUPTI (stats()["fault_sampling"] says why)
-                mode, why = "oblivious", f"{mode}: oblivious, CUPTI is not available"
-                opts.pop("samples", None)
-            elif cupti:  # clocks: (ring ticks, addresses of blocks left open)
-                opts["samples"] = samples_from_faults(trace, addresses, pat, clocks[0], taddrs,
-                                                      k0=int(events["tick"][0]),
-                                                      open_addrs=clocks[1])
-                clocks = clocks[0]
-            else:
-                opts["samples"] = samples_from_touches(trace, addresses, pat, clocks, taddrs,
-                                                       k0=int(events["tick"][0]))
-            seen = (f"CUPTI reported {len(clocks):,} GPU page faults in the warm-up and none "
-                    "inside a uvm_sched block of the learned iteration" if cupti else
-                    f"the dispatch tracer saw no PyTorch op touch a uvm_sched block on device "
-                    f"type {device_type!r} during the warm-up ({len(clocks):,} touches "
-                    "recorded)") if clocks is not None else ""
-            if mode == "oblivious":
-                pass
-            elif not len(opts["samples"]) and mode == "auto":
-                mode, why = "oblivious", f"auto: oblivious, no access source: {seen}"
-                del opts["samples"]
-            elif not len(opts["samples"]):
-                # planning on would quietly be the oblivious mode
-                raise ValueError(f"sampled mode: {seen}; are the model's tensors there, "
-                                 "allocated through uvm_sched.allocator()?")
-            elif mode == "auto":
-                mode, why = "sampled", (f"auto: sampled, "
-                                        f"{'CUPTI' if cupti else 'the dispatch tracer'} saw "
-                                        f"{opts['samples']['block'].nunique():,} blocks touched "
-                                        "in the warm-up")
+            mode, why = _take_samples(req["touches"], trace, addresses, pat,
+                                      int(events["tick"][0]), opts, mode, why)
         tune = tuple(c for c in req["tune"] if mode != "oblivious" or c != "oblivious")
         p = plan(trace, req["budget"], req["hw"], mode=mode, pattern=pat, **opts)
         if why:
@@ -134,6 +103,39 @@ def learn(req: dict) -> dict:
         "kinds": kind_keys(pat, ev_kind),  # the steps' kinds (Scheduler.stats()["kinds"])
         "learn_s": time.perf_counter() - t0,
     }
+
+
+def _take_samples(touches: tuple, trace, addresses, pat, k0: int, opts: dict, mode: str,
+                  why: str | None) -> tuple[str, str | None]:
+    """Turn the warm-up's touches (dispatch tracer) or GPU page faults (CUPTI) into
+    ``opts["samples"]`` and settle the mode: ``(mode, why)``. Auto with nothing usable plans
+    oblivious and says why; sampled mode raises (planning on would quietly be oblivious)."""
+    from .planner import samples_from_faults, samples_from_touches
+
+    clocks, taddrs, device_type = touches
+    cupti = device_type == "cupti"
+    if cupti and clocks is None:  # no CUPTI (stats()["fault_sampling"] says why)
+        opts.pop("samples", None)
+        return "oblivious", f"{mode}: oblivious, CUPTI is not available"
+    if cupti:  # clocks: (ring ticks, addresses of blocks left open)
+        samples = samples_from_faults(trace, addresses, pat, clocks[0], taddrs, k0=k0,
+                                      open_addrs=clocks[1])
+        seen = (f"CUPTI reported {len(clocks[0]):,} GPU page faults in the warm-up and none "
+                "inside a uvm_sched block of the learned iteration")
+    else:
+        samples = samples_from_touches(trace, addresses, pat, clocks, taddrs, k0=k0)
+        seen = (f"the dispatch tracer saw no PyTorch op touch a uvm_sched block on device "
+                f"type {device_type!r} during the warm-up ({len(clocks):,} touches recorded)")
+    if len(samples):
+        opts["samples"] = samples
+        if mode != "auto":
+            return mode, why
+        return "sampled", (f"auto: sampled, {'CUPTI' if cupti else 'the dispatch tracer'} saw "
+                           f"{samples['block'].nunique():,} blocks touched in the warm-up")
+    if mode == "auto":
+        return "oblivious", f"auto: oblivious, no access source: {seen}"
+    raise ValueError(f"sampled mode: {seen}; are the model's tensors there, allocated "
+                     "through uvm_sched.allocator()?")
 
 
 class Job:
