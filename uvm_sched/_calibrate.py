@@ -112,19 +112,12 @@ def profile_from(fig: dict[str, Any], base: Any) -> HardwareProfile:
                        f"{fig['duplex_d2h_bytes'] / mb:,.0f} MiB)"),
     }
     known = {f.name for f in dataclasses.fields(HardwareProfile)}
-    changes: dict[str, Any] = {}
-    sources = dict(base.sources)
-    for field, (value, how) in measured.items():
-        if field in known and value > 0:
-            changes[field] = value
-            sources[field] = f"{at}: {how}"
-    ranges = dict(base.ranges)
-    for field, value in changes.items():  # a measurement outside the range widens it
-        lo, hi = ranges.get(field, (value, value))
-        ranges[field] = (min(lo, value), max(hi, value))
-    return dataclasses.replace(
-        base, name=f"{base.name}-calibrated", sources=sources, ranges=ranges,
-        description=f"{base.description}; link and fault path {at}", **changes)
+    found = {field: (value, f"{at}: {how}") for field, (value, how) in measured.items()
+             if field in known and value > 0}
+    return base.with_measured({k: v for k, (v, _) in found.items()},
+                              {k: src for k, (_, src) in found.items()},
+                              name=f"{base.name}-calibrated",
+                              description=f"{base.description}; link and fault path {at}")
 
 
 def calibrate(device: int | None = None, budget_ms: float = 200,

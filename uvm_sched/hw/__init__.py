@@ -104,19 +104,26 @@ class HardwareProfile:
         src = data.get("source", "calibration measurement")
         date = data.get("date", "")
         changes: dict[str, Any] = {}
-        sources = dict(self.sources)
         for k, v in fields.items():
             if k not in known or k in _TEXT:
                 raise ProfileError(f"calibration names unknown profile field {k!r}")
             changes[k] = v if isinstance(getattr(self, k), bool) else type(getattr(self, k))(v)
-            sources[k] = f"measured: {src} {date}".strip()
+        return self.with_measured(changes,
+                                  {k: f"measured: {src} {date}".strip() for k in changes})
+
+    def with_measured(self, values: Mapping[str, Any], sources: Mapping[str, str],
+                      **text: str) -> "HardwareProfile":
+        """A copy with ``values`` (field -> measured value, the field's unit) and their
+        ``sources``; a measurement outside a field's plausible range widens the range.
+        ``text``: a new ``name``/``description``. Checked as a profile read from a file."""
         ranges = dict(self.ranges)
-        for k, v in changes.items():  # a measurement outside the range widens it
-            lo, hi = ranges.get(k, (v, v))
-            ranges[k] = (min(lo, v), max(hi, v))
-        out = dataclasses.replace(self, **changes, sources=sources, ranges=ranges)
-        out._check()
-        return out
+        for k, v in values.items():
+            if k in ranges:  # (a flag has no range)
+                lo, hi = ranges[k]
+                ranges[k] = (min(lo, v), max(hi, v))
+        changes: dict[str, Any] = {**values, **text}
+        return dataclasses.replace(self, **changes, sources={**self.sources, **sources},
+                                   ranges=ranges)  # (__post_init__ checks it)
 
     def uncertain(self) -> list[str]:
         """Names of the numeric fields whose plausible range is wider than one value."""
