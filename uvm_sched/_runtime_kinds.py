@@ -21,13 +21,13 @@ batch then relearned forever and never settled. Relearning is bounded as well: a
 and says why. ``stats()`` reports the steps per kind, how many ran armed, and for every
 other step the reason (``Steps.report``).
 
-Why one plan keyed by structural position with sizes resolved at run time, not one plan
-per kind: the executor holds one table, armed at a marker, and a step's kind is known only
-once its events have come; a table per kind would need a guess of the next kind. The kind
-that varies most -- per-batch shapes, every batch padded to its own length -- is one
-structure, so a plan named by position covers all of it; the other kinds (eval, a partial
-batch) are a small share of the steps and run unplanned, expected (benchmarks/results/
-loops.md: armed for 80-100% of the steps after the first plan on every marked shape).
+Why the planned kind's plan is keyed by structural position with sizes resolved at run
+time: the kind that varies most -- per-batch shapes, every batch padded to its own length
+-- is one structure, so a plan named by position covers all of it. The other kinds (eval,
+a partial batch) get plans of their own once enough of their steps are seen, armed at the
+markers where their steps are expected (``_runtime_kindplans``: how a step's kind is
+guessed before its events come, and why a wrong guess costs that step its plan, nothing
+more: it is never a divergence).
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from ._runtime_recording import ALLOC, DIVERGENCE, FREE, ITER, MARK
+from ._runtime_recording import ALLOC, DIVERGENCE, FREE, ITER, MARK, track_live
 from ._runtime_states import State
 
 __all__ = ["Steps", "kind_keys", "spend_relearn", "why_not", "PLANNED"]
@@ -95,6 +95,15 @@ class Steps:
         self._crc = 0
         self._div = False  # a divergence in it
         self._why: str | None = None  # why it did not run armed, known before its end
+        self.ended = 0  # steps ended (the index of the step now open)
+        self.seen: dict[Key, list[int]] = {}  # key -> indices of its last steps
+        self.armed_key: Any = None  # the kind whose plan is armed (None: the planned one)
+        self._guess: Any = None  # the kind armed for the open step
+        self._evs: list[np.ndarray] = []  # its events from its MARK (after the first plan)
+        self._live_open: np.ndarray | None = None  # the blocks alive at its MARK
+        from ._runtime_kindplans import KindPlans
+
+        self.plans = KindPlans()  # the other kinds' plans (_runtime_kindplans)
 
     def new_plan(self, known: dict[Key, str], at_marker: bool) -> None:
         """A plan was armed, learned from iterations of these kinds; ``at_marker``: with
@@ -102,15 +111,21 @@ class Steps:
         self.known = dict(known)
         self.new_kinds = {}
         self.bad_in_row = 0
+        self.plans.reset()  # the other kinds' plans were made beside the plan it replaces
+        self.armed_key = self._guess = None
         if not at_marker and self._open:
             self._why = "the plan was armed during it"
         if not self.after_plan:
             self.after_plan = -1  # (the step now starting is the first one after it)
 
-    def feed(self, ev: np.ndarray, why_not: str | None) -> int:
+    def feed(self, ev: np.ndarray, why_not: str | None, live0: np.ndarray | None = None,
+             live1: np.ndarray | None = None) -> int:
+        """``live0``/``live1``: the blocks alive before and after the batch (for the other
+        kinds' plans: what was alive at a step's MARK; None: not kept)."""
         k = ev["kind"]
         marks = np.flatnonzero(k == MARK)
         start = 0
+        keep = bool(self.known) and live0 is not None
         for m in marks.tolist() + [len(k)]:
             part = k[start:m]
             if self._open:
@@ -118,11 +133,21 @@ class Steps:
                 self._n += len(alloc_free)
                 self._crc = step_key(alloc_free == FREE, self._crc)
                 self._div = self._div or bool(np.any(part == DIVERGENCE))
+                if keep and self._live_open is not None:
+                    self._evs.append(ev[start:m])
             if m == len(k):
                 break
             if self._open:
+                if keep and self._live_open is not None:
+                    self._evs.append(ev[m:m + 1])  # (its closing MARK)
                 self._end(self._why or why_not)
             self._open, self._n, self._crc, self._div, self._why = True, 0, 0, False, None
+            self._guess, self._evs, self._live_open = self.armed_key, [], None
+            if keep and live0 is not None:  # (keep says so: for the type checker)
+                rest = k[m:]
+                self._live_open = live1 if not np.any((rest == ALLOC) | (rest == FREE)) \
+                    else track_live(live0, ev[:m])
+                self._evs = [ev[m:m + 1]]
             start = m + 1
         return self.bad_in_row
 
@@ -156,15 +181,25 @@ class Steps:
             label = f"new ({self._n:,} events)"
             expected = seen >= 2  # a kind met again is a kind of this loop
         label = label or "before the first plan"
-        armed = why_not is None and not self._div
+        self.seen.setdefault(key, []).append(self.ended)
+        del self.seen[key][:-3]  # (a period of kinds is judged by its last gaps)
+        self.ended += 1
+        wrong = self._guess is not None and self._guess != key
+        armed = why_not is None and not self._div and not wrong
         if why_not is not None:
             reason = why_not
+        elif wrong:  # the executor stopped at the first event the guessed kind lacks
+            reason = (f"armed for kind {self.plans.label(self._guess)!r}, was {label!r}: ran "
+                      "unplanned from its first differing event")
+            expected = True
         elif self._div:
             reason = (f"kind {label!r}: not the planned one, runs unplanned" if expected
                       else "diverged from the plan")
         else:
             reason = None
         bad = why_not is None and self._div and not expected
+        if label != PLANNED and self.known:  # (enough steps of a kind: a plan of its own)
+            self.plans.note(key, label, self._live_open, self._evs)
         self.bad_in_row = self.bad_in_row + 1 if bad else 0
         row = self.kinds.setdefault(label, {"steps": 0, "armed": 0})
         row["steps"] += 1
@@ -184,7 +219,19 @@ class Steps:
         return {"steps_armed": sum(r["armed"] for r in self.kinds.values()),
                 "armed_share": self.armed_after_plan / n if n else None,
                 "kinds": {k: dict(v) for k, v in self.kinds.items()},
-                "not_armed": dict(self.not_armed)}
+                "not_armed": dict(self.not_armed), "kind_plans": self.plans.report()}
+
+    def predict(self) -> Any:
+        """The kind of the step now open, guessed from the steps' sequence of kinds: a kind
+        with a plan of its own whose last occurrences came every ``g`` steps (at least two
+        of them, every gap the same) is expected ``g`` steps after its last one; else the
+        planned kind (None)."""
+        for key in self.plans.plans:
+            at = self.seen.get(key, [])
+            gaps = set(np.diff(at).tolist())
+            if len(at) >= 2 and len(gaps) == 1 and at[-1] + gaps.pop() == self.ended:
+                return key
+        return None
 
 
 def why_not(s: Any) -> str | None:

@@ -56,6 +56,10 @@ def replay_loop(trace, *, poll_every: int = 64, timeout_s: float = 300.0,
             if s._job is not None and not s.wait_planned(timeout_s) and s._job is not None:
                 raise TimeoutError(f"no plan after {timeout_s:,.0f} s at allocator event "
                                    f"{n_ev:,} of {trace.meta.get('name', 'the trace')!r}")
+            kind_job = s._steps.plans.job  # a plan of another kind (eval, partial batch)
+            if kind_job is not None and not kind_job.done.wait(timeout_s):
+                raise TimeoutError(f"no kind plan after {timeout_s:,.0f} s at allocator "
+                                   f"event {n_ev:,}")
         st = s.stats()
     finally:
         s.close()

@@ -174,8 +174,7 @@ class Scheduler:
         self._rec = Recording(self._live, self.min_period_events)
         self._at_marker = False  # the last event drained was a MARK (an iteration starts)
         self._silence_checked = False  # the "no allocation passed through" warning, once
-        # watching
-        self._steps = Steps()  # every marked step: its kind, armed or why not
+        self._steps = Steps()  # every marked step: its kind, armed or why not; kind plans
         self.watching: str | None = None  # why the Scheduler stopped learning
         # values: counts, seconds, and steps_before_plan (None until the first plan)
         self._counters: dict[str, Any] = {"plans": 0, "relearns": 0, "iterations_armed": 0,
@@ -233,7 +232,7 @@ class Scheduler:
         with self._lock:
             if self.state is State.IDLE or self.state is State.CLOSED:
                 return
-            ev = native.drain_events()
+            ev, live0 = native.drain_events(), self._live
             if len(ev):
                 self._track_live(ev)
                 k = ev["kind"]
@@ -242,7 +241,7 @@ class Scheduler:
                 self._counters["steps"] += marks
                 if self._job is not None:
                     self._counters["steps_while_planning"] += marks
-            bad = self._steps.feed(ev, why_not(self)) if len(ev) else 0
+            bad = self._steps.feed(ev, why_not(self), live0, self._live) if len(ev) else 0
             if self.state is State.RECORDING:
                 self._record(ev)
             elif self.state is State.ARMED:
@@ -393,6 +392,8 @@ class Scheduler:
         assert self.plan is not None  # armed: a plan is held
         if (bad if self.plan.meta.get("sync") == "marker" else run) >= self.relearn_after:
             self._relearn(f"{self.relearn_after} steps in a row diverged from the plan")
+        else:  # the other kinds' plans, armed at a marker for their guessed steps
+            self._steps.plans.step(self, ev)
 
     def _relearn(self, why: str) -> None:
         """Record afresh to learn again, unless ``relearn_limit`` is spent: then watch."""
