@@ -165,6 +165,31 @@ def test_a_loop_without_markers_runs_on_the_learned_period(host):
     assert st["executor_clean_share"] == 1.0 and st["armed_share"] is None
 
 
+def test_without_markers_a_step_with_events_missing_is_found_in_phase_again(host):
+    # the odd step shifts the executor's event count; the runtime re-arms the plan where
+    # the learned iteration starts (its level of live bytes) instead of relearning
+    st, _ = _replay("missing_events", markers=False, steps=16)
+    assert st["sync"] == "period" and st["relearns"] == 0 and st["state"] == "armed"
+    assert st["period_resyncs"] >= 1 and st["executor_clean_share"] >= 0.8, st
+
+
+def test_a_period_resync_waits_for_the_end_of_the_odd_iteration_itself(host, monkeypatch):
+    from uvm_sched._runtime_resync import PeriodResync
+
+    phases: list[int] = []
+    arm = PeriodResync._arm
+    monkeypatch.setattr(PeriodResync, "_arm", lambda self, s, phase, allocs: (
+        phases.append(phase), arm(self, s, phase, allocs)))
+    tr, truth = loop_trace("missing_events", markers=False, steps=16)
+    from uvm_sched._runtime_replay import replay_loop
+
+    st = replay_loop(tr, budget="50%", hw="h200-pcie5", worker="thread", watchdog_iters=0)
+    # one resync, after the odd step: the odd iteration and the shifted one that began
+    # before the poll that found the phase diverge, nothing after (re-entering the odd
+    # step would have diverged again, and asked for a second resync)
+    assert st["period_resyncs"] == len(phases) == 1 and st["divergences"] == 2, st
+
+
 def _events(*steps: str) -> np.ndarray:
     """Drained events: per step a MARK, then 'a' (alloc), 'f' (free), 'd' (divergence)."""
     from uvm_sched._codes import NativeEvent

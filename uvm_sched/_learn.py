@@ -43,6 +43,7 @@ def learn(req: dict) -> dict:
     no op on a block plans oblivious and says so).
     Returns ``status`` "ok" (with ``plan``, ``pattern``, ``addrs``: persistent ordinal ->
     address, ``start_ev``: the allocator event where the learned iteration starts,
+    ``start_level``: the bytes live there,
     ``samples``, ``cands``: [(label, plan)] for tuning, ``tuning_skipped``, ``kinds``:
     ``_runtime_kinds.kind_keys``), "wait" (a
     learned period with too few repetitions yet), or "error" (``error``: what failed)."""
@@ -92,12 +93,16 @@ def learn(req: dict) -> dict:
     # persistent blocks: the plan names them by ALLOC ordinal in the trace
     alloc_blocks = trace.block[trace.kind == EventKind.ALLOC]
     ev_kind = trace.kind[trace.kind <= EventKind.FREE]
+    start_ev = int(np.searchsorted(trace.tick[trace.kind <= EventKind.FREE], pat.start_tick))
     return {
         "status": "ok", "plan": p, "pattern": pat,
         "table": plan_table(p),  # (what arming converts: done here, off the loop's thread)
         "addrs": [int(a) for a in np.asarray(addresses)[alloc_blocks]],
-        "start_ev": int(np.searchsorted(trace.tick[trace.kind <= EventKind.FREE],
-                                        pat.start_tick)),
+        "start_ev": start_ev,
+        # the bytes live where the learned iteration starts (the period's resync point)
+        "start_level": int(np.sum(np.where(ev_kind[:start_ev] == EventKind.ALLOC, 1, -1)
+                                  * trace.size[trace.kind <= EventKind.FREE][:start_ev]
+                                  .astype(np.int64))),
         "samples": opts.get("samples") if mode == "sampled" else None,
         "cands": cands, "tuning_skipped": skipped,
         "kinds": kind_keys(pat, ev_kind),  # the steps' kinds (Scheduler.stats()["kinds"])

@@ -38,6 +38,8 @@ from typing import Any
 import numpy as np
 
 from ._runtime_recording import ALLOC, DIVERGENCE, FREE, ITER, MARK, track_live
+from ._runtime_kindplans import KindPlans
+from ._runtime_resync import PeriodResync
 from ._runtime_states import State
 
 __all__ = ["Steps", "kind_keys", "spend_relearn", "why_not", "PLANNED"]
@@ -101,14 +103,16 @@ class Steps:
         self._guess: Any = None  # the kind armed for the open step
         self._evs: list[np.ndarray] = []  # its events from its MARK (after the first plan)
         self._live_open: np.ndarray | None = None  # the blocks alive at its MARK
-        from ._runtime_kindplans import KindPlans
-
         self.plans = KindPlans()  # the other kinds' plans (_runtime_kindplans)
+        self.resync = PeriodResync()  # a period-synced plan back in phase (_runtime_resync)
 
-    def new_plan(self, known: dict[Key, str], at_marker: bool) -> None:
+    def new_plan(self, known: dict[Key, str], at_marker: bool,
+                 start_level: int | None = None) -> None:
         """A plan was armed, learned from iterations of these kinds; ``at_marker``: with
-        the step that has just started (else from the next one)."""
+        the step that has just started (else from the next one); ``start_level``: the
+        bytes live where its iteration starts (``_learn.learn``)."""
         self.known = dict(known)
+        self.resync = PeriodResync(start_level)
         self.new_kinds = {}
         self.bad_in_row = 0
         self.plans.reset()  # the other kinds' plans were made beside the plan it replaces
@@ -150,6 +154,15 @@ class Steps:
                 self._evs = [ev[m:m + 1]]
             start = m + 1
         return self.bad_in_row
+
+    def after(self, s: Any, ev: np.ndarray) -> None:
+        """After each drained batch ``ev`` while the ``Scheduler`` ``s`` is armed (and not
+        relearning): the other kinds' plans at markers, or, synced on the learned period,
+        the plan back in phase after a divergence."""
+        if s.plan.meta.get("sync") == "marker":
+            self.plans.step(s, ev)
+        else:
+            self.resync.step(s, ev)
 
     def reset_run(self) -> None:
         """A fresh recording: no divergences in a row."""
@@ -219,7 +232,8 @@ class Steps:
         return {"steps_armed": sum(r["armed"] for r in self.kinds.values()),
                 "armed_share": self.armed_after_plan / n if n else None,
                 "kinds": {k: dict(v) for k, v in self.kinds.items()},
-                "not_armed": dict(self.not_armed), "kind_plans": self.plans.report()}
+                "not_armed": dict(self.not_armed), "kind_plans": self.plans.report(),
+                "period_resyncs": self.resync.resyncs}
 
     def predict(self) -> Any:
         """The kind of the step now open, guessed from the steps' sequence of kinds: a kind

@@ -392,8 +392,8 @@ class Scheduler:
         assert self.plan is not None  # armed: a plan is held
         if (bad if self.plan.meta.get("sync") == "marker" else run) >= self.relearn_after:
             self._relearn(f"{self.relearn_after} steps in a row diverged from the plan")
-        else:  # the other kinds' plans, armed at a marker for their guessed steps
-            self._steps.plans.step(self, ev)
+        else:  # the other kinds' plans at markers; a period-synced plan back in phase
+            self._steps.after(self, ev)
 
     def _relearn(self, why: str) -> None:
         """Record afresh to learn again, unless ``relearn_limit`` is spent: then watch."""
@@ -528,7 +528,7 @@ class Scheduler:
         self._counters["arm_time_s"] += time.perf_counter() - t0
         self.plan, self.pattern, self._addrs = p, pat, addrs
         self._learnt_events = job.request_events
-        self._steps.new_plan(res["kinds"], start_now)
+        self._steps.new_plan(res["kinds"], start_now, res.get("start_level"))
         self.samples = res["samples"]
         self.tuning_skipped = res["tuning_skipped"]
         # the tuning candidates' plans were made with the plan (_learn.learn)
