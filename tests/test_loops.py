@@ -44,6 +44,16 @@ def test_without_markers_a_period_is_never_shorter_than_a_step(shape):
         assert any(n.startswith("no period: ") for n in pat.notes)
 
 
+@pytest.mark.parametrize("k", [3, 5])
+def test_without_markers_eval_batches_leave_the_train_step_as_the_iteration(k):
+    # the eval cycle (k train steps and an eval batch) repeats too, but memory comes back to
+    # its level after every train step: the iterations are the train steps, never the cycle
+    tr, truth = loop_trace("eval_every", markers=False, steps=16, k=k)
+    pat = analyze(tr)
+    assert judge(pat, truth) == "steps" and len(pat.iterations) == truth.kinds.count("train")
+    assert any("memory returns to the iteration's level every" in n for n in pat.notes)
+
+
 def test_judge_calls_a_micro_step_period_a_sub_period():
     tr, truth = loop_trace("grad_accum", markers=False, steps=6, k=3)
     pat = analyze(tr)

@@ -271,8 +271,25 @@ def detect_period(
         return det
     ok = sorted(p for p, s in scored.items() if s.coverage >= best - COVERAGE_TOL * n)
     p = ok[0]
-    sc = scored[p]
-    det.period, det.coverage = p, sc.coverage / n
+    phase, at, a = _phase(scored[p], p, net_cum, ev_tick)
+    q = _level_returns(at, net_cum[a:a + p], scored, n)
+    if q is not None:
+        det.notes.append(
+            f"memory returns to the iteration's level every {q:,} allocator events inside "
+            f"the {p:,}-event repeat: iterations of {q:,} events (the rest of the repeat, "
+            "an eval batch or the like, is not one of them)")
+        p = q
+        phase, _, _ = _phase(scored[p], p, net_cum, ev_tick)
+    det.period, det.coverage = p, scored[p].coverage / n
+    det.phase = phase
+    det.boundaries, det.is_iteration = _segment(tok, kind, rh, phase, p)
+    return det
+
+
+def _phase(sc: LagScore, p: int, net_cum: np.ndarray, ev_tick: np.ndarray
+           ) -> tuple[int, np.ndarray, int]:
+    """Step 4's phase of lag ``p``, the positions at the fewest live bytes in the window
+    it was found in, and where that window starts."""
     # Phase: in the longest balanced run, the tick-boundary position with the fewest live
     # bytes (between one iteration's optimizer step and the next forward pass).
     i = int(np.argmax(sc.run_ends - sc.run_starts))
@@ -282,17 +299,40 @@ def detect_period(
     tick_edge[win > 0] = ev_tick[win[win > 0]] != ev_tick[win[win > 0] - 1]
     live = net_cum[win].astype(np.float64)
     live[~tick_edge] = np.inf
-    phase = a
-    if tick_edge.any():
-        # Ties (an optimizer's per-parameter loop returns to the level after each
-        # parameter): the one that starts the longest stretch above the level, read
-        # cyclically -- the forward and backward passes, not a parameter's update.
-        at = np.flatnonzero(live == live.min())
-        gap = np.diff(np.append(at, at[0] + p))
-        phase = int(win[at[int(np.argmax(gap))]])
-    det.phase = phase
-    det.boundaries, det.is_iteration = _segment(tok, kind, rh, phase, p)
-    return det
+    if not tick_edge.any():
+        return a, np.zeros(0, np.int64), a
+    # Ties (an optimizer's per-parameter loop returns to the level after each
+    # parameter): the one that starts the longest stretch above the level, read
+    # cyclically -- the forward and backward passes, not a parameter's update.
+    at = np.flatnonzero(live == live.min())
+    gap = np.diff(np.append(at, at[0] + p))
+    return int(win[at[int(np.argmax(gap))]]), at, a
+
+
+def _level_returns(at: np.ndarray, live: np.ndarray, scored: dict, n: int) -> int | None:
+    """A shorter lag ``q`` that is the iteration inside the repeat of ``len(live)`` events
+    (``live``: the bytes live over one window of it): memory comes back to the repeat's
+    fewest live bytes every ``q`` events (the positions ``at``) for at least
+    ``MIN_COVERAGE`` of the repeat, the repeat's peak lies in one of those ``q``-event
+    stretches (the forward and backward passes, not an optimizer's per-parameter loop,
+    which also returns to the level), and ``q`` is a balanced period of its own (covering
+    ``MIN_COVERAGE`` of the sequence). Train steps with an eval batch every few steps:
+    the eval cycle repeats, but each train step ends where it began. A gradient-
+    accumulation micro-step is never one: the gradients it keeps hold memory above the
+    level until the optimizer step. None when there is none."""
+    p = len(live)
+    if len(at) < 2:
+        return None
+    gaps = np.diff(np.append(at, at[0] + p))
+    vals, counts = np.unique(gaps, return_counts=True)
+    j = int(np.argmax(counts))
+    q = int(vals[j])
+    sq = scored.get(q)
+    peak_in = gaps[(int(np.searchsorted(at, int(np.argmax(live)), "right")) - 1) % len(at)]
+    if q >= p or sq is None or sq.coverage < MIN_COVERAGE * n \
+            or counts[j] * q < MIN_COVERAGE * p or peak_in != q:
+        return None
+    return q
 
 
 def _unique_len(rr_hash: RollingHash, p: int, at_end: bool) -> int:
