@@ -183,6 +183,13 @@ def test_without_markers_a_step_with_events_missing_is_found_in_phase_again(host
     assert st["period_resyncs"] >= 1 and st["executor_clean_share"] >= 0.8, st
 
 
+def test_without_markers_eval_batches_are_resynced_past_and_never_relearned(host):
+    st, truth = _replay("eval_every", markers=False, steps=16)
+    assert st["sync"] == "period" and st["relearns"] == 0 and st["state"] == "armed"
+    # each eval batch (the plan is armed before the first): one resync after it
+    assert st["period_resyncs"] == truth.kinds.count("eval"), st
+
+
 def test_a_period_resync_waits_for_the_end_of_the_odd_iteration_itself(host, monkeypatch):
     from uvm_sched._runtime_resync import PeriodResync
 

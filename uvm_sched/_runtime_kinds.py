@@ -183,6 +183,9 @@ class Steps:
                          "with one)", counters["iterations_armed"], self._iter_div,
                          self.iter_run)
             self._iter_div = 0
+        if self.resync.forgive:  # re-armed in phase: a fresh start (_runtime_resync)
+            self.resync.forgive = False
+            self.iter_run = self._iter_div = 0
         return self.iter_run
 
     def _end(self, why_not: str | None) -> None:

@@ -44,6 +44,7 @@ class PeriodResync:
         self.lost = False  # a divergence has put the executor out of phase
         self.resyncs = 0
         self.in_row = 0  # resyncs since the executor last ran an iteration clean
+        self.forgive = False  # a resync in this batch: its diverged iterations do not count
         self._table: tuple | None = None  # (plan, its table)
 
     def step(self, s: Any, ev: np.ndarray) -> None:
@@ -94,10 +95,10 @@ class PeriodResync:
         if self._table is None or self._table[0] is not s.plan:
             self._table = (s.plan, plan_table(s.plan))
         self.in_row += 1
-        if self.in_row <= s.relearn_after:
-            # the iteration it left is not one in a row towards relearning; a loop that has
-            # changed finds no phase that holds, and relearns after relearn_after of these
-            s._steps._iter_div = 0
+        # the iterations it leaves are not ones in a row towards relearning
+        # (Steps.iterations); a loop that has changed finds no phase that holds, and
+        # relearns after relearn_after resyncs in a row
+        self.forgive = self.in_row <= s.relearn_after
         native.disarm()
         arm_plan(s.plan, s._addrs, device=s.device, start_now=True, phase=phase,
                  phase_allocs=allocs, table=self._table[1])

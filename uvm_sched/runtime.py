@@ -388,12 +388,11 @@ class Scheduler:
             self._watchdog(ev)
             if self.state is not State.ARMED:
                 return
+        self._steps.after(self, ev)  # other kinds' plans at markers; a period plan in phase
         run = self._steps.iterations(ev["kind"], self._counters)  # (the executor's)
         assert self.plan is not None  # armed: a plan is held
         if (bad if self.plan.meta.get("sync") == "marker" else run) >= self.relearn_after:
             self._relearn(f"{self.relearn_after} steps in a row diverged from the plan")
-        else:  # the other kinds' plans at markers; a period-synced plan back in phase
-            self._steps.after(self, ev)
 
     def _relearn(self, why: str) -> None:
         """Record afresh to learn again, unless ``relearn_limit`` is spent: then watch."""
