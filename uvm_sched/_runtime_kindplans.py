@@ -18,14 +18,16 @@ is expected ``g`` steps after its last one; any other step gets the planned kind
 A kind that comes at no steady gap (a one-off partial batch, a step with events missing)
 is never guessed: its steps run as before, unplanned and expected.
 
-A wrong guess: the executor checks each allocator event against the armed table (count,
-order, sizes: ``native``) and stops firing at the first one that differs, so the step runs
-on demand paging from there -- what it would have done with no plan -- and the actions
-fired before that point are those of a prefix the two kinds share. ``stats()["not_armed"]``
-names it ("armed for kind ..., was ..."); it is never a divergence that counts towards
-relearning. A kind plan is armed only when as many blocks are alive as at the step it was
-made from (its persistent blocks are named by position among them); else the step gets
-the planned kind's table and ``stats()["kind_plans"]["skipped"]`` says why.
+A wrong guess: the executor checks each allocation against the armed table (its size,
+where the plan checks one, and their count: ``_native/exec.c``) and fires nothing more from
+the first one that differs, so the step runs on demand paging from there -- what it would
+have done with no plan; what fired before is the guessed plan's actions on the events
+before that allocation (a kind plan, made from one step, checks every size).
+``stats()["not_armed"]`` names it ("armed for kind ..., was ..."); it is never a divergence
+that counts towards relearning. A kind plan is armed only when as many blocks are alive
+as at the step it was made from (its persistent blocks are named by position among them);
+else the step gets the planned kind's table and ``stats()["kind_plans"]["skipped"]`` says
+why.
 """
 from __future__ import annotations
 
