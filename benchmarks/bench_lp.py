@@ -27,7 +27,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from bench_quality import RESULTS, SIZES, provenance, provenance_md, write_json  # noqa: E402
+from bench_quality import RESULTS, provenance, provenance_md, write_json  # noqa: E402
 
 BUDGETS = (75, 50, 30)
 HWS = ("h200-pcie5", "gh200-c2c")
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for model in models:
         for hw in args.hw.split(","):
-            trace = zoo.record(model, hw=hw, **SIZES.get(model, {}))
+            trace = zoo.record(model, hw=hw)  # the zoo's default (training) sizes
             for pct in budgets:
                 r = run_case(trace, hw, pct, args.max_columns, args.time_limit)
                 r.update(model=model, hw=hw)
