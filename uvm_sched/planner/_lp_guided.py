@@ -102,6 +102,7 @@ def schedule(trace, pat, prob, budget: int, prof, guards, mode: str, opts: dict)
     sched = build_schedule(prob, budget, guards=guards, rounds=rounds, seed=seed)
     meta = {"lp_s": time.perf_counter() - t0, "bound_s": res.time_s, "columns": res.columns,
             "ticks_per_slot": res.coarsen, "solve_s": res.solve_s, "threshold": LP_OFF,
+            "bytes_in": float(res.bytes_in.sum()), "bytes_out": float(res.bytes_out.sum()),
             "teaches": _teaches(seen["lp"], seen["greedy"], prob)}
     return sched, greedy, meta
 
