@@ -7,6 +7,7 @@ pins)."""
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import os
 import shutil
@@ -348,6 +349,22 @@ def test_default_mode_on_allocator_events_only_is_oblivious_and_says_why(zoo_tra
                 cwd=cli_tmp)
     assert p.returncode == 0, p.stderr
     assert "planner mode (uvm-sched): auto: oblivious, no access source" in p.stdout
+
+
+@needs(ZOO, PLANNER)
+@pytest.mark.skipif(importlib.util.find_spec("highspy") is None,
+                    reason="the LP-guided planner needs HiGHS: pip install highspy")
+def test_plan_method_lp_says_what_the_lp_did_and_refuses_oblivious_mode(zoo_trace, cli_tmp):
+    p = run_cli("plan", zoo_trace, "--budget", "50%", "--method", "lp", cwd=cli_tmp)
+    assert p.returncode == 0, p.stderr
+    assert "LP-guided: LP bound" in p.stdout and "kept: " in p.stdout
+    j = run_cli("plan", zoo_trace, "--budget", "50%", "--method", "lp", "--json", cwd=cli_tmp)
+    assert j.returncode == 0, j.stderr
+    doc = json.loads(j.stdout)
+    assert doc["meta"]["lp"]["bound_s"] > 0
+    assert "greedy_s" in doc["meta"]["pricing"]
+    o = run_cli("plan", zoo_trace, "--method", "lp", "--mode", "oblivious", cwd=cli_tmp)
+    assert o.returncode == 2 and "--method lp plans from the trace's accesses" in o.stderr
 
 
 @needs(ZOO, SIM)

@@ -35,6 +35,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--noise", type=_args.nonnegative, metavar="TICKS",
                    help="sampled mode: standard deviation of the observed tick, in ticks "
                         "(default 0)")
+    p.add_argument("--method", choices=("greedy", "lp"), default="greedy",
+                   help="greedy (default: the planner the runtime uses) or lp: offline, "
+                        "sampled mode on a trace with accesses; the LP bound's optimum "
+                        "guides the selection (needs highspy), priced beside the greedy plan")
     p.add_argument("-o", "--output", metavar="FILE", help="plan file to write (.json or .parquet)")
 
 
@@ -66,6 +70,11 @@ def run(args: argparse.Namespace, out: Out) -> int:
     if opts and mode != "sampled":
         raise UsageError(f"--sample-rate/--noise only apply in sampled mode; this run's mode: "
                          f"{why}")
+    if args.method != "greedy":
+        if mode != "sampled":
+            raise UsageError(f"--method {args.method} plans from the trace's accesses (sampled "
+                             f"mode); this run's mode: {why}")
+        opts["method"] = args.method
     with out.progress(description="planning") as bar:
         budget = _inputs.budget_bytes(args.budget, trace.peak_bytes, hw)
         bar.step(f"planning for {fmt_bytes(budget)} ({mode})")
@@ -89,6 +98,13 @@ def run(args: argparse.Namespace, out: Out) -> int:
         f"{fmt_count(plan.meta['period_events'])} allocator events per iteration, "
         f"{fmt_count(len(plan))} actions (planned in {fmt_seconds(elapsed)})", markup=False)
     out.stdout.print(f"planner mode: {plan.meta.get('mode_reason', why)}", markup=False)
+    lp = plan.meta.get("lp")
+    if isinstance(lp, dict):
+        out.stdout.print(
+            f"LP-guided: {lp['fallback']}" if "fallback" in lp else
+            f"LP-guided: LP bound {fmt_seconds(lp['bound_s'])} per iteration "
+            f"({fmt_count(lp['columns'])} columns, {lp['ticks_per_slot']} tick(s) per slot, "
+            f"{fmt_seconds(lp['lp_s'])}); kept: {plan.meta.get('pricing', {}).get('chosen', 'plan')}", markup=False)
     rows = [(a, fmt_count(v["count"]), fmt_bytes(v["bytes"])) for a, v in summary.items()
             if v["count"]]
     out.stdout.print(table("actions per iteration", ("action", "count", "bytes"), rows,

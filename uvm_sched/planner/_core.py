@@ -253,7 +253,8 @@ class _Timeline:
                    np.cumsum(base)[:T], slow)
 
 
-def build_schedule(p: Problem, budget: int, *, guards=(4,), rounds: int = 6) -> Schedule:
+def build_schedule(p: Problem, budget: int, *, guards=(4,), rounds: int = 6,
+                   seed=None) -> Schedule:
     """Choose evictions/prefetches so that resident bytes stay <= ``budget`` (bytes) at
     every tick where the use model allows it, hiding transfers behind compute
     (Note [What is optimised]). ``guards``: ticks, widest first; ``rounds``: at most this
@@ -271,10 +272,14 @@ def build_schedule(p: Problem, budget: int, *, guards=(4,), rounds: int = 6) -> 
     5. Prediction: the stall and bytes the schedule is expected to cost (Note [Prediction]).
 
     Time complexity: O((E + T + G) log G) per round for G candidate gaps
-    (Note [Complexity and the bound])."""
+    (Note [Complexity and the bound]).
+
+    ``seed``: a function ``(timeline, gaps) -> gaps`` whose gaps are taken before step 2's
+    first sweep (timed with the rest; the sweeps then repair what is still over budget):
+    the LP-guided planner's rounding (``_lp_guided``)."""
     tl = _Timeline.of(p, budget)
     gaps = _candidate_gaps(tl, guards)
-    chosen, saved = _select_and_time(tl, gaps, rounds)
+    chosen, saved = _select_and_time(tl, gaps, rounds, seed(tl, gaps) if seed else ())
     chosen, remote, resident = _remote_fallback(tl, chosen, saved)
     evictions, prefetches = _issue_points(tl, chosen)
     return Schedule(evictions, prefetches, remote,
@@ -427,12 +432,17 @@ def _windows(tl: _Timeline, gb, gu1, gu2, ggrp) -> list[_Gap]:
 
 # -- step 2: select and time -----------------------------------------------------------------
 
-def _select_and_time(tl: _Timeline, gaps: list[_Gap], rounds: int):
+def _select_and_time(tl: _Timeline, gaps: list[_Gap], rounds: int, seeded=()):
     """Step 2 (Note [Selection], Note [Timing]): rounds of selection at the ticks still
-    over budget, each followed by the timing pass over everything chosen so far. Returns
-    the chosen gaps and the bytes they save per tick."""
-    chosen: list[_Gap] = []
+    over budget, each followed by the timing pass over everything chosen so far (the
+    ``seeded`` gaps first). Returns the chosen gaps and the bytes they save per tick."""
+    chosen: list[_Gap] = list(seeded)
     saved = np.zeros(tl.T, np.int64)
+    if chosen:
+        for g in chosen:
+            g.chosen = True
+        saved = timing(chosen, tl)
+        chosen = [g for g in chosen if g.chosen]
     for _ in range(rounds):
         resident = tl.base - saved
         if not (resident > tl.budget).any():

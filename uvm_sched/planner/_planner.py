@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 
 from .._budget import resolve_budget
-from ._core import Problem, Schedule, build_schedule
+from ._core import Problem, Schedule
+from ._lp_guided import schedule
 from ..trace._model import EventKind
 from ._plan import PLAN_VERSION, Plan, PlanError, trace_fingerprint
 
@@ -29,7 +30,8 @@ MODES = ("auto", "oblivious", "sampled")
 # the options plan() takes (checked by plan() and, at construction, by the Scheduler)
 PLAN_OPTIONS = frozenset({"pattern", "guard", "samples", "sample_rate", "noise", "seed",
                           "complete_touches", "discard", "discard_min_bytes", "rounds",
-                          "populate", "remote_fallback", "price"})
+                          "populate", "remote_fallback", "price", "method", "lp_max_columns",
+                          "lp_time_limit_s"})
 AUTO_GUARDS = (32, 16, 8, 4, 2)  # ticks; see plan() and Note [Use ticks]
 # The pool gives requests above 1 MiB whole 2 MiB pages of their own; smaller ones share
 # slab pages with other blocks, so the executor cannot discard them (it skips such rows).
@@ -58,7 +60,10 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "auto", **opts: Any) -> Pla
     persistent blocks with unknown uses host-resident where that is cheaper than the
     excess), ``rounds`` (6), ``price`` (default True: the plan is priced against acting
     less -- the same plan without its evictions/prefetches, and no plan -- by simulating each
-    on the trace's allocator events, and the fastest is returned; see ``_pricing``).
+    on the trace's allocator events, and the fastest is returned; see ``_pricing``),
+    ``method`` (``"greedy"``, default, or ``"lp"``: offline, sampled mode only, the LP
+    bound's optimum seeds the selection and the greedy plan is priced beside it; options
+    ``lp_max_columns``, ``lp_time_limit_s`` (s); ``meta["lp"]``; ``_lp_guided``).
     Returns a ``Plan`` whose ``meta["predicted"]`` holds the planner's own estimate
     (seconds, bytes), ``meta["pricing"]`` the candidates' simulated iteration times and the
     choice, and, when the full plan lost, ``meta["fallback"]`` why.
@@ -99,7 +104,7 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "auto", **opts: Any) -> Pla
     prob.remote_min_excess = int(REMOTE_AUTO_EXCESS * budget_bytes) \
         if rf == "auto" and mode == "oblivious" else 0
     _check_feasible(prob, info, budget_bytes)
-    sched = build_schedule(prob, budget_bytes, guards=guards, rounds=int(opts.get("rounds", 6)))
+    sched, greedy, lp_meta = schedule(trace, pat, prob, budget_bytes, prof, guards, mode, opts)
     act_opts = (prof, discard, discard_min, bool(opts.get("populate", True)))
     actions = _actions(prob, info, sched, *act_opts)
     _sizes_at_run_time(pat, info, actions)
@@ -135,6 +140,7 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "auto", **opts: Any) -> Pla
         # what that time is: a GPU trace, a roofline, or a CPU's wall clock (not a GPU's)
         "time_source": trace.time_source,
         "predicted": pred,
+        **({"lp": lp_meta} if lp_meta is not None else {}),
     }
     if mode == "sampled":
         assert samples is not None  # sampled mode merged them above
@@ -146,9 +152,8 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "auto", **opts: Any) -> Pla
         # what the judge may know of the accesses: what the planner read (sampled mode with
         # samples drawn from this trace read its ground truth; oblivious mode never does)
         truth_known = mode == "sampled" and opts.get("samples") is None
-        advice = _actions(prob, info, Schedule([], [], sched.remote, {}), *act_opts)
-        _sizes_at_run_time(pat, info, advice)  # the advice-only candidate runs on them too
-        out = _priced(trace, out, advice, budget_bytes, prof, truth_known,
+        extra = _candidates(pat, prob, info, sched, greedy, act_opts)
+        out = _priced(trace, out, extra, budget_bytes, prof, truth_known,
                       [a for a, _ in pat.iterations])
     pred["plan_time_s"] = time.perf_counter() - t0
     return out
@@ -172,10 +177,23 @@ def resolve_mode(trace, mode: str = "auto", samples=None) -> tuple[str, str]:
                          "events only and no samples were given")
 
 
-def _priced(trace, full: Plan, advice_actions, budget: int, prof, accesses: bool,
+def _candidates(pat, prob: Problem, info: dict, sched, greedy, act_opts) -> dict:
+    """The actions priced beside the plan, in order of preference: the greedy plan (beside
+    an LP-guided one), the plan's advice alone; on the run-time sizes as the plan."""
+    out = {k: _actions(prob, info, s, *act_opts) for k, s in
+           (("greedy", greedy), ("advice-only", Schedule([], [], sched.remote, {})))
+           if s is not None}
+    for a in out.values():
+        _sizes_at_run_time(pat, info, a)
+    return out
+
+
+def _priced(trace, full: Plan, extra: dict, budget: int, prof, accesses: bool,
             starts) -> Plan:
-    """The fastest of the full plan, its advice alone and no plan, judged by the simulator
-    on the trace's allocator events (``_pricing``); the choice is noted in its meta."""
+    """The fastest of the full plan, the ``extra`` candidates (``{label: actions}``, in
+    order: the greedy plan beside an LP-guided one, its advice alone) and no plan, judged
+    by the simulator on the trace's allocator events (``_pricing``); the choice is noted
+    in its meta."""
     from ..sim import BudgetError
     from ._pricing import price
 
@@ -185,9 +203,8 @@ def _priced(trace, full: Plan, advice_actions, budget: int, prof, accesses: bool
         full.meta["pricing"] = {"chosen": "plan", "unpriced": "the trace has no clock, so "
                                 "the plan cannot be timed against no plan"}
         return full
-    cands = {"plan": full,
-             "advice-only": Plan(advice_actions, dict(full.meta)),
-             "none": Plan(advice_actions.iloc[:0], dict(full.meta))}
+    cands = {"plan": full, **{k: Plan(a, dict(full.meta)) for k, a in extra.items()},
+             "none": Plan(extra["advice-only"].iloc[:0], dict(full.meta))}
     try:
         best, times = price(trace, cands, budget, prof, accesses=accesses, starts=starts)
     except BudgetError as e:

@@ -162,7 +162,9 @@ class LpResult:
     ``build_s``/``solve_s``: wall time of each step; ``slot_s``: the optimum's slot
     durations (s; slot ``g`` = window ticks ``g*coarsen ..``); ``bytes_in``/``bytes_out``:
     bytes the optimum moves over the link per slot, each way (migrations and zero-copy);
-    ``classes``: block classes in the program (Note [Block classes])."""
+    ``classes``: block classes in the program (Note [Block classes]); ``primal`` (asked
+    for only): per live stretch of a class, (its blocks, the slots of its boundaries, the
+    optimum's resident fraction there: clean + dirty)."""
 
     time_s: float
     status: str
@@ -176,6 +178,7 @@ class LpResult:
     bytes_in: np.ndarray
     bytes_out: np.ndarray
     classes: int = 0
+    primal: list | None = None
 
 
 def _highs():
@@ -287,6 +290,8 @@ class _Builder:
         self.rlo: list = []
         self.rhi: list = []
         self.n_classes = 0
+        self.members: list = []  # the blocks of the class being built (the primal's owners)
+        self.runs: list = []  # per stretch: (members, slots, clean columns, dirty columns)
 
     def cols(self, n, lo=0.0, hi=np.inf, cost=0.0):
         i = np.arange(self.ncol, self.ncol + n)
@@ -341,9 +346,9 @@ def _build(prep: Prepared, hw, budget: int, k: int, acc=None, classes=None):
     acc = _accesses(prep) if acc is None else acc
     classes = _classes(prep, acc, k) if classes is None else classes
     L.n_classes = len(classes)
-    for rep, i0, i1, born, wraps, size in classes:
+    for rep, i0, i1, born, wraps, size, members in classes:
         b_acc, t_acc, frac, rd, wr, m0 = acc
-        L.tag = rep
+        L.tag, L.members = rep, members
         tk, fr, r_, w_ = t_acc[i0:i1], frac[i0:i1], rd[i0:i1], wr[i0:i1]
         runs, pop = _stretches(tk, fr, r_, w_, born, wraps, m0[rep])
         for run, cyclic, birth0, free0 in runs:
@@ -371,7 +376,8 @@ def _shared_rows(L: "_Builder", hw, budget: int, S: int, W: int, k: int, C) -> _
 def _classes(prep: Prepared, acc, k: int, merge: bool = True):
     """Blocks with the same sub-program at ``k`` ticks per slot, merged (Note [Block
     classes]): per class (representative block, its accesses ``i0 .. i1`` in ``acc``,
-    born in the window, wraps, summed size in MiB), in the order of first members."""
+    born in the window, wraps, summed size in MiB, its blocks), in the order of first
+    members."""
     ws, we = prep.window
     b_acc, t_acc, frac, rd, wr, m0 = acc
     if not len(b_acc):
@@ -399,9 +405,10 @@ def _classes(prep: Prepared, acc, k: int, merge: bool = True):
             if merge else b
         c = out.get(key)
         if c is None:
-            out[key] = [b, i0, i1, born, wraps, size]
+            out[key] = [b, i0, i1, born, wraps, size, [b]]
         else:
             c[5] += size
+            c[6].append(b)
     return [tuple(v) for v in out.values()]
 
 
@@ -456,7 +463,7 @@ def _columns_estimate(t_acc, classes, k: int, W: int) -> int:
     """About the columns of the program of ``classes`` at ``k`` ticks per slot."""
     S = max(1, -(-W // k))
     n = S
-    for _, i0, i1, _born, wraps, _size in classes:
+    for _, i0, i1, _born, wraps, _size, _members in classes:
         span = S if wraps else int(t_acc[i1 - 1] // k - t_acc[i0] // k) + 1
         n += (i1 - i0) + 2 * span
     return n
@@ -499,6 +506,7 @@ def _add_run(L: "_Builder", sh: _Shared, size: float, tk, fr, r_, w_, pop, run, 
         L.hi[-2], L.hi[-1] = chi, dhi
     L.coef(r_bud[slots], c, size)
     L.coef(r_bud[slots], d, size)
+    L.runs.append((L.members, slots, c, d))
     ntr = m if cyclic else m - 1
     inside = ~at_start
     # an access inside its slot may also use what came in during the slot before it
@@ -597,12 +605,14 @@ def _add_transitions(L: "_Builder", run, idx, at_start, w_, pop, cyclic: bool, b
 
 def lp_bound(prep: Prepared, hw, budget: int, *, max_columns: int = MAX_COLUMNS,
              coarsen: int | None = None, time_limit_s: float = 600.0,
-             options: dict | None = None, merge: bool = True) -> LpResult:
+             options: dict | None = None, merge: bool = True,
+             primal: bool = False) -> LpResult:
     """Solve the program of Note [The LP bound] for the measured window of ``prep`` under
     ``budget`` bytes on ``hw``. ``coarsen``: ticks merged per slot (default: 1, or about
     the smallest that brings the program under ``max_columns``); ``time_limit_s``: HiGHS's
     limit (s); ``options``: other HiGHS options by name; ``merge``: one sub-program per
-    block class (Note [Block classes]; False: one per block, the same optimum). Raises
+    block class (Note [Block classes]; False: one per block, the same optimum); ``primal``:
+    also return the optimum's residency per block and slot boundary (``LpResult``). Raises
     ``LpTooLarge`` when even merging the whole window into a few slots would not,
     ``LpOverBudget`` when HiGHS reaches ``time_limit_s`` first, ``RuntimeError`` when it
     stops otherwise before the optimum (its status and the program's size in the message)."""
@@ -664,7 +674,9 @@ def lp_bound(prep: Prepared, hw, budget: int, *, max_columns: int = MAX_COLUMNS,
                     solve_s=t2 - t1, slot_s=slot_ms * 1e-3,
                     bytes_in=np.maximum(act[S:2 * S] + bw_in * slot_ms, 0) * MiB,
                     bytes_out=np.maximum(act[2 * S:3 * S] + bw_out * slot_ms, 0) * MiB,
-                    classes=L.n_classes)
+                    classes=L.n_classes,
+                    primal=[(np.asarray(m), s, x[c] + x[d]) for m, s, c, d in L.runs]
+                    if primal else None)
 
 
 def _bandwidths(hw) -> tuple[float, float]:
