@@ -32,7 +32,7 @@ def test_each_probe_learns_the_next_touch_after_the_last_one_seen(loop):
     t, p = loop
     truth = _truth(t, p)
     for w in (1, 2, 3):
-        fs = planner.fault_samples(t, p, warmup_iters=w, share=1.0)
+        fs = planner.fault_samples(t, p, warmup_iters=w, share=1.0, long_life=None)
         seen = fs[~fs["assumed"]]
         for ordinal, ticks in truth.items():
             got = np.sort(seen.loc[seen["block"] == ordinal, "tick"].to_numpy())
@@ -43,7 +43,7 @@ def test_a_probe_that_sees_no_fault_closes_the_block_and_open_tails_are_busy(loo
     t, p = loop
     truth = _truth(t, p)
     most = max(len(v) for v in truth.values())
-    short = planner.fault_samples(t, p, warmup_iters=most, share=1.0)
+    short = planner.fault_samples(t, p, warmup_iters=most, share=1.0, long_life=None)
     assert short.attrs["open"] > 0
     T = p.stop_tick - p.start_tick
     for ordinal, ticks in truth.items():
@@ -52,7 +52,7 @@ def test_a_probe_that_sees_no_fault_closes_the_block_and_open_tails_are_busy(loo
         last = int(rows.loc[~rows["assumed"], "tick"].max())
         # open: every tick after the last observed touch is assumed busy; closed: none
         assert tail == (list(range(last + 1, T)) if len(ticks) >= most else [])
-    full = planner.fault_samples(t, p, warmup_iters=most + 1, share=1.0)
+    full = planner.fault_samples(t, p, warmup_iters=most + 1, share=1.0, long_life=None)
     assert full.attrs["open"] == 0 and not full["assumed"].any()
     assert len(full) == sum(len(v) for v in truth.values())
 
@@ -62,7 +62,7 @@ def test_the_share_rotates_and_bounds_the_probe_cost(loop):
     sizes = p.blocks[p.blocks["persistent"]]["size"].to_numpy()
     assert probe_groups(6, 0.5).tolist() == [0, 1, 0, 1, 0, 1]
     assert probe_groups(4, 1 / 3).tolist() == [0, 1, 2, 0]
-    half = planner.fault_samples(t, p, warmup_iters=2, share=0.5)
+    half = planner.fault_samples(t, p, warmup_iters=2, share=0.5, long_life=None)
     # two iterations, half the blocks each: every block probed exactly once
     assert half.attrs["probes"] == len(sizes)
     assert half.attrs["probe_bytes"] == int(sizes.sum())
@@ -73,7 +73,7 @@ def test_the_share_rotates_and_bounds_the_probe_cost(loop):
 
 def test_closed_fault_samples_plan_as_full_sampling_of_the_persistent_blocks(loop):
     t, p = loop
-    closed = planner.fault_samples(t, p, warmup_iters=4, share=1.0)
+    closed = planner.fault_samples(t, p, warmup_iters=4, share=1.0, long_life=None)
     assert closed.attrs["open"] == 0
     drawn = planner.draw_samples(t, p)
     persistent = drawn[drawn["persistent"]].drop(columns=["read", "touched_bytes"])

@@ -55,19 +55,34 @@ def probe_groups(n_blocks: int, share: float) -> np.ndarray:
     return np.arange(n_blocks, dtype=np.int64) % math.ceil(1.0 / share - 1e-9)
 
 
-def fault_samples(trace, pattern=None, *, warmup_iters: int = 3, share: float = 0.5):
+def long_lived(alloc_tick, free_tick, n_ticks: int, long_life: float) -> np.ndarray:
+    """Which non-persistent blocks the warm-up probes (Note [Fault probes]): allocated and
+    freed inside the iteration (the allocator names them by their allocation event) and
+    alive at least ``long_life`` x ``n_ticks`` allocator events (ticks)."""
+    if not 0 <= long_life <= 1:
+        raise ValueError(f"long_life must be in [0, 1] (the share of the iteration's ticks a "
+                         f"non-persistent block must live to be probed), got {long_life}")
+    a, f = np.asarray(alloc_tick, np.int64), np.asarray(free_tick, np.int64)
+    return (a >= 0) & (f >= 0) & (f - a >= max(1.0, long_life * int(n_ticks)))
+
+
+def fault_samples(trace, pattern=None, *, warmup_iters: int = 3, share: float = 0.5,
+                  long_life: float | None = 0.1):
     """The touch-form samples (``planner._sampling`` doc) that a fault-sampled warm-up of
-    ``warmup_iters`` iterations probing ``share`` of the persistent blocks per iteration
+    ``warmup_iters`` iterations probing ``share`` of the probe candidates per iteration
     would collect (Note [Fault probes]), from ``trace``'s ground-truth ACCESS rows of the
     representative iteration (``pattern``, default ``pattern.analyze(trace)``).
+    Candidates: the persistent blocks, then the non-persistent ones alive at least
+    ``long_life`` of the iteration's ticks (``long_lived``; None: persistent blocks only).
 
     Returns a DataFrame (iteration, block, persistent, tick, assumed: ticks in allocator
     events from the iteration's start; ``assumed`` rows are the busy tails of blocks not
     closed, ``busy_tails``; the idle stretches between rows are known) with ``attrs``:
-    ``probes`` (block probes made), ``probe_bytes`` (bytes moved
-    to the host by them; as many come back by faults), ``closed`` / ``open`` (sampled
-    blocks whose touch list is / is not known complete), ``persistent_blocks``. Pass it as
-    ``samples=`` to ``plan(mode="sampled")``.
+    ``probes`` (block probes made over the warm-up), ``probe_bytes`` (bytes moved to the
+    host by them; as many come back by faults), ``probes_per_iter`` / ``probe_bytes_per_iter``
+    (the most in one warm-up iteration), ``closed`` / ``open`` (sampled blocks whose touch
+    list is / is not known complete), ``persistent_blocks``, ``local_blocks`` (the
+    non-persistent candidates). Pass it as ``samples=`` to ``plan(mode="sampled")``.
     """
     import pandas as pd
 
@@ -83,7 +98,11 @@ def fault_samples(trace, pattern=None, *, warmup_iters: int = 3, share: float = 
 
         pattern = analyze(trace)
     start, stop = int(pattern.start_tick), int(pattern.stop_tick)
-    blocks = pattern.blocks[pattern.blocks["persistent"].to_numpy(bool)].sort_values("ordinal")
+    pb = pattern.blocks
+    pers = pb["persistent"].to_numpy(bool)
+    local = ~pers & (long_lived(pb["alloc_tick"], pb["free_tick"], stop - start, long_life)
+                     if long_life is not None else False)
+    blocks = pd.concat([pb[pers].sort_values("ordinal"), pb[local].sort_values("ordinal")])
     groups = probe_groups(len(blocks), share)
     rows = np.flatnonzero((trace.kind == EventKind.ACCESS) & (trace.tick >= start)
                           & (trace.tick < stop))
@@ -91,59 +110,75 @@ def fault_samples(trace, pattern=None, *, warmup_iters: int = 3, share: float = 
     order = np.lexsort((tick, bid))
     bid, tick = bid[order], tick[order]
     n_groups = int(groups.max(initial=0)) + 1
-    out_b, out_t = [], []
-    probes = probe_bytes = closed = 0
-    closed_set: set[int] = set()
-    for j, (b, ordinal, size) in enumerate(zip(blocks.index.to_numpy(),
-                                               blocks["ordinal"].to_numpy(np.int64),
-                                               blocks["size"].to_numpy(np.int64))):
+    out_b, out_p, out_t = [], [], []
+    per_iter = np.zeros((int(warmup_iters), 2), np.int64)  # probes, bytes per iteration
+    closed_set: set[tuple[bool, int]] = set()
+    for j, (b, ordinal, size, p_, at, ft) in enumerate(zip(
+            blocks.index.to_numpy(), blocks["ordinal"].to_numpy(np.int64),
+            blocks["size"].to_numpy(np.int64), blocks["persistent"].to_numpy(bool),
+            blocks["alloc_tick"].to_numpy(np.int64), blocks["free_tick"].to_numpy(np.int64))):
         lo, hi = np.searchsorted(bid, b), np.searchsorted(bid, b, side="right")
         touches = np.unique(tick[lo:hi])  # this block's ground truth, sorted
-        seen = -1  # tick of the last observed touch (-1: none, probe at the marker)
-        n_probes = sum(1 for i in range(int(warmup_iters)) if i % n_groups == groups[j])
-        done = False
-        for _ in range(n_probes):
-            probes += 1
-            probe_bytes += int(size)
+        # the probe point is right after the last observed touch; before any is seen: at
+        # the marker (persistent) or right after the block's allocation (non-persistent)
+        seen = -2 if p_ else int(at) - 1
+        first_seen = seen
+        for i in range(int(warmup_iters)):
+            if i % n_groups != groups[j]:
+                continue
+            if not p_ and seen >= ft:
+                break  # freed at the probe point: nothing can follow, no probe needed
+            per_iter[i] += (1, int(size))
             k = np.searchsorted(touches, seen, side="right")
             if k == len(touches):
-                done = True  # no fault until the iteration's end: the list is complete
+                # no fault until the iteration's end (the block's free): the list is complete
+                if seen > first_seen:
+                    closed_set.add((bool(p_), int(ordinal)))
                 break
             seen = int(touches[k])
             out_b.append(int(ordinal))
+            out_p.append(bool(p_))
             out_t.append(seen)
-        if done and seen >= 0:
-            closed += 1
-            closed_set.add(int(ordinal))
-    sampled = len(set(out_b))
+        if not p_ and seen > first_seen and seen >= ft:
+            closed_set.add((False, int(ordinal)))
+    sampled = set(zip(out_p, out_b))
     df = pd.DataFrame({"iteration": np.zeros(len(out_b), np.int64),
                        "block": np.asarray(out_b, np.int64),
-                       "persistent": np.ones(len(out_b), bool),
+                       "persistent": np.asarray(out_p, bool),
                        "tick": np.asarray(out_t, np.int64)})
-    df = busy_tails(df, stop - start, set(out_b) - closed_set)
-    df.attrs.update(probes=probes, probe_bytes=probe_bytes,
-                    closed=closed, open=sampled - closed, persistent_blocks=len(blocks))
+    ends = {(False, int(o)): int(f) for o, f in zip(pb.loc[local, "ordinal"], pb.loc[local, "free_tick"])}
+    df = busy_tails(df, stop - start, sampled - closed_set, ends)
+    closed = len(sampled & closed_set)
+    df.attrs.update(probes=int(per_iter[:, 0].sum()), probe_bytes=int(per_iter[:, 1].sum()),
+                    probes_per_iter=int(per_iter[:, 0].max()),
+                    probe_bytes_per_iter=int(per_iter[:, 1].max()),
+                    closed=closed, open=len(sampled) - closed, persistent_blocks=int(pers.sum()),
+                    local_blocks=int(local.sum()))
     return df
 
 
-def busy_tails(samples, n_ticks: int, open_blocks):
-    """``samples`` (touch form, persistent blocks) with the tail of each open block's touch
-    list -- every tick after its last observed touch, to the iteration's last -- added as
-    rows with ``assumed=True`` (observed rows: False). Why: probes reveal touches in order,
-    so a list is exact up to its last observed touch and unknown after it; the planner
-    then trusts the idle stretches between observed touches and keeps the block resident
-    where nothing is known (Note [Fault probes])."""
+def busy_tails(samples, n_ticks: int, open_blocks, ends=None):
+    """``samples`` (touch form) with the tail of each open block's touch list -- every tick
+    after its last observed touch, to the iteration's last (a non-persistent block's: to
+    its free, ``ends[(False, ordinal)]``) -- added as rows with ``assumed=True`` (observed
+    rows: False). ``open_blocks``: (persistent, ordinal) pairs. Why: probes reveal touches
+    in order, so a list is exact up to its last observed touch and unknown after it; the
+    planner then trusts the idle stretches between observed touches and keeps the block
+    resident where nothing is known (Note [Fault probes])."""
     import pandas as pd
 
     samples = samples.assign(assumed=False)
+    ends = ends or {}
     extra = []
-    for b in sorted(open_blocks):
-        rows = samples["persistent"].to_numpy(bool) & (samples["block"].to_numpy() == b)
+    pers, blk = samples["persistent"].to_numpy(bool), samples["block"].to_numpy()
+    for p_, b in sorted(open_blocks):
+        rows = (pers == p_) & (blk == b)
         if not rows.any():
             continue
         last = int(samples.loc[rows, "tick"].max())
-        ticks = np.arange(last + 1, int(n_ticks), dtype=np.int64)
-        extra.append(pd.DataFrame({"iteration": 0, "block": np.int64(b), "persistent": True,
+        end = int(n_ticks) if p_ else min(int(n_ticks), ends.get((False, b), int(n_ticks) - 1) + 1)
+        ticks = np.arange(last + 1, end, dtype=np.int64)
+        extra.append(pd.DataFrame({"iteration": 0, "block": np.int64(b), "persistent": bool(p_),
                                    "tick": ticks, "assumed": True}))
     out = pd.concat([samples, *extra], ignore_index=True) if extra else samples
     out.attrs.update(samples.attrs)
@@ -202,4 +237,5 @@ def samples_from_faults(trace, addresses, pattern, ticks, fault_addrs, *, k0: in
     pb = pattern.blocks[pattern.blocks["persistent"].to_numpy(bool)]
     at = np.asarray(addresses, np.uint64)[pb.index.to_numpy(np.int64)]
     opened = pb["ordinal"].to_numpy(np.int64)[np.isin(at, np.asarray(open_addrs, np.uint64))]
-    return busy_tails(out, int(pattern.stop_tick - pattern.start_tick), set(opened.tolist()))
+    return busy_tails(out, int(pattern.stop_tick - pattern.start_tick),
+                      {(True, o) for o in opened.tolist()})

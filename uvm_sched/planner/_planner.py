@@ -401,9 +401,10 @@ def _problem(pat, prof, samples: dict | None, remote_fallback: bool = False,
                 touched = None  # only the two ends are trusted (summary semantics)
             # where the block must be resident (a persistent one that may be read in place,
             # mapped host-resident by the fallback, need not be)
-            if not (pers[i] and remote_fallback):
+            if not (pers[i] and remote_fallback):  # (a busy tail assumed is not certain)
                 certain.extend((int(x), i) for x in
-                               (touched if touched is not None else {first, last}))
+                               (np.clip(s[5], lf, lt) if touched is not None and s[5] is not None
+                                else touched if touched is not None else {first, last}))
             tb = s[3] if s[3] >= 0 else int(size[i])
             touches = len(touched) if touched is not None else (1 if first == last else 2)
             if size[i] >= prof.va_block_bytes and tb < size[i]:

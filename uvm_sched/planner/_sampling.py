@@ -155,8 +155,9 @@ def samples_from_touches(trace, addresses, pattern, clocks, touched_addrs, *, k0
 
 def merge_samples(samples) -> dict:
     """(persistent, ordinal) -> (first_touch, last_touch, read_only, touched_bytes or -1,
-    touch ticks: a sorted int64 array, or None for summary-form samples), merged over
-    iterations. Raises ``ValueError`` naming a missing column or a bad row."""
+    touch ticks: a sorted int64 array, or None for summary-form samples, the observed ones
+    among them: the touch ticks without the rows marked ``assumed`` -- a fault-sampled
+    block's busy tail, ``planner._faults.busy_tails`` -- or None), merged over iterations. Raises ``ValueError`` naming a missing column or a bad row."""
     import pandas as pd
 
     df = pd.DataFrame(samples)
@@ -178,6 +179,8 @@ def merge_samples(samples) -> dict:
     if touch_form:
         if "read" not in df.columns:
             df["read"] = False
+        if "assumed" not in df.columns:
+            df["assumed"] = False
         bad = df["tick"] < 0
         if bad.any():
             i = int(np.flatnonzero(bad.to_numpy())[0])
@@ -198,11 +201,16 @@ def merge_samples(samples) -> dict:
         new[1:] = tick[1:] != tick[:-1]
         new[starts] = True
         kept = np.cumsum(new)[np.append(starts[1:], len(tick)) - 1] if len(tick) else starts
+        # observed: a tick with a row not assumed (a repeated tick keeps the first row's flag
+        # only if every row of it is assumed)
+        seen_at = ~df["assumed"].to_numpy(bool)
+        seen_tick = np.logical_or.reduceat(seen_at, np.flatnonzero(new)) if len(tick) else seen_at
         out = {}
-        for k, ticks in enumerate(np.split(tick[new], kept[:-1])):
+        for k, (ticks, obs) in enumerate(zip(np.split(tick[new], kept[:-1]),
+                                             np.split(seen_tick, kept[:-1]))):
             s0 = int(starts[k])
             out[(bool(pers[s0]), int(blk[s0]))] = (int(ticks[0]), int(ticks[-1]), bool(ro[k]),
-                                                   int(tb[k]), ticks)
+                                                   int(tb[k]), ticks, ticks[obs])
         return out
     if "read_only" not in df.columns:
         df["read_only"] = False
@@ -214,5 +222,5 @@ def merge_samples(samples) -> dict:
     g = df.groupby(["persistent", "block"], sort=False).agg(
         first=("first_touch", "min"), last=("last_touch", "max"),
         ro=("read_only", "all"), tb=("touched_bytes", "max"))
-    return {(bool(p), int(b)): (int(r.first), int(r.last), bool(r.ro), int(r.tb), None)
+    return {(bool(p), int(b)): (int(r.first), int(r.last), bool(r.ro), int(r.tb), None, None)
             for (p, b), r in zip(g.index, g.itertuples(index=False))}
