@@ -234,6 +234,28 @@ def test_a_probe_outside_the_pool_is_skipped_and_a_bad_row_refused(host):
     nf.probe_set(np.empty(0, nf.PROBE_DTYPE))
 
 
+def test_a_probe_of_an_allocation_finds_its_block_each_iteration_or_is_skipped(host):
+    native.step()
+    # addr 0: the block of allocator event 0 (probed right after event 1); then of event 1,
+    # the scratch block, whose size is not the row's (skipped: never a range it does not own)
+    nf.probe_set(np.array([(1, 0, MiB, 0, 0), (1, 0, MiB, 0, 1)], nf.PROBE_DTYPE))
+    seen = []
+    for _ in range(3):
+        native.step()
+        a = native.malloc(MiB)
+        native.free(native.malloc(MiB // 2))
+        seen.append(a)
+        native.free(a)
+    ev = native.drain_events()
+    probes = ev[ev["kind"] == int(native.NativeEvent.PROBE)]
+    assert probes["addr"].tolist() == seen and (probes["arg"] == 0).all()
+    assert nf.probe_stats()["probe_skipped"] == 3
+    with pytest.raises(ValueError, match="probe row 0: addr 0 names the block of allocator "
+                                         "event alloc_event \\(2, >= 0\\), probed at tick 1"):
+        nf.probe_set(np.array([(1, 0, MiB, 0, 2)], nf.PROBE_DTYPE))
+    nf.probe_set(np.empty(0, nf.PROBE_DTYPE))
+
+
 # ---- the Scheduler's fault sampler ---------------------------------------------------------
 class FaultingLoop:
     """A training loop whose kernels touch its weights, on a GPU emulated for the fake
@@ -362,6 +384,68 @@ def test_a_warmup_too_short_to_close_the_lists_plans_their_tails_busy(cupti):
                 seen = sorted(g.loc[~g["assumed"], "tick"])
                 assert tuple(seen) in {e[:2] for e in loop.expected()}  # forward, backward
                 assert sorted(g.loc[g["assumed"], "tick"]) == list(range(seen[-1] + 1, T))
+    finally:
+        loop.close()
+
+
+class ActivationLoop(FaultingLoop):
+    """A loop whose kernels touch activations, as FaultingLoop does weights: activation i
+    (2 MiB) is allocated by ring event 3i of an iteration and written at once,
+    a short-lived scratch block is allocated and freed beside it, and it is read again in
+    the backward pass just before its free (event 3L + L-1-i). A new allocation is resident
+    (its first touch does not fault unless a probe moved it)."""
+
+    def __init__(self, fake: FakeCupti, layers: int = 4) -> None:
+        super().__init__(fake, layers)
+        self.weights_ = self.weights
+        self.weights = []  # no weights: the activations alone
+
+    def iteration(self) -> None:
+        acts = []
+        for _ in range(self.layers):
+            a = native.malloc(2 * MiB)
+            self.resident.add(a)
+            acts.append(a)
+            self.touch(a)
+            native.free(native.malloc(MiB // 2))
+        for a in reversed(acts):
+            self.touch(a)
+            native.free(a)
+
+    def close(self) -> None:
+        self.weights = self.weights_
+        super().close()
+
+
+def test_the_fault_sampler_probes_long_lived_activations_from_their_allocation(cupti):
+    from uvm_sched import Scheduler
+
+    nf.cupti_stop()
+    loop = ActivationLoop(cupti)
+    try:
+        with Scheduler(budget="50%", warmup_iters=4, mode="sampled", sampler="cupti",
+                       hook=False, worker="thread") as s:
+            s._touches.share = 1.0
+            for _ in range(5):
+                s.step()
+                loop.iteration()
+            s.step()
+            assert s.wait_planned(300), s.last_error
+            fs = s.stats()["fault_sampling"]
+            # probed at their allocation, then after the forward write: the backward read
+            # is seen, and it is just before the free, so every list closes; the scratch
+            # blocks (alive one event) are never probed
+            assert fs["local_blocks_seen"] == fs["local_blocks_closed"] == loop.layers
+            assert fs["local_probes_set"] == 2 * loop.layers
+            smp = s.samples[~s.samples["persistent"]]
+            assert not smp["assumed"].any()
+            b = s.pattern.blocks.set_index("ordinal")[lambda d: ~d["persistent"]]
+            got = {o: sorted(g["tick"]) for o, g in smp.groupby("block")}
+            long = b[b["size"] == 2 * MiB]
+            assert sorted(got) == sorted(long.index)
+            for o, ticks in got.items():
+                assert ticks == [b.at[o, "alloc_tick"], b.at[o, "free_tick"] - 1]
+            assert nf.probe_stats()["probe_skipped"] == 0
     finally:
         loop.close()
 

@@ -5,11 +5,16 @@ unified-memory GPU page-fault records collected during the warm-up iterations
 Rule (Note [Fault probes], ``planner/_faults.py``, which simulates the same rule): at every
 warm-up marker the sampler flushes CUPTI, maps the new faults to blocks and ticks, and sets
 the native probe table for the iteration starting: a rotating ``share`` of the persistent
-candidates (blocks alive across the marker before, in allocation order) is moved to the
-host right after its last observed touch (tick ``last + 1`` of the iteration; at the marker
-when none is seen yet), so its next use faults. A probed block that shows no fault after
-its probe point in that iteration is closed (its touch list is complete) and probed no
-more. When the warm-up ends the probes are cleared and CUPTI is stopped.
+candidates -- the persistent ones (blocks alive across the marker before, in allocation
+order), then the long-lived non-persistent ones of the iteration that ended (allocated and
+freed in it, alive at least ``long_life`` of its allocator events, named by their
+allocation event: their address changes between iterations, the native probe learns it at
+that event) -- is moved to the host right after its last observed touch (tick ``last + 1``
+of the iteration; when none is seen yet: at the marker, or right after the allocation), so
+its next use faults. A probed block that shows no fault after its probe point in that
+iteration is closed (its touch list is complete) and probed no more; so is a
+non-persistent one whose last observed touch is just before its free. When the warm-up
+ends the probes are cleared and CUPTI is stopped.
 
 Clocks (the rule written down): a fault's time is CUPTI's ``start`` ("when CUDA driver
 started processing the fault"). Clock pairs (CUPTI ns, CLOCK_MONOTONIC ns) read at start and
@@ -29,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from ._runtime_recording import ALLOC, FREE, MARK
+from .planner._faults import LONG_LIFE
 
 logger = logging.getLogger("uvm_sched.runtime")
 
@@ -41,11 +47,15 @@ class FaultSampler:
     (each drained batch while recording) and ``report`` (for ``stats()``)."""
 
 
-    def __init__(self, device: int = 0, share: float = 0.5, path: str | None = None) -> None:
-        from .planner._faults import probe_groups
+    def __init__(self, device: int = 0, share: float = 0.5, path: str | None = None,
+                 long_life: float | None = LONG_LIFE) -> None:
+        from .planner._faults import long_lived, probe_groups
 
         probe_groups(1, share)  # checks share now
+        if long_life is not None:
+            long_lived([], [], 1, long_life)  # and long_life
         self.device, self.share, self.path = int(device), float(share), path
+        self.long_life = long_life
         self.unavailable: str | None = None  # why CUPTI could not be used
         self.on = False
         self.clear()
@@ -55,13 +65,21 @@ class FaultSampler:
         self._faults: list[np.ndarray] = []  # (ring tick, address) per fault, per flush
         self._ev_t: list[np.ndarray] = []  # t_ns of the allocator events seen
         self._ev_tick: list[np.ndarray] = []
+        self._allocs: list[np.ndarray] = []  # (tick, kind, addr, size, arg) of the allocator events
         self._pairs: list[tuple[int, int]] = []  # (cupti ns, monotonic ns)
         self._marks: list[int] = []  # ring tick at which each iteration started
         self._last: dict[int, int] = {}  # ordinal -> last observed touch (iteration tick)
         self._probed: dict[int, int] = {}  # ordinal -> probe tick, in the iteration under way
         self._closed: set[int] = set()
         self._addr: dict[int, int] = {}  # ordinal -> address of the blocks seen
-        self.collected = {"faults": 0, "faults_in_iterations": 0, "probe_rounds": 0}
+        # non-persistent blocks, by allocation event of the iteration: last observed touch,
+        # probe tick in the iteration under way, closed, (size, free event) when last seen
+        self._l_last: dict[int, int] = {}
+        self._l_probed: dict[int, int] = {}
+        self._l_closed: set[int] = set()
+        self._l_shape: dict[int, tuple[int, int]] = {}
+        self.collected = {"faults": 0, "faults_in_iterations": 0, "probe_rounds": 0,
+                          "probes_set": 0, "probe_bytes_set": 0, "local_probes_set": 0}
 
     def start(self) -> None:
         from . import _native_faults as nf
@@ -101,7 +119,8 @@ class FaultSampler:
         if self.on:
             self._collect()
         open_ = [self._addr[o] for o in self._last if o not in self._closed]
-        return self._all()[0], np.asarray(open_, np.uint64)
+        local = (sorted(self._l_last), sorted(set(self._l_last) - self._l_closed))
+        return self._all()[0], np.asarray(open_, np.uint64), local
 
     @property
     def addresses(self) -> np.ndarray | None:
@@ -117,6 +136,7 @@ class FaultSampler:
         a = (k == ALLOC) | (k == FREE)
         self._ev_t.append(ev["t_ns"][a].astype(np.int64))
         self._ev_tick.append(ev["tick"][a].astype(np.int64))
+        self._allocs.append(ev[a][["tick", "kind", "addr", "size", "arg"]])
         marks = ev["tick"][k == MARK]
         if not len(marks):
             return
@@ -179,19 +199,66 @@ class FaultSampler:
         for o, t in seen.items():
             self._last[o] = max(self._last.get(o, -1), t)
         self._addr.update(zip(live["arg"].tolist(), live["addr"].tolist()))
+        local = self._local(prev, start, ticks[it], addrs[it])
         # candidates: alive across the marker before (allocated before that iteration began)
         cand = live[(live["tick"] < prev) | (len(self._marks) == 1)]
         cand = cand[~np.isin(cand["arg"], np.fromiter(self._closed, np.int64))]
         rnd = len(self._marks) - 1
-        g = probe_groups(len(cand), self.share)
-        pick = cand[g == rnd % (int(g.max(initial=0)) + 1)] if len(cand) else cand
-        rows = np.zeros(len(pick), nf.PROBE_DTYPE)
-        rows["tick"] = [self._last.get(int(o), -2) + 1 for o in pick["arg"]]
-        rows["addr"], rows["bytes"] = pick["addr"], pick["size"]
+        # one rotation over both kinds: the persistent candidates first (as in fault_samples)
+        g = probe_groups(len(cand) + len(local), self.share)
+        mine = g == rnd % (int(g.max(initial=0)) + 1)
+        pick = cand[mine[:len(cand)]]
+        lpick = [e for e, m in zip(local, mine[len(cand):]) if m]
+        rows = np.zeros(len(pick) + len(lpick), nf.PROBE_DTYPE)
         rows["device"] = self.device
-        self._probed = dict(zip(pick["arg"].tolist(), rows["tick"].tolist()))
+        rows["alloc_event"] = -1
+        n = len(pick)
+        rows["tick"][:n] = [self._last.get(int(o), -2) + 1 for o in pick["arg"]]
+        rows["addr"][:n], rows["bytes"][:n] = pick["addr"], pick["size"]
+        rows["tick"][n:] = [self._l_last.get(e, e - 1) + 1 for e in lpick]
+        rows["bytes"][n:] = [self._l_shape[e][0] for e in lpick]
+        rows["alloc_event"][n:] = lpick  # addr 0: the block of that allocation event (probe.c)
+        self._probed = dict(zip(pick["arg"].tolist(), rows["tick"][:n].tolist()))
+        self._l_probed = dict(zip(lpick, rows["tick"][n:].tolist()))
         nf.probe_set(rows)
         self.collected["probe_rounds"] += 1
+        self.collected["probes_set"] += len(rows)
+        self.collected["local_probes_set"] += len(lpick)
+        self.collected["probe_bytes_set"] += int(rows["bytes"].sum())
+
+    def _local(self, prev: int, start: int, f_ticks: np.ndarray, f_addrs: np.ndarray) -> list:
+        """The non-persistent candidates for the iteration starting (module doc), by their
+        allocation event in the iteration that ended [prev, start), after learning from that
+        iteration's faults (ring ticks ``f_ticks``, addresses ``f_addrs``)."""
+        if self.long_life is None or len(self._marks) < 2 or not self._allocs:
+            return []
+        from .planner._faults import long_lived
+
+        ev = np.concatenate(self._allocs)
+        ev = ev[(ev["tick"] >= prev) & (ev["tick"] < start)]
+        al, fr = ev[ev["kind"] == ALLOC], ev[ev["kind"] == FREE]
+        f_of = dict(zip(fr["arg"].tolist(), fr["tick"].tolist()))  # pool ordinal -> free tick
+        ft = np.array([f_of.get(o, -1) for o in al["arg"].tolist()], np.int64)
+        at = al["tick"].astype(np.int64)
+        keep = long_lived(at - prev, np.where(ft >= 0, ft - prev, -1), start - prev,
+                          self.long_life)
+        for (a, f, addr, size) in zip(at[keep].tolist(), ft[keep].tolist(),
+                                      al["addr"][keep].tolist(), al["size"][keep].tolist()):
+            e = a - prev
+            if self._l_shape.get(e, (size, 0))[0] != size:  # another block there now
+                for d in (self._l_last, self._l_probed):
+                    d.pop(e, None)
+                self._l_closed.discard(e)
+            self._l_shape[e] = (int(size), f - prev)
+            hit = (f_addrs >= addr) & (f_addrs < addr + size) & (f_ticks >= a) & (f_ticks < f)
+            if hit.any():
+                self._l_last[e] = max(self._l_last.get(e, -1), int(f_ticks[hit].max()) - prev)
+            if e in self._l_probed and self._l_last.get(e, -1) < self._l_probed[e]:
+                self._l_closed.add(e)  # no fault after its probe point: the list is complete
+            if e in self._l_last and self._l_last[e] + 1 >= f - prev:
+                self._l_closed.add(e)  # seen just before its free: nothing can follow
+        cands = {e for e in (at[keep] - prev).tolist()}
+        return sorted(cands - self._l_closed)
 
     def report(self) -> dict[str, Any]:
         """What ``Scheduler.stats()["fault_sampling"]`` shows: availability, faults
@@ -202,7 +269,9 @@ class FaultSampler:
         out: dict[str, Any] = {"sampler": "cupti", "available": self.unavailable is None,
                                "why_not": self.unavailable, **self.collected,
                                "blocks_seen": len(self._last), "blocks_closed": len(self._closed),
-                               "share": self.share}
+                               "local_blocks_seen": len(self._l_last),
+                               "local_blocks_closed": len(self._l_closed & set(self._l_last)),
+                               "share": self.share, "long_life": self.long_life}
         if self.unavailable is None:
             out.update(nf.probe_stats())
             out["cupti"] = nf.cupti_stats()

@@ -45,6 +45,12 @@ import numpy as np
 
 __all__ = ["fault_samples", "probe_groups", "samples_from_faults"]
 
+# the share of the iteration's allocator events (ticks) a non-persistent block must live to
+# be probed: shorter-lived blocks have no idle stretch worth a plan action between their
+# touches, and each probe costs a round trip of the block (results/persistent.md shows the
+# figures across 0 .. 0.25)
+LONG_LIFE = 0.1
+
 
 def probe_groups(n_blocks: int, share: float) -> np.ndarray:
     """Group (0 .. ceil(1/share) - 1) of each of ``n_blocks`` persistent blocks in allocation
@@ -67,7 +73,7 @@ def long_lived(alloc_tick, free_tick, n_ticks: int, long_life: float) -> np.ndar
 
 
 def fault_samples(trace, pattern=None, *, warmup_iters: int = 3, share: float = 0.5,
-                  long_life: float | None = 0.1):
+                  long_life: float | None = LONG_LIFE):
     """The touch-form samples (``planner._sampling`` doc) that a fault-sampled warm-up of
     ``warmup_iters`` iterations probing ``share`` of the probe candidates per iteration
     would collect (Note [Fault probes]), from ``trace``'s ground-truth ACCESS rows of the
@@ -186,7 +192,7 @@ def busy_tails(samples, n_ticks: int, open_blocks, ends=None):
 
 
 def samples_from_faults(trace, addresses, pattern, ticks, fault_addrs, *, k0: int,
-                        open_addrs=()):
+                        open_addrs=(), local=((), ())):
     """Touch-form samples (``planner._sampling`` doc) from fault records of a live run.
 
     ``trace``/``addresses``/``pattern``/``k0`` as for ``samples_from_touches``; ``ticks``:
@@ -197,7 +203,11 @@ def samples_from_faults(trace, addresses, pattern, ticks, fault_addrs, *, k0: in
     of every iteration of ``pattern`` count, folded onto the representative iteration by
     their tick within their own (the block at the same address there). ``open_addrs``:
     addresses of the persistent blocks whose touch list the warm-up did not close: their
-    tails are marked busy (``busy_tails``).
+    tails are marked busy (``busy_tails``). ``local``: (probed, open) -- the allocation
+    events (from the iteration's start) of the non-persistent blocks the warm-up probed,
+    and of those it did not close; the faults of other non-persistent blocks are dropped
+    (a first touch alone would pass for a complete list: those blocks keep the oblivious
+    rule, as in ``fault_samples``), open ones' tails are busy to their free.
     O((B + F) log B) for B blocks and F faults, plus O(B) per fault whose address lies in
     a block reused at another size (rare).
     """
@@ -234,8 +244,17 @@ def samples_from_faults(trace, addresses, pattern, ticks, fault_addrs, *, k0: in
     inside = (i >= 0) & (tt < its[np.maximum(i, 0), 1])
     rep = tt[inside] - its[i[inside], 0] + int(pattern.start_tick) + int(k0)
     out = samples_from_touches(trace, addresses, pattern, rep + 1, owner[ok][inside], k0=k0)
-    pb = pattern.blocks[pattern.blocks["persistent"].to_numpy(bool)]
+    allb = pattern.blocks
+    pers = allb["persistent"].to_numpy(bool)
+    pb = allb[pers]
     at = np.asarray(addresses, np.uint64)[pb.index.to_numpy(np.int64)]
     opened = pb["ordinal"].to_numpy(np.int64)[np.isin(at, np.asarray(open_addrs, np.uint64))]
-    return busy_tails(out, int(pattern.stop_tick - pattern.start_tick),
-                      {(True, o) for o in opened.tolist()})
+    lb = allb[~pers]
+    l_ord, l_ev = lb["ordinal"].to_numpy(np.int64), lb["alloc_event"].to_numpy(np.int64)
+    probed = l_ord[np.isin(l_ev, np.asarray(local[0], np.int64))]
+    out = out[out["persistent"].to_numpy(bool) | np.isin(out["block"].to_numpy(), probed)]
+    l_open = l_ord[np.isin(l_ev, np.asarray(local[1], np.int64))]
+    ends = {(False, int(o)): int(f) for o, f in zip(l_ord, lb["free_tick"].to_numpy(np.int64))}
+    return busy_tails(out.reset_index(drop=True), int(pattern.stop_tick - pattern.start_tick),
+                      {(True, o) for o in opened.tolist()} | {(False, int(o)) for o in l_open},
+                      ends)
