@@ -103,3 +103,93 @@ def test_a_trace_without_accesses_is_refused_with_the_fix():
     t = training_trace(iters=3, layers=2, accesses=False)
     with pytest.raises(ValueError, match="ACCESS rows"):
         planner.fault_samples(t)
+
+
+# ---- non-persistent blocks: the same rule from their allocation (hand-worked) ----------------
+def _hand_loop(iters: int = 5):
+    """W persistent, touched at ticks 0, 7, 9 of each 10-tick iteration; activation a alive
+    0..8 (freed at 8), touched at 0, 2 (a mid-lifetime read) and 7; scratch s alive within
+    tick 1 only (too short-lived to probe)."""
+    from uvm_sched.trace import AccessMode as M, TraceBuilder
+
+    tb = TraceBuilder(name="hand")
+    W = tb.alloc(4 << 20)
+    tb.next_tick(1000.0)
+    for _ in range(iters):
+        tb.mark()
+        a = tb.alloc(8 << 20)
+        tb.access(a, M.WRITE)
+        tb.access(W, M.READ)
+        tb.next_tick(1e5)  # 0
+        s = tb.alloc(1 << 20)
+        tb.access(s, M.READ_WRITE)
+        tb.free(s)
+        tb.next_tick(1e5)  # 1
+        tb.access(a, M.READ)
+        tb.next_tick(1e5)  # 2
+        for _ in range(4):
+            tb.next_tick(1e5)  # 3..6
+        tb.access(a, M.READ)
+        tb.access(W, M.READ)
+        tb.next_tick(1e5)  # 7
+        tb.free(a)
+        tb.next_tick(1e5)  # 8
+        tb.access(W, M.READ_WRITE)
+        tb.next_tick(1e5)  # 9
+    t = tb.build()
+    return t, pattern.analyze(t)
+
+
+def _ticks(fs):
+    """(persistent, block, assumed) -> ticks."""
+    return {k: sorted(g.tolist()) for k, g in fs.groupby(["persistent", "block", "assumed"])["tick"]}
+
+
+def test_an_activation_is_probed_from_its_allocation_and_its_tail_is_busy_to_its_free():
+    t, p = _hand_loop()
+    assert p.stop_tick - p.start_tick == 10
+    one = planner.fault_samples(t, p, warmup_iters=1, share=1.0)
+    # iteration 0 probes W at the marker and a right after its allocation: both first touches
+    assert _ticks(one) == {(False, 0, False): [0], (False, 0, True): list(range(1, 9)),
+                           (True, 0, False): [0], (True, 0, True): list(range(1, 10))}
+    three = planner.fault_samples(t, p, warmup_iters=3, share=1.0)
+    assert _ticks(three) == {(False, 0, False): [0, 2, 7], (False, 0, True): [8],
+                             (True, 0, False): [0, 7, 9]}
+    four = planner.fault_samples(t, p, warmup_iters=4, share=1.0)
+    # the fourth probe of each sees no fault before the free / the iteration's end: closed
+    assert _ticks(four) == {(False, 0, False): [0, 2, 7], (True, 0, False): [0, 7, 9]}
+    assert (four.attrs["closed"], four.attrs["open"]) == (2, 0)
+    assert (four.attrs["persistent_blocks"], four.attrs["local_blocks"]) == (1, 1)
+    # every warm-up iteration probes both: 4 MiB + 8 MiB moved per iteration, 8 probes in all
+    assert (four.attrs["probes"], four.attrs["probes_per_iter"]) == (8, 2)
+    assert four.attrs["probe_bytes"] == 4 * (12 << 20)
+    assert four.attrs["probe_bytes_per_iter"] == 12 << 20
+
+
+def test_activations_rotate_with_the_persistent_blocks_and_short_lived_ones_are_not_probed():
+    t, p = _hand_loop()
+    half = planner.fault_samples(t, p, warmup_iters=2, share=0.5)
+    # groups: W (persistent first) 0, a 1; iteration 0 probes W, iteration 1 probes a
+    assert (half.attrs["probes"], half.attrs["probes_per_iter"]) == (2, 1)
+    assert half.attrs["probe_bytes_per_iter"] == 8 << 20
+    assert {k for k in _ticks(half) if not k[2]} == {(False, 0, False), (True, 0, False)}
+    # the scratch block (ordinal 1, alive within one tick) never gets a sample
+    assert not ((~half["persistent"]) & (half["block"] == 1)).any()
+    # long_life: a must live 8 of the 10 ticks; 0.9 leaves it out, None probes W alone
+    assert planner.fault_samples(t, p, share=1.0, long_life=0.8).attrs["local_blocks"] == 1
+    assert planner.fault_samples(t, p, share=1.0, long_life=0.9).attrs["local_blocks"] == 0
+    only_w = planner.fault_samples(t, p, warmup_iters=4, share=1.0, long_life=None)
+    assert only_w["persistent"].all() and only_w.attrs["local_blocks"] == 0
+    with pytest.raises(ValueError, match="long_life must be in"):
+        planner.fault_samples(t, p, long_life=1.5)
+
+
+def test_fault_sampled_activation_tails_are_not_taken_as_certain_by_the_budget_check():
+    t, p = _hand_loop()
+    fs = planner.fault_samples(t, p, warmup_iters=1, share=1.0)
+    # a's tail (ticks 1..8) is assumed, not observed: at tick 1 only the scratch block is
+    # certain, so 8.5 MiB (a alone at tick 0) is feasible; a tail taken as certain would
+    # need a + scratch = 9 MiB at tick 1 and refuse the budget
+    pl = planner.plan(t, (8 << 20) + (1 << 19), "h200-pcie5", mode="sampled", pattern=p,
+                      samples=fs)
+    assert pl.meta["mode"] == "sampled"
