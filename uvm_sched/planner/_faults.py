@@ -9,33 +9,50 @@ stays resident after its first touch, so its later uses -- the backward read of 
 the optimizer step -- never fault, and a plan built on first touches alone would evict a
 weight right after its forward read.
 
+The same holds for a non-persistent block that lives long: an activation saved for the
+backward pass faults (at most) at its first touch, and its backward read -- the use that
+sets when it may leave the device -- is invisible.
+
 Approach. During the warm-up iterations the runtime *probes* a rotating share of the
-persistent blocks: a probed block is moved to the host (a prefetch to the host) right
+probe candidates: a probed block is moved to the host (a prefetch to the host) right
 after its last observed touch, so that its next use faults and shows itself. Each probe
 learns one more touch per block; a probe that sees no fault before the iteration ends
-closes the block (its touch list is then complete: the block is idle after its last
-touch until the next iteration's first). The first probe of a block moves it at the
-iteration's start (the marker), where nothing is known yet.
+(a non-persistent block: before its free) closes the block (its touch list is then
+complete: the block is idle after its last touch until the next iteration's first, or
+dead until its free). The first probe of a block moves it where nothing is known yet:
+at the iteration's start (the marker) for a persistent block, right after its
+allocation for a non-persistent one.
 
-* Rotation: the persistent blocks in allocation order are split into
-  ``ceil(1 / share)`` groups (block j in group ``j mod groups``); warm-up iteration i
-  probes group ``i mod groups``.
+* Candidates: the persistent blocks in allocation order, then the non-persistent blocks
+  of the iteration allocated and freed in it and alive at least ``long_life`` (default
+  ``LONG_LIFE``, 10%) of its allocator events (``long_lived``), in allocation order. A
+  non-persistent block is named by its allocation event in the iteration (its address
+  changes from one iteration to the next: the native probe learns it at that event and
+  skips the probe where that event allocated no block of that size, or the block is gone
+  by the probe's tick). Shorter-lived blocks are not probed: no idle stretch between their
+  touches is worth a plan action, and a probe costs a round trip of the block.
+* Rotation: the candidates are split into ``ceil(1 / share)`` groups (candidate j in
+  group ``j mod groups``); warm-up iteration i probes group ``i mod groups``.
 * Cost (bounded, reported): each probe migrates the block once to the host and back by
   faults, ``probe_bytes`` = the sum of the probed blocks' sizes per probe; at most
-  ``warmup_iters x share`` probes per block.
+  ``warmup_iters x share`` probes per block, and per warm-up iteration at most one per
+  candidate of its group (``probes_per_iter``, ``probe_bytes_per_iter``: the largest).
 * Ticks: a fault at allocator-event tick k of an iteration is a touch at tick k (the
   runtime maps CUPTI timestamps to ticks by the ring's clock, ``_runtime_faults``).
 
 What the planner is given: the touches observed, exact up to each block's last observed
 one (each probe reveals the *next* touch, so none hides between two observed ones), and,
 for a block not closed by the end of the warm-up, its unknown tail -- the ticks after its
-last observed touch -- marked busy (``busy_tails``): idle where the probes showed it
-idle, resident where nothing is known.
+last observed touch, to the iteration's end or the block's free -- marked busy
+(``busy_tails``, rows ``assumed``): idle where the probes showed it idle, resident where
+nothing is known. Assumed ticks are not certain uses: the planner's budget check counts
+observed touches only. Faults of non-persistent blocks that were not probed are dropped
+(their first touch alone would read as a complete list): they keep the oblivious rule.
 
 Limitations. Blocks are probed whole (a touch of a page already faulted back in that
 iteration is not seen, so a block is seen at page-first-touch granularity: here, the
-block's first access after the probe point). Non-persistent blocks are not probed: their
-lifetimes come from the allocator; they get no samples and keep the oblivious rule.
+block's first access after the probe point). Non-persistent blocks that live shorter than
+``long_life`` are not probed: they get no samples and keep the oblivious rule.
 """
 from __future__ import annotations
 
