@@ -492,6 +492,61 @@ def test_real_cupti_reports_the_faults_of_a_block_moved_to_the_host():
     assert inside > 0 and after == n, r.stdout
 
 
+@pytest.mark.gpu
+def test_real_probes_make_the_next_use_of_a_weight_and_an_activation_fault():
+    """On a GPU: the probe table (probe.c) moves a block alive across the marker (an
+    address row, at the marker) and the block of the iteration's first allocation (an
+    allocation row, right after it) to the host; each one's next GPU use faults and CUPTI
+    names addresses inside it (skips where CUPTI or its UM counters are missing)."""
+    pytest.importorskip("torch")
+    code = textwrap.dedent("""
+        import glob, os, sys, numpy as np, torch, uvm_sched
+        from uvm_sched import native, _native_faults as nf
+        torch.cuda.memory.change_current_allocator(uvm_sched.allocator())
+        path = None
+        try:
+            import nvidia.cuda_cupti as cc
+            found = sorted(glob.glob(os.path.join(list(cc.__path__)[0], "lib", "libcupti.so*")))
+            path = found[0] if found else None
+        except ImportError:
+            pass
+        n = 16 << 20  # float32: 64 MiB each
+        w = torch.zeros(n, dtype=torch.float32, device="cuda")
+        torch.cuda.synchronize()
+        try:
+            nf.cupti_start(path, 0)
+        except Exception as e:
+            print("SKIP", e)
+            sys.exit(0)
+        native.step()
+        rows = np.array([(-1, w.data_ptr(), n * 4, 0, -1), (0, 0, n * 4, 0, 0)], nf.PROBE_DTYPE)
+        nf.probe_set(rows)  # the marker row fires now; the allocation row in the iteration
+        native.step()
+        a = torch.empty(n, dtype=torch.float32, device="cuda")  # allocator event 0
+        torch.cuda.synchronize()
+        a.fill_(1.0)
+        w.add_(1.0)
+        torch.cuda.synchronize()
+        nf.probe_set(np.empty(0, nf.PROBE_DTYPE))
+        nf.cupti_stop()
+        got = nf.cupti_take()
+        st = nf.probe_stats()
+        def inside(t):
+            lo = t.data_ptr()
+            return int(((got["address"] >= lo) & (got["address"] < lo + n * 4)).sum())
+        print("PROBES", st["probe_issued"], st["probe_skipped"], st["probe_failed"],
+              "FAULTS", len(got), inside(w), inside(a))
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    if "SKIP" in r.stdout:
+        pytest.skip(r.stdout.strip())
+    issued, skipped, failed, _, n, in_w, in_a = r.stdout.split("PROBES")[1].split()
+    # the marker row twice (when set, at the second marker), the allocation row once
+    assert (int(issued), int(skipped), int(failed)) == (3, 0, 0), r.stdout
+    assert int(in_w) > 0 and int(in_a) > 0, r.stdout
+
+
 def test_probes_on_the_fake_driver_are_prefetches_it_accepts(monkeypatch):
     """The probes on the CUDA path: a prefetch to the host of the block on the event's
     stream (at a marker: the legacy stream), each accepted by the strict fake driver."""
