@@ -234,30 +234,48 @@ class FaultSampler:
             return []
         from .planner._faults import long_lived
 
-        ev = np.concatenate(self._allocs)
-        ev = ev[(ev["tick"] >= prev) & (ev["tick"] < start)]
+        every = np.concatenate(self._allocs)
+        self._allocs = [every[every["tick"] >= start]]  # keep the iteration under way only
+        ev = every[(every["tick"] >= prev) & (every["tick"] < start)]
         al, fr = ev[ev["kind"] == ALLOC], ev[ev["kind"] == FREE]
         f_of = dict(zip(fr["arg"].tolist(), fr["tick"].tolist()))  # pool ordinal -> free tick
         ft = np.array([f_of.get(o, -1) for o in al["arg"].tolist()], np.int64)
         at = al["tick"].astype(np.int64)
         keep = long_lived(at - prev, np.where(ft >= 0, ft - prev, -1), start - prev,
                           self.long_life)
-        for (a, f, addr, size) in zip(at[keep].tolist(), ft[keep].tolist(),
-                                      al["addr"][keep].tolist(), al["size"][keep].tolist()):
+        at, ft = at[keep], ft[keep]
+        if not len(at):
+            return []
+        base = al["addr"][keep].astype(np.uint64)
+        size = al["size"][keep].astype(np.uint64)
+        # each fault's block: the nearest base below it that holds it and is alive then
+        # (a range reused by a later block of the iteration: the others are scanned)
+        order = np.argsort(base, kind="stable")
+        j = np.searchsorted(base[order], f_addrs, side="right") - 1
+        cand = order[np.maximum(j, 0)]
+        ok = (j >= 0) & (f_addrs < base[cand] + size[cand]) & (f_ticks >= at[cand]) \
+            & (f_ticks < ft[cand])
+        owner = np.where(ok, cand, -1)
+        for i in np.flatnonzero(~ok & (j >= 0)):
+            m = np.flatnonzero((base <= f_addrs[i]) & (f_addrs[i] < base + size)
+                               & (at <= f_ticks[i]) & (f_ticks[i] < ft))
+            owner[i] = m[0] if len(m) else -1
+        last = np.full(len(at), -1, np.int64)
+        np.maximum.at(last, owner[owner >= 0], f_ticks[owner >= 0] - prev)
+        for k, (a, f, sz) in enumerate(zip(at.tolist(), ft.tolist(), size.tolist())):
             e = a - prev
-            if self._l_shape.get(e, (size, 0))[0] != size:  # another block there now
+            if self._l_shape.get(e, (sz, 0))[0] != sz:  # another block there now
                 for d in (self._l_last, self._l_probed):
                     d.pop(e, None)
                 self._l_closed.discard(e)
-            self._l_shape[e] = (int(size), f - prev)
-            hit = (f_addrs >= addr) & (f_addrs < addr + size) & (f_ticks >= a) & (f_ticks < f)
-            if hit.any():
-                self._l_last[e] = max(self._l_last.get(e, -1), int(f_ticks[hit].max()) - prev)
+            self._l_shape[e] = (int(sz), f - prev)
+            if last[k] >= 0:
+                self._l_last[e] = max(self._l_last.get(e, -1), int(last[k]))
             if e in self._l_probed and self._l_last.get(e, -1) < self._l_probed[e]:
                 self._l_closed.add(e)  # no fault after its probe point: the list is complete
             if e in self._l_last and self._l_last[e] + 1 >= f - prev:
                 self._l_closed.add(e)  # seen just before its free: nothing can follow
-        cands = {e for e in (at[keep] - prev).tolist()}
+        cands = set((at - prev).tolist())
         return sorted(cands - self._l_closed)
 
     def report(self) -> dict[str, Any]:
