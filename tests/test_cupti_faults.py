@@ -450,6 +450,51 @@ def test_the_fault_sampler_probes_long_lived_activations_from_their_allocation(c
         loop.close()
 
 
+class ReuseLoop(ActivationLoop):
+    """Two activations in turn on (the pool permitting) the same range: a1 (event 0, read
+    again at tick 4, freed by event 5), then a2 (event 6, read again at tick 8, freed by
+    event 9); the scratch blocks between live one event."""
+
+    def iteration(self) -> None:
+        self.addrs = []
+        for _ in range(2):
+            a = native.malloc(2 * MiB)
+            self.addrs.append(a)
+            self.resident.add(a)
+            self.touch(a)
+            for _ in range(2 if not self.addrs[1:] else 1):
+                native.free(native.malloc(MiB // 2))
+            self.touch(a)
+            native.free(a)
+
+
+def test_the_fault_sampler_tells_apart_activations_that_reuse_one_range(cupti):
+    from uvm_sched import Scheduler
+
+    nf.cupti_stop()
+    loop = ReuseLoop(cupti)
+    try:
+        with Scheduler(budget="50%", warmup_iters=4, mode="sampled", sampler="cupti",
+                       hook=False, worker="thread") as s:
+            s._touches.share, s._touches.long_life = 1.0, 0.3  # 3 of the 10 events
+            for _ in range(5):
+                s.step()
+                loop.iteration()
+            s.step()
+            assert s.wait_planned(300), s.last_error
+            assert loop.addrs[0] == loop.addrs[1]  # the pool reused the range
+            fs = s.stats()["fault_sampling"]
+            assert fs["local_blocks_seen"] == fs["local_blocks_closed"] == 2
+            smp = s.samples[~s.samples["persistent"]]
+            b = s.pattern.blocks.set_index("ordinal")[lambda d: ~d["persistent"]]
+            got = {o: sorted(g["tick"]) for o, g in smp.groupby("block")}
+            assert sorted(got) == sorted(b.index[b["size"] == 2 * MiB])
+            for o, ticks in got.items():  # each its own write and read, none of the other's
+                assert ticks == [b.at[o, "alloc_tick"], b.at[o, "free_tick"] - 1]
+    finally:
+        loop.close()
+
+
 @pytest.mark.gpu
 def test_real_cupti_reports_the_faults_of_a_block_moved_to_the_host():
     """On a GPU: a block moved to the host faults at its next GPU use, and CUPTI's records
