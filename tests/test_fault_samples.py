@@ -145,12 +145,13 @@ def _ticks(fs):
     return {k: sorted(g.tolist()) for k, g in fs.groupby(["persistent", "block", "assumed"])["tick"]}
 
 
-def test_an_activation_is_probed_from_its_allocation_and_its_tail_is_busy_to_its_free():
+def test_an_activation_is_probed_from_its_allocation_and_its_tail_read_at_its_free():
     t, p = _hand_loop()
     assert p.stop_tick - p.start_tick == 10
     one = planner.fault_samples(t, p, warmup_iters=1, share=1.0)
-    # iteration 0 probes W at the marker and a right after its allocation: both first touches
-    assert _ticks(one) == {(False, 0, False): [0], (False, 0, True): list(range(1, 9)),
+    # iteration 0 probes W at the marker and a right after its allocation: both first
+    # touches; W's tail is busy, a's gets the oblivious model's read at its free (tick 8)
+    assert _ticks(one) == {(False, 0, False): [0], (False, 0, True): [8],
                            (True, 0, False): [0], (True, 0, True): list(range(1, 10))}
     three = planner.fault_samples(t, p, warmup_iters=3, share=1.0)
     assert _ticks(three) == {(False, 0, False): [0, 2, 7], (False, 0, True): [8],
@@ -184,12 +185,19 @@ def test_activations_rotate_with_the_persistent_blocks_and_short_lived_ones_are_
         planner.fault_samples(t, p, long_life=1.5)
 
 
-def test_fault_sampled_activation_tails_are_not_taken_as_certain_by_the_budget_check():
+def test_assumed_sample_rows_are_not_taken_as_certain_by_the_budget_check():
+    import pandas as pd
+
     t, p = _hand_loop()
-    fs = planner.fault_samples(t, p, warmup_iters=1, share=1.0)
-    # a's tail (ticks 1..8) is assumed, not observed: at tick 1 only the scratch block is
-    # certain, so 8.5 MiB (a alone at tick 0) is feasible; a tail taken as certain would
-    # need a + scratch = 9 MiB at tick 1 and refuse the budget
-    pl = planner.plan(t, (8 << 20) + (1 << 19), "h200-pcie5", mode="sampled", pattern=p,
-                      samples=fs)
+    # W observed at tick 9 only, ticks 0..8 assumed; a has no samples (oblivious: certain at
+    # its allocation, tick 0, 8 MiB). With W held in place (no remote fallback) the observed
+    # touch alone needs at most 8 MiB at any tick; the assumed rows taken as certain would
+    # need W + a = 12 MiB at tick 0 and refuse 9 MiB.
+    fs = pd.DataFrame({"iteration": 0, "block": 0, "persistent": True,
+                       "tick": list(range(10)), "assumed": [True] * 9 + [False]})
+    pl = planner.plan(t, 9 << 20, "h200-pcie5", mode="sampled", pattern=p, samples=fs,
+                      remote_fallback=False)
     assert pl.meta["mode"] == "sampled"
+    with pytest.raises(planner.PlanError, match="cannot be met"):
+        planner.plan(t, 9 << 20, "h200-pcie5", mode="sampled", pattern=p, remote_fallback=False,
+                     samples=fs.assign(assumed=False))
