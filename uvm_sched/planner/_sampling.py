@@ -30,8 +30,8 @@ import numpy as np
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["SAMPLE_COLUMNS", "TOUCH_COLUMNS", "draw_samples", "merge_samples",
-           "samples_from_touches"]
+__all__ = ["SAMPLE_COLUMNS", "TOUCH_COLUMNS", "assumed_ticks", "draw_samples",
+           "merge_samples", "samples_from_touches"]
 
 SAMPLE_COLUMNS = ("block", "persistent", "first_touch", "last_touch")
 TOUCH_COLUMNS = ("block", "persistent", "tick")
@@ -153,11 +153,35 @@ def samples_from_touches(trace, addresses, pattern, clocks, touched_addrs, *, k0
     }).drop_duplicates(ignore_index=True)
 
 
+def assumed_ticks(samples) -> dict:
+    """(persistent, ordinal) -> the sorted ticks at which a touch-form frame's rows are all
+    ``assumed`` (a fault-sampled block's unknown tail, ``planner._faults.busy_tails``):
+    uses the planner plans for but does not count as certain. Empty where the frame has no
+    ``assumed`` column (or is None)."""
+    import pandas as pd
+
+    if samples is None:
+        return {}
+    df = pd.DataFrame(samples)
+    if "assumed" not in df.columns or "tick" not in df.columns:
+        return {}
+    pers = df["persistent"].to_numpy(bool) if "persistent" in df.columns \
+        else np.zeros(len(df), bool)
+    key = pd.DataFrame({"p": pers, "b": df["block"].to_numpy(np.int64),
+                        "t": df["tick"].to_numpy(np.int64),
+                        "a": df["assumed"].to_numpy(bool)})
+    only = key.groupby(["p", "b", "t"], sort=True)["a"].all()
+    only = only[only]
+    out: dict = {}
+    for (p_, b, t) in only.index:
+        out.setdefault((bool(p_), int(b)), []).append(int(t))
+    return {k: np.asarray(v, np.int64) for k, v in out.items()}
+
+
 def merge_samples(samples) -> dict:
     """(persistent, ordinal) -> (first_touch, last_touch, read_only, touched_bytes or -1,
-    touch ticks: a sorted int64 array, or None for summary-form samples, the observed ones
-    among them: the touch ticks without the rows marked ``assumed`` -- a fault-sampled
-    block's busy tail, ``planner._faults.busy_tails`` -- or None), merged over iterations. Raises ``ValueError`` naming a missing column or a bad row."""
+    touch ticks: a sorted int64 array, or None for summary-form samples), merged over
+    iterations. Raises ``ValueError`` naming a missing column or a bad row."""
     import pandas as pd
 
     df = pd.DataFrame(samples)
@@ -179,8 +203,6 @@ def merge_samples(samples) -> dict:
     if touch_form:
         if "read" not in df.columns:
             df["read"] = False
-        if "assumed" not in df.columns:
-            df["assumed"] = False
         bad = df["tick"] < 0
         if bad.any():
             i = int(np.flatnonzero(bad.to_numpy())[0])
@@ -201,16 +223,11 @@ def merge_samples(samples) -> dict:
         new[1:] = tick[1:] != tick[:-1]
         new[starts] = True
         kept = np.cumsum(new)[np.append(starts[1:], len(tick)) - 1] if len(tick) else starts
-        # observed: a tick with a row not assumed (a repeated tick keeps the first row's flag
-        # only if every row of it is assumed)
-        seen_at = ~df["assumed"].to_numpy(bool)
-        seen_tick = np.logical_or.reduceat(seen_at, np.flatnonzero(new)) if len(tick) else seen_at
         out = {}
-        for k, (ticks, obs) in enumerate(zip(np.split(tick[new], kept[:-1]),
-                                             np.split(seen_tick, kept[:-1]))):
+        for k, ticks in enumerate(np.split(tick[new], kept[:-1])):
             s0 = int(starts[k])
             out[(bool(pers[s0]), int(blk[s0]))] = (int(ticks[0]), int(ticks[-1]), bool(ro[k]),
-                                                   int(tb[k]), ticks, ticks[obs])
+                                                   int(tb[k]), ticks)
         return out
     if "read_only" not in df.columns:
         df["read_only"] = False
@@ -222,5 +239,5 @@ def merge_samples(samples) -> dict:
     g = df.groupby(["persistent", "block"], sort=False).agg(
         first=("first_touch", "min"), last=("last_touch", "max"),
         ro=("read_only", "all"), tb=("touched_bytes", "max"))
-    return {(bool(p), int(b)): (int(r.first), int(r.last), bool(r.ro), int(r.tb), None, None)
+    return {(bool(p), int(b)): (int(r.first), int(r.last), bool(r.ro), int(r.tb), None)
             for (p, b), r in zip(g.index, g.itertuples(index=False))}
