@@ -142,7 +142,8 @@ def _hand_loop(iters: int = 5):
 
 def _ticks(fs):
     """(persistent, block, assumed) -> ticks."""
-    return {k: sorted(g.tolist()) for k, g in fs.groupby(["persistent", "block", "assumed"])["tick"]}
+    by = fs.groupby(["persistent", "block", "assumed"])["tick"]
+    return {k: sorted(g.tolist()) for k, g in by}
 
 
 def test_an_activation_is_probed_from_its_allocation_and_its_tail_read_at_its_free():

@@ -110,9 +110,11 @@ class FaultSampler:
     device_type = "cupti"  # what the worker reads to take the fault path
 
     @property
-    def clocks(self) -> tuple[np.ndarray, np.ndarray] | None:
-        """Ring ticks of the faults collected and the addresses of the blocks whose touch
-        list is still open (their tails are assumed busy); None: CUPTI unavailable, plan
+    def clocks(self) -> tuple[np.ndarray, np.ndarray, tuple[list[int], list[int]]] | None:
+        """Ring ticks of the faults collected, the addresses of the persistent blocks whose
+        touch list is still open (their tails are assumed busy), and the allocation events
+        of the non-persistent blocks probed and of those left open
+        (``planner.samples_from_faults``'s ``local``); None: CUPTI unavailable, plan
         obliviously."""
         if self.unavailable is not None:
             return None

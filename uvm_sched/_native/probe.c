@@ -62,7 +62,8 @@ static void fire(size_t i, void *stream) {
     uint64_t addr = r->addr;
     if (addr == 0) { /* of an allocation: still that block, alive, at its size? */
         uvm_block b;
-        if (P.at[i] == 0 || uvm_pool_lookup(&uvm_g.pool, (void *)(uintptr_t)P.at[i], &b) != UVM_OK ||
+        if (P.at[i] == 0 ||
+            uvm_pool_lookup(&uvm_g.pool, (void *)(uintptr_t)P.at[i], &b) != UVM_OK ||
             b.ordinal != P.ord[i] || b.req != r->bytes) {
             P.skipped++;
             return;

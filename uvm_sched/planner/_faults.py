@@ -48,9 +48,10 @@ last observed touch, to the iteration's end -- marked busy (``busy_tails``, rows
 open non-persistent block's tail gets the oblivious use model instead, a read at its free
 (measured: busy tails to the free kept the zoo's activations resident and made
 fault-sampled plans up to 3x slower than the persistent-only rule on BERT and GPT-2, whose
-activations the oblivious model already plans well). Assumed ticks are not certain uses: the planner's budget check counts
-observed touches only. Faults of non-persistent blocks that were not probed are dropped
-(their first touch alone would read as a complete list): they keep the oblivious rule.
+activations the oblivious model already plans well). Assumed ticks are not certain uses:
+the planner's budget check counts observed touches only. Faults of non-persistent blocks
+that were not probed are dropped (their first touch alone would read as a complete list):
+they keep the oblivious rule.
 
 Limitations. Blocks are probed whole (a touch of a page already faulted back in that
 iteration is not seen, so a block is seen at page-first-touch granularity: here, the
@@ -172,7 +173,8 @@ def fault_samples(trace, pattern=None, *, warmup_iters: int = 3, share: float = 
                        "block": np.asarray(out_b, np.int64),
                        "persistent": np.asarray(out_p, bool),
                        "tick": np.asarray(out_t, np.int64)})
-    ends = {(False, int(o)): int(f) for o, f in zip(pb.loc[local, "ordinal"], pb.loc[local, "free_tick"])}
+    ends = {(False, int(o)): int(f)
+            for o, f in zip(pb.loc[local, "ordinal"], pb.loc[local, "free_tick"])}
     df = busy_tails(df, stop - start, sampled - closed_set, ends)
     closed = len(sampled & closed_set)
     df.attrs.update(probes=int(per_iter[:, 0].sum()), probe_bytes=int(per_iter[:, 1].sum()),
