@@ -6,7 +6,7 @@ Workloads are generated where persistent state dominates: mixed-precision AdamW 
 (bf16 weights, fp32 master copy, Adam moments, a gradient buffer: 16 bytes per parameter
 and more), with 1 or 4 gradient-accumulation steps, an EMA copy, or a frozen backbone (half
 the layers without gradients or optimizer state). The probe rule has two constants, the
-share of persistent blocks probed per warm-up iteration and the warm-up's length; both are
+share of the probe candidates probed per warm-up iteration and the warm-up's length; both are
 swept over their plausible range. For each: the plan's iteration time over demand paging's,
 the share of full sampling's saving it keeps ((demand - fault) / (demand - full)), and the
 probes' cost (bytes moved to the host during the whole warm-up, over the persistent bytes;
@@ -118,8 +118,8 @@ def _md(rows: list[dict], prov: dict) -> str:
     out = ["# Fault-sampled planning vs full sampling", "", provenance_md(prov), "",
            "Iteration time over demand paging (lower is better); for fault sampling the share "
            "of full sampling's saving kept in brackets, `*` when every sampled block's touch "
-           "list closed. `w` = warm-up iterations, `s` = share of persistent blocks probed per "
-           "iteration.", "",
+           "list closed. `w` = warm-up iterations, `s` = share of the probe candidates "
+           "(persistent and long-lived non-persistent blocks) probed per iteration.", "",
            f"| shape | hw | budget | oblivious | full sampling | {head} |",
            "|---|---|---|---|---|" + "---|" * len(SETTINGS)]
     for r in rows:
