@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench_persistent import FULL, HEAVY_SHARE, TARGET
+from bench_persistent import FAULT, FULL, HEAVY_SHARE, TARGET
 from bench_quality import provenance, provenance_md, write_json
 
 
@@ -29,6 +29,16 @@ def summary_md(doc: dict) -> list[str]:
     for m in labels:
         if s[m]["slower_than_demand"]:
             lines.append(f"\n{m} slower than demand: " + ", ".join(s[m]["slower_than_demand"]))
+    if FAULT in s and s[FAULT].get("misses"):
+        lines.append(f"\n{FAULT} beyond {TARGET}x of full sampling's saving: "
+                     + ", ".join(s[FAULT]["misses"]))
+    probe = [r["probe"] | {"peak": r["peak_bytes"]} for r in doc["rows"] if "probe" in r]
+    if probe:
+        share = sorted(x["probe_bytes_per_iter"] / x["peak"] for x in probe)
+        lines.append(f"\n{FAULT}: warm-up probing (3 iterations, half the candidates each) "
+                     f"moves at most {share[len(share) // 2]:.2f}x the peak per warm-up "
+                     f"iteration at the median row, {share[-1]:.2f}x at the worst, and as "
+                     "much back by faults; per row in the `probes` column.")
     if doc["infeasible"]:
         lines.append("\nInfeasible (below one tick's working set, no policy runs): " + ", ".join(
             f"{x['workload']} {x['hw']} {x['budget_pct']}%" for x in doc["infeasible"]))
@@ -47,10 +57,12 @@ def summary_md(doc: dict) -> list[str]:
 def rows_md(doc: dict) -> list[str]:
     labels = doc["modes"]
     head = ("| workload | hw | budget | persistent | demand/ideal | best bound/ideal | "
-            + " | ".join(labels) + " |")
+            + " | ".join(labels) + " | probes |")
     lines = ["## Rows", "", "Per mode: plan/demand (saving); `*`: priced back to advice-only "
-             "or no plan by the planner's own pricing.", "", head,
-             "|" + "---|" * (6 + len(labels))]
+             "or no plan by the planner's own pricing. `probes` (the fault-sampled warm-up's "
+             "cost): probes / bytes moved to the host in the busiest warm-up iteration "
+             "(x the peak), persistent + non-persistent blocks probed, lists left open.",
+             "", head, "|" + "---|" * (7 + len(labels))]
     for r in doc["rows"]:
         cells = []
         for m in labels:
@@ -60,8 +72,18 @@ def rows_md(doc: dict) -> list[str]:
         lines.append(f"| {r['workload']} | {r['hw']} | {r['budget_pct']}% | "
                      f"{r['persistent_share']:.0%} | {r['demand_s'] / r['ideal_s']:.2f} | "
                      f"{'≥ ' + format(r['bound_s'] / r['ideal_s'], '.2f')}"
-                     f"{' (lp)' if r['bound'] != 'bound' else ''} | " + " | ".join(cells) + " |")
+                     f"{' (lp)' if r['bound'] != 'bound' else ''} | " + " | ".join(cells)
+                     + f" | {_probe(r)} |")
     return lines
+
+
+def _probe(r: dict) -> str:
+    x = r.get("probe")
+    if not x:
+        return "-"
+    return (f"{x['probes_per_iter']} / {x['probe_bytes_per_iter'] / 2**20:,.0f} MiB "
+            f"({x['probe_bytes_per_iter'] / r['peak_bytes']:.2f}x), "
+            f"{x['persistent_blocks']}+{x['local_blocks']}, open {x['open']}")
 
 
 def write(doc: dict, out: Path, argv) -> None:

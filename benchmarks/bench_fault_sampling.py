@@ -6,10 +6,13 @@ Workloads are generated where persistent state dominates: mixed-precision AdamW 
 (bf16 weights, fp32 master copy, Adam moments, a gradient buffer: 16 bytes per parameter
 and more), with 1 or 4 gradient-accumulation steps, an EMA copy, or a frozen backbone (half
 the layers without gradients or optimizer state). The probe rule has two constants, the
-share of persistent blocks probed per warm-up iteration and the warm-up's length; both are
+share of the probe candidates probed per warm-up iteration and the warm-up's length; both are
 swept over their plausible range. For each: the plan's iteration time over demand paging's,
 the share of full sampling's saving it keeps ((demand - fault) / (demand - full)), and the
-probes' cost (bytes moved to the host during the whole warm-up, over the persistent bytes).
+probes' cost (bytes moved to the host during the whole warm-up, over the persistent bytes;
+and in the busiest warm-up iteration: probes and bytes, over the trace's peak). The probe
+candidates are the persistent blocks and the long-lived non-persistent ones (activations
+kept for the backward pass, ``planner._faults.LONG_LIFE``).
 
     python benchmarks/bench_fault_sampling.py            # all shapes, 2 profiles, 50/30%
     python benchmarks/bench_fault_sampling.py --quick    # two shapes, one profile
@@ -92,8 +95,10 @@ def one(shape: str, hw: str, budget: str) -> dict:
     obl = sim.simulate(t, "uvm-sched", hw, budget, mode="oblivious").iteration_time_s
     full = sim.simulate(t, "uvm-sched", hw, budget, mode="sampled").iteration_time_s
     pers = int(p.blocks.loc[p.blocks["persistent"], "size"].sum())
+    n_pers = int(p.blocks["persistent"].sum())
     row = {"shape": shape, "hw": hw, "budget": budget, "demand_s": demand, "oblivious_s": obl,
-           "full_s": full, "persistent_bytes": pers, "fault": []}
+           "peak_bytes": int(t.peak_bytes),
+           "full_s": full, "persistent_bytes": pers, "n_persistent": n_pers, "fault": []}
     for w, share in SETTINGS:
         fs = planner.fault_samples(t, p, warmup_iters=w, share=share)
         s = sim.simulate(t, "uvm-sched", hw, budget, mode="sampled",
@@ -101,7 +106,10 @@ def one(shape: str, hw: str, budget: str) -> dict:
         keep = (demand - s) / (demand - full) if demand > full else float("nan")
         row["fault"].append({"warmup_iters": w, "share": share, "time_s": s,
                              "saving_kept": keep, "complete": fs.attrs["open"] == 0,
-                             "open": fs.attrs["open"], "probe_bytes": fs.attrs["probe_bytes"]})
+                             "open": fs.attrs["open"], "probe_bytes": fs.attrs["probe_bytes"],
+                             "probes_per_iter": fs.attrs["probes_per_iter"],
+                             "probe_bytes_per_iter": fs.attrs["probe_bytes_per_iter"],
+                             "local_blocks": fs.attrs["local_blocks"]})
     return row
 
 
@@ -110,8 +118,8 @@ def _md(rows: list[dict], prov: dict) -> str:
     out = ["# Fault-sampled planning vs full sampling", "", provenance_md(prov), "",
            "Iteration time over demand paging (lower is better); for fault sampling the share "
            "of full sampling's saving kept in brackets, `*` when every sampled block's touch "
-           "list closed. `w` = warm-up iterations, `s` = share of persistent blocks probed per "
-           "iteration.", "",
+           "list closed. `w` = warm-up iterations, `s` = share of the probe candidates "
+           "(persistent and long-lived non-persistent blocks) probed per iteration.", "",
            f"| shape | hw | budget | oblivious | full sampling | {head} |",
            "|---|---|---|---|---|" + "---|" * len(SETTINGS)]
     for r in rows:
@@ -130,6 +138,19 @@ def _md(rows: list[dict], prov: dict) -> str:
         seen.add(r["shape"])
         out.append(f"| {r['shape']} | {r['persistent_bytes'] / MiB:,.0f} MiB | " + " | ".join(
             f"{f['probe_bytes'] / r['persistent_bytes']:.2f}x" for f in r["fault"]) + " |")
+    out += ["", "Per warm-up iteration (the busiest): probes / bytes moved to the host "
+            "(x the trace's peak); probe candidates: persistent + long-lived non-persistent "
+            "blocks.", "", "| shape | candidates | " + head + " |",
+            "|---|---|" + "---|" * len(SETTINGS)]
+    seen = set()
+    for r in rows:
+        if r["shape"] in seen:
+            continue
+        seen.add(r["shape"])
+        f0 = r["fault"][0]
+        out.append(f"| {r['shape']} | {r['n_persistent']}+{f0['local_blocks']} | " + " | ".join(
+            f"{f['probes_per_iter']} / {f['probe_bytes_per_iter'] / MiB:,.0f} MiB "
+            f"({f['probe_bytes_per_iter'] / r['peak_bytes']:.2f}x)" for f in r["fault"]) + " |")
     worse = [(r["shape"], r["hw"], r["budget"], f["warmup_iters"], f["share"]) for r in rows
              for f in r["fault"] if f["time_s"] > r["demand_s"]]
     out += ["", f"Fault-sampled plans slower than demand paging: {len(worse)}"

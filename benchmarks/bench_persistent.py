@@ -47,12 +47,19 @@ TARGET = 1.25  # issue 25: within 1.25x of full sampling's saving
 FULL = "sampled 1.0"
 
 
-def _fault_opts(trace, pattern) -> dict:
-    """What a fault-probing warm-up observes (``planner.fault_samples``) as plan options."""
+def _fault_opts(trace, pattern, **kw) -> dict:
+    """What a fault-probing warm-up observes (``planner.fault_samples``, its defaults unless
+    ``kw`` says otherwise) as plan options."""
     from uvm_sched import planner
 
     # the open tails are marked busy in the samples: no completeness flag is needed
-    return {"samples": planner.fault_samples(trace, pattern)}
+    return {"samples": planner.fault_samples(trace, pattern, **kw)}
+
+
+def _fault_at(long_life):
+    """``_fault_opts`` with the non-persistent blocks probed from ``long_life`` of the
+    iteration (None: persistent blocks only, the rule before issue 25's activations)."""
+    return lambda trace, pattern: _fault_opts(trace, pattern, long_life=long_life)
 
 
 # label, planner mode, plan options (a dict, or a function of (trace, pattern)), and what
@@ -64,7 +71,12 @@ MODES = (
     ("sampled 0.1", "sampled", {"sample_rate": 0.1}, None),
     ("sampled 0.01", "sampled", {"sample_rate": 0.01}, None),
     ("fault-sampled", "sampled", _fault_opts, "fault_samples"),
+    # the constant of the rule across its range (planner._faults.LONG_LIFE is the default)
+    ("fault, persistent only", "sampled", _fault_at(None), "fault_samples"),
+    ("fault, long_life 0", "sampled", _fault_at(0.0), "fault_samples"),
+    ("fault, long_life 0.25", "sampled", _fault_at(0.25), "fault_samples"),
 )
+FAULT = "fault-sampled"  # the mode whose warm-up probing cost the tables show
 
 
 def runnable_modes() -> tuple[list[tuple], dict[str, str]]:
@@ -123,6 +135,10 @@ def case(name: str, kind: str, trace, hw: str, budgets, modes, lp: dict,
         for label, mode, opts, _ in modes:
             t0 = time.perf_counter()
             o = opts(trace, pat) if callable(opts) else opts
+            if label == FAULT:  # the warm-up's probing cost (planner.fault_samples attrs)
+                row["probe"] = {k: int(o["samples"].attrs[k]) for k in (
+                    "probes", "probe_bytes", "probes_per_iter", "probe_bytes_per_iter",
+                    "persistent_blocks", "local_blocks", "open", "closed")}
             p = plan(trace, B, hw, mode=mode, pattern=pat, **o)
             plan_s = time.perf_counter() - t0
             same = next((t for a, t in done if a.equals(p.actions)), None)
@@ -171,6 +187,10 @@ def summary(rows: list[dict], labels: list[str]) -> dict:
             if full > 0.01:  # full sampling saves something measurable (> 1% of the excess)
                 ratios.append(full / mine if mine > 0 else float("inf"))
         out[m] = {"rows": len(rows), "slower_than_demand": slower,
+                  "misses": [f"{r['workload']} {r['hw']} {r['budget_pct']}%" for r in heavy
+                             if r["modes"][FULL]["saving"] > 0.01 and (
+                                 r["modes"][m]["saving"] <= 0 or r["modes"][FULL]["saving"]
+                                 / r["modes"][m]["saving"] > TARGET)],
                   "median_plan_over_demand": statistics.median(pd_) if pd_ else None,
                   "worst_plan_over_demand": max(pd_) if pd_ else None,
                   "heavy_rows": len(ratios),

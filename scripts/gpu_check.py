@@ -548,7 +548,7 @@ class Steps:
         if kit.skip_without_gpu("gpu-tests") or kit.skip_without_packages("gpu-tests"):
             return
         files = [f for f in GPU_TEST_FILES if (REPO / f).exists()]
-        kit.command_step("gpu-tests", [sys.executable, "-m", "pytest", "-q", "-m", "gpu",
+        kit.command_step("gpu-tests", [sys.executable, "-m", "pytest", "-q", "-rA", "-m", "gpu",
                                        "-p", "no:cacheprovider",
                                        "--continue-on-collection-errors", *files],
                          LIMITS["gpu-tests"], self.env)

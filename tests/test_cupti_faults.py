@@ -234,6 +234,28 @@ def test_a_probe_outside_the_pool_is_skipped_and_a_bad_row_refused(host):
     nf.probe_set(np.empty(0, nf.PROBE_DTYPE))
 
 
+def test_a_probe_of_an_allocation_finds_its_block_each_iteration_or_is_skipped(host):
+    native.step()
+    # addr 0: the block of allocator event 0 (probed right after event 1); then of event 1,
+    # the scratch block, whose size is not the row's (skipped: never a range it does not own)
+    nf.probe_set(np.array([(1, 0, MiB, 0, 0), (1, 0, MiB, 0, 1)], nf.PROBE_DTYPE))
+    seen = []
+    for _ in range(3):
+        native.step()
+        a = native.malloc(MiB)
+        native.free(native.malloc(MiB // 2))
+        seen.append(a)
+        native.free(a)
+    ev = native.drain_events()
+    probes = ev[ev["kind"] == int(native.NativeEvent.PROBE)]
+    assert probes["addr"].tolist() == seen and (probes["arg"] == 0).all()
+    assert nf.probe_stats()["probe_skipped"] == 3
+    with pytest.raises(ValueError, match="probe row 0: addr 0 names the block of allocator "
+                                         "event alloc_event \\(2, >= 0\\), probed at tick 1"):
+        nf.probe_set(np.array([(1, 0, MiB, 0, 2)], nf.PROBE_DTYPE))
+    nf.probe_set(np.empty(0, nf.PROBE_DTYPE))
+
+
 # ---- the Scheduler's fault sampler ---------------------------------------------------------
 class FaultingLoop:
     """A training loop whose kernels touch its weights, on a GPU emulated for the fake
@@ -366,6 +388,113 @@ def test_a_warmup_too_short_to_close_the_lists_plans_their_tails_busy(cupti):
         loop.close()
 
 
+class ActivationLoop(FaultingLoop):
+    """A loop whose kernels touch activations, as FaultingLoop does weights: activation i
+    (2 MiB) is allocated by ring event 3i of an iteration and written at once,
+    a short-lived scratch block is allocated and freed beside it, and it is read again in
+    the backward pass just before its free (event 3L + L-1-i). A new allocation is resident
+    (its first touch does not fault unless a probe moved it)."""
+
+    def __init__(self, fake: FakeCupti, layers: int = 4) -> None:
+        super().__init__(fake, layers)
+        self.weights_ = self.weights
+        self.weights = []  # no weights: the activations alone
+
+    def iteration(self) -> None:
+        acts = []
+        for _ in range(self.layers):
+            a = native.malloc(2 * MiB)
+            self.resident.add(a)
+            acts.append(a)
+            self.touch(a)
+            native.free(native.malloc(MiB // 2))
+        for a in reversed(acts):
+            self.touch(a)
+            native.free(a)
+
+    def close(self) -> None:
+        self.weights = self.weights_
+        super().close()
+
+
+def test_the_fault_sampler_probes_long_lived_activations_from_their_allocation(cupti):
+    from uvm_sched import Scheduler
+
+    nf.cupti_stop()
+    loop = ActivationLoop(cupti)
+    try:
+        with Scheduler(budget="50%", warmup_iters=4, mode="sampled", sampler="cupti",
+                       hook=False, worker="thread") as s:
+            s._touches.share = 1.0
+            for _ in range(5):
+                s.step()
+                loop.iteration()
+            s.step()
+            assert s.wait_planned(300), s.last_error
+            fs = s.stats()["fault_sampling"]
+            # probed at their allocation, then after the forward write: the backward read
+            # is seen, and it is just before the free, so every list closes; the scratch
+            # blocks (alive one event) are never probed
+            assert fs["local_blocks_seen"] == fs["local_blocks_closed"] == loop.layers
+            assert fs["local_probes_set"] == 2 * loop.layers
+            smp = s.samples[~s.samples["persistent"]]
+            assert not smp["assumed"].any()
+            b = s.pattern.blocks.set_index("ordinal")[lambda d: ~d["persistent"]]
+            got = {o: sorted(g["tick"]) for o, g in smp.groupby("block")}
+            long = b[b["size"] == 2 * MiB]
+            assert sorted(got) == sorted(long.index)
+            for o, ticks in got.items():
+                assert ticks == [b.at[o, "alloc_tick"], b.at[o, "free_tick"] - 1]
+            assert nf.probe_stats()["probe_skipped"] == 0
+    finally:
+        loop.close()
+
+
+class ReuseLoop(ActivationLoop):
+    """Two activations in turn on (the pool permitting) the same range: a1 (event 0, read
+    again at tick 4, freed by event 5), then a2 (event 6, read again at tick 8, freed by
+    event 9); the scratch blocks between live one event."""
+
+    def iteration(self) -> None:
+        self.addrs = []
+        for _ in range(2):
+            a = native.malloc(2 * MiB)
+            self.addrs.append(a)
+            self.resident.add(a)
+            self.touch(a)
+            for _ in range(2 if not self.addrs[1:] else 1):
+                native.free(native.malloc(MiB // 2))
+            self.touch(a)
+            native.free(a)
+
+
+def test_the_fault_sampler_tells_apart_activations_that_reuse_one_range(cupti):
+    from uvm_sched import Scheduler
+
+    nf.cupti_stop()
+    loop = ReuseLoop(cupti)
+    try:
+        with Scheduler(budget="50%", warmup_iters=4, mode="sampled", sampler="cupti",
+                       hook=False, worker="thread") as s:
+            s._touches.share, s._touches.long_life = 1.0, 0.3  # 3 of the 10 events
+            for _ in range(5):
+                s.step()
+                loop.iteration()
+            s.step()
+            assert s.wait_planned(300), s.last_error
+            assert loop.addrs[0] == loop.addrs[1]  # the pool reused the range
+            fs = s.stats()["fault_sampling"]
+            assert fs["local_blocks_seen"] == fs["local_blocks_closed"] == 2
+            smp = s.samples[~s.samples["persistent"]]
+            b = s.pattern.blocks.set_index("ordinal")[lambda d: ~d["persistent"]]
+            got = {o: sorted(g["tick"]) for o, g in smp.groupby("block")}
+            assert sorted(got) == sorted(b.index[b["size"] == 2 * MiB])
+            for o, ticks in got.items():  # each its own write and read, none of the other's
+                assert ticks == [b.at[o, "alloc_tick"], b.at[o, "free_tick"] - 1]
+    finally:
+        loop.close()
+
+
 @pytest.mark.gpu
 def test_real_cupti_reports_the_faults_of_a_block_moved_to_the_host():
     """On a GPU: a block moved to the host faults at its next GPU use, and CUPTI's records
@@ -406,6 +535,61 @@ def test_real_cupti_reports_the_faults_of_a_block_moved_to_the_host():
         pytest.skip(r.stdout.strip())
     n, inside, after = map(int, r.stdout.split("FAULTS")[1].split())
     assert inside > 0 and after == n, r.stdout
+
+
+@pytest.mark.gpu
+def test_real_probes_make_the_next_use_of_a_weight_and_an_activation_fault():
+    """On a GPU: the probe table (probe.c) moves a block alive across the marker (an
+    address row, at the marker) and the block of the iteration's first allocation (an
+    allocation row, right after it) to the host; each one's next GPU use faults and CUPTI
+    names addresses inside it (skips where CUPTI or its UM counters are missing)."""
+    pytest.importorskip("torch")
+    code = textwrap.dedent("""
+        import glob, os, sys, numpy as np, torch, uvm_sched
+        from uvm_sched import native, _native_faults as nf
+        torch.cuda.memory.change_current_allocator(uvm_sched.allocator())
+        path = None
+        try:
+            import nvidia.cuda_cupti as cc
+            found = sorted(glob.glob(os.path.join(list(cc.__path__)[0], "lib", "libcupti.so*")))
+            path = found[0] if found else None
+        except ImportError:
+            pass
+        n = 16 << 20  # float32: 64 MiB each
+        w = torch.zeros(n, dtype=torch.float32, device="cuda")
+        torch.cuda.synchronize()
+        try:
+            nf.cupti_start(path, 0)
+        except Exception as e:
+            print("SKIP", e)
+            sys.exit(0)
+        native.step()
+        rows = np.array([(-1, w.data_ptr(), n * 4, 0, -1), (0, 0, n * 4, 0, 0)], nf.PROBE_DTYPE)
+        nf.probe_set(rows)  # the marker row fires now; the allocation row in the iteration
+        native.step()
+        a = torch.empty(n, dtype=torch.float32, device="cuda")  # allocator event 0
+        torch.cuda.synchronize()
+        a.fill_(1.0)
+        w.add_(1.0)
+        torch.cuda.synchronize()
+        nf.probe_set(np.empty(0, nf.PROBE_DTYPE))
+        nf.cupti_stop()
+        got = nf.cupti_take()
+        st = nf.probe_stats()
+        def inside(t):
+            lo = t.data_ptr()
+            return int(((got["address"] >= lo) & (got["address"] < lo + n * 4)).sum())
+        print("PROBES", st["probe_issued"], st["probe_skipped"], st["probe_failed"],
+              "FAULTS", len(got), inside(w), inside(a))
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    if "SKIP" in r.stdout:
+        pytest.skip(r.stdout.strip())
+    issued, skipped, failed, _, n, in_w, in_a = r.stdout.split("PROBES")[1].split()
+    # the marker row twice (when set, at the second marker), the allocation row once
+    assert (int(issued), int(skipped), int(failed)) == (3, 0, 0), r.stdout
+    assert int(in_w) > 0 and int(in_a) > 0, r.stdout
 
 
 def test_probes_on_the_fake_driver_are_prefetches_it_accepts(monkeypatch):

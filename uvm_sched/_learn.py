@@ -122,9 +122,9 @@ def _take_samples(touches: tuple, trace, addresses, pat, k0: int, opts: dict, mo
     if cupti and clocks is None:  # no CUPTI (stats()["fault_sampling"] says why)
         opts.pop("samples", None)
         return "oblivious", f"{mode}: oblivious, CUPTI is not available"
-    if cupti:  # clocks: (ring ticks, addresses of blocks left open)
+    if cupti:  # clocks: (ring ticks, addresses of blocks left open, (probed, open) locals)
         samples = samples_from_faults(trace, addresses, pat, clocks[0], taddrs, k0=k0,
-                                      open_addrs=clocks[1])
+                                      open_addrs=clocks[1], local=clocks[2])
         seen = (f"CUPTI reported {len(clocks[0]):,} GPU page faults in the warm-up and none "
                 "inside a uvm_sched block of the learned iteration")
     else:

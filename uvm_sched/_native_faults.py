@@ -19,7 +19,7 @@ FAULT_DTYPE = np.dtype([("address", "<u8"), ("t_cupti", "<u8"), ("value", "<u8")
                         ("flags", "<u4"), ("device", "<u4")])
 # uvm_probe_row (uvm_sched.h), 32 bytes
 PROBE_DTYPE = np.dtype([("tick", "<i8"), ("addr", "<u8"), ("bytes", "<u8"), ("device", "<i4"),
-                        ("pad", "<i4")])
+                        ("alloc_event", "<i4")])
 assert FAULT_DTYPE.itemsize == 32 and PROBE_DTYPE.itemsize == 32
 
 _lock = threading.Lock()
@@ -104,7 +104,8 @@ def cupti_stats() -> dict[str, int]:
 
 def probe_set(rows: Any) -> None:
     """Replace the fault-probe table with ``rows`` (``PROBE_DTYPE``: tick, addr, bytes,
-    device; empty clears it)."""
+    device, alloc_event -- with addr 0 the row probes the block allocated by that allocator
+    event of the iteration, ``uvm_sched.h``; empty clears it)."""
     arr = np.ascontiguousarray(rows, dtype=PROBE_DTYPE)
     native._raise(_lib().uvm_sched_probe_set(arr.ctypes.data if len(arr) else None, len(arr)),
                   "setting the fault probes")

@@ -5,11 +5,16 @@ unified-memory GPU page-fault records collected during the warm-up iterations
 Rule (Note [Fault probes], ``planner/_faults.py``, which simulates the same rule): at every
 warm-up marker the sampler flushes CUPTI, maps the new faults to blocks and ticks, and sets
 the native probe table for the iteration starting: a rotating ``share`` of the persistent
-candidates (blocks alive across the marker before, in allocation order) is moved to the
-host right after its last observed touch (tick ``last + 1`` of the iteration; at the marker
-when none is seen yet), so its next use faults. A probed block that shows no fault after
-its probe point in that iteration is closed (its touch list is complete) and probed no
-more. When the warm-up ends the probes are cleared and CUPTI is stopped.
+candidates -- the persistent ones (blocks alive across the marker before, in allocation
+order), then the long-lived non-persistent ones of the iteration that ended (allocated and
+freed in it, alive at least ``long_life`` of its allocator events, named by their
+allocation event: their address changes between iterations, the native probe learns it at
+that event) -- is moved to the host right after its last observed touch (tick ``last + 1``
+of the iteration; when none is seen yet: at the marker, or right after the allocation), so
+its next use faults. A probed block that shows no fault after its probe point in that
+iteration is closed (its touch list is complete) and probed no more; so is a
+non-persistent one whose last observed touch is just before its free. When the warm-up
+ends the probes are cleared and CUPTI is stopped.
 
 Clocks (the rule written down): a fault's time is CUPTI's ``start`` ("when CUDA driver
 started processing the fault"). Clock pairs (CUPTI ns, CLOCK_MONOTONIC ns) read at start and
@@ -29,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from ._runtime_recording import ALLOC, FREE, MARK
+from .planner._faults import LONG_LIFE
 
 logger = logging.getLogger("uvm_sched.runtime")
 
@@ -41,11 +47,15 @@ class FaultSampler:
     (each drained batch while recording) and ``report`` (for ``stats()``)."""
 
 
-    def __init__(self, device: int = 0, share: float = 0.5, path: str | None = None) -> None:
-        from .planner._faults import probe_groups
+    def __init__(self, device: int = 0, share: float = 0.5, path: str | None = None,
+                 long_life: float | None = LONG_LIFE) -> None:
+        from .planner._faults import long_lived, probe_groups
 
         probe_groups(1, share)  # checks share now
+        if long_life is not None:
+            long_lived([], [], 1, long_life)  # and long_life
         self.device, self.share, self.path = int(device), float(share), path
+        self.long_life = long_life
         self.unavailable: str | None = None  # why CUPTI could not be used
         self.on = False
         self.clear()
@@ -55,13 +65,21 @@ class FaultSampler:
         self._faults: list[np.ndarray] = []  # (ring tick, address) per fault, per flush
         self._ev_t: list[np.ndarray] = []  # t_ns of the allocator events seen
         self._ev_tick: list[np.ndarray] = []
+        self._allocs: list[np.ndarray] = []  # (tick, kind, addr, size, arg) of the allocator events
         self._pairs: list[tuple[int, int]] = []  # (cupti ns, monotonic ns)
         self._marks: list[int] = []  # ring tick at which each iteration started
         self._last: dict[int, int] = {}  # ordinal -> last observed touch (iteration tick)
         self._probed: dict[int, int] = {}  # ordinal -> probe tick, in the iteration under way
         self._closed: set[int] = set()
         self._addr: dict[int, int] = {}  # ordinal -> address of the blocks seen
-        self.collected = {"faults": 0, "faults_in_iterations": 0, "probe_rounds": 0}
+        # non-persistent blocks, by allocation event of the iteration: last observed touch,
+        # probe tick in the iteration under way, closed, (size, free event) when last seen
+        self._l_last: dict[int, int] = {}
+        self._l_probed: dict[int, int] = {}
+        self._l_closed: set[int] = set()
+        self._l_shape: dict[int, tuple[int, int]] = {}
+        self.collected = {"faults": 0, "faults_in_iterations": 0, "probe_rounds": 0,
+                          "probes_set": 0, "probe_bytes_set": 0, "local_probes_set": 0}
 
     def start(self) -> None:
         from . import _native_faults as nf
@@ -92,16 +110,19 @@ class FaultSampler:
     device_type = "cupti"  # what the worker reads to take the fault path
 
     @property
-    def clocks(self) -> tuple[np.ndarray, np.ndarray] | None:
-        """Ring ticks of the faults collected and the addresses of the blocks whose touch
-        list is still open (their tails are assumed busy); None: CUPTI unavailable, plan
+    def clocks(self) -> tuple[np.ndarray, np.ndarray, tuple[list[int], list[int]]] | None:
+        """Ring ticks of the faults collected, the addresses of the persistent blocks whose
+        touch list is still open (their tails are assumed busy), and the allocation events
+        of the non-persistent blocks probed and of those left open
+        (``planner.samples_from_faults``'s ``local``); None: CUPTI unavailable, plan
         obliviously."""
         if self.unavailable is not None:
             return None
         if self.on:
             self._collect()
         open_ = [self._addr[o] for o in self._last if o not in self._closed]
-        return self._all()[0], np.asarray(open_, np.uint64)
+        local = (sorted(self._l_last), sorted(set(self._l_last) - self._l_closed))
+        return self._all()[0], np.asarray(open_, np.uint64), local
 
     @property
     def addresses(self) -> np.ndarray | None:
@@ -117,6 +138,7 @@ class FaultSampler:
         a = (k == ALLOC) | (k == FREE)
         self._ev_t.append(ev["t_ns"][a].astype(np.int64))
         self._ev_tick.append(ev["tick"][a].astype(np.int64))
+        self._allocs.append(ev[a][["tick", "kind", "addr", "size", "arg"]])
         marks = ev["tick"][k == MARK]
         if not len(marks):
             return
@@ -179,19 +201,84 @@ class FaultSampler:
         for o, t in seen.items():
             self._last[o] = max(self._last.get(o, -1), t)
         self._addr.update(zip(live["arg"].tolist(), live["addr"].tolist()))
+        local = self._local(prev, start, ticks[it], addrs[it])
         # candidates: alive across the marker before (allocated before that iteration began)
         cand = live[(live["tick"] < prev) | (len(self._marks) == 1)]
         cand = cand[~np.isin(cand["arg"], np.fromiter(self._closed, np.int64))]
         rnd = len(self._marks) - 1
-        g = probe_groups(len(cand), self.share)
-        pick = cand[g == rnd % (int(g.max(initial=0)) + 1)] if len(cand) else cand
-        rows = np.zeros(len(pick), nf.PROBE_DTYPE)
-        rows["tick"] = [self._last.get(int(o), -2) + 1 for o in pick["arg"]]
-        rows["addr"], rows["bytes"] = pick["addr"], pick["size"]
+        # one rotation over both kinds: the persistent candidates first (as in fault_samples)
+        g = probe_groups(len(cand) + len(local), self.share)
+        mine = g == rnd % (int(g.max(initial=0)) + 1)
+        pick = cand[mine[:len(cand)]]
+        lpick = [e for e, m in zip(local, mine[len(cand):]) if m]
+        rows = np.zeros(len(pick) + len(lpick), nf.PROBE_DTYPE)
         rows["device"] = self.device
-        self._probed = dict(zip(pick["arg"].tolist(), rows["tick"].tolist()))
+        rows["alloc_event"] = -1
+        n = len(pick)
+        rows["tick"][:n] = [self._last.get(int(o), -2) + 1 for o in pick["arg"]]
+        rows["addr"][:n], rows["bytes"][:n] = pick["addr"], pick["size"]
+        rows["tick"][n:] = [self._l_last.get(e, e - 1) + 1 for e in lpick]
+        rows["bytes"][n:] = [self._l_shape[e][0] for e in lpick]
+        rows["alloc_event"][n:] = lpick  # addr 0: the block of that allocation event (probe.c)
+        self._probed = dict(zip(pick["arg"].tolist(), rows["tick"][:n].tolist()))
+        self._l_probed = dict(zip(lpick, rows["tick"][n:].tolist()))
         nf.probe_set(rows)
         self.collected["probe_rounds"] += 1
+        self.collected["probes_set"] += len(rows)
+        self.collected["local_probes_set"] += len(lpick)
+        self.collected["probe_bytes_set"] += int(rows["bytes"].sum())
+
+    def _local(self, prev: int, start: int, f_ticks: np.ndarray, f_addrs: np.ndarray) -> list:
+        """The non-persistent candidates for the iteration starting (module doc), by their
+        allocation event in the iteration that ended [prev, start), after learning from that
+        iteration's faults (ring ticks ``f_ticks``, addresses ``f_addrs``)."""
+        if self.long_life is None or len(self._marks) < 2 or not self._allocs:
+            return []
+        from .planner._faults import long_lived
+
+        every = np.concatenate(self._allocs)
+        self._allocs = [every[every["tick"] >= start]]  # keep the iteration under way only
+        ev = every[(every["tick"] >= prev) & (every["tick"] < start)]
+        al, fr = ev[ev["kind"] == ALLOC], ev[ev["kind"] == FREE]
+        f_of = dict(zip(fr["arg"].tolist(), fr["tick"].tolist()))  # pool ordinal -> free tick
+        ft = np.array([f_of.get(o, -1) for o in al["arg"].tolist()], np.int64)
+        at = al["tick"].astype(np.int64)
+        keep = long_lived(at - prev, np.where(ft >= 0, ft - prev, -1), start - prev,
+                          self.long_life)
+        at, ft = at[keep], ft[keep]
+        if not len(at):
+            return []
+        base = al["addr"][keep].astype(np.uint64)
+        size = al["size"][keep].astype(np.uint64)
+        # each fault's block: the nearest base below it that holds it and is alive then
+        # (a range reused by a later block of the iteration: the others are scanned)
+        order = np.argsort(base, kind="stable")
+        j = np.searchsorted(base[order], f_addrs, side="right") - 1
+        cand = order[np.maximum(j, 0)]
+        ok = (j >= 0) & (f_addrs < base[cand] + size[cand]) & (f_ticks >= at[cand]) \
+            & (f_ticks < ft[cand])
+        owner = np.where(ok, cand, -1)
+        for i in np.flatnonzero(~ok & (j >= 0)):
+            m = np.flatnonzero((base <= f_addrs[i]) & (f_addrs[i] < base + size)
+                               & (at <= f_ticks[i]) & (f_ticks[i] < ft))
+            owner[i] = m[0] if len(m) else -1
+        last = np.full(len(at), -1, np.int64)
+        np.maximum.at(last, owner[owner >= 0], f_ticks[owner >= 0] - prev)
+        for k, (a, f, sz) in enumerate(zip(at.tolist(), ft.tolist(), size.tolist())):
+            e = a - prev
+            if self._l_shape.get(e, (sz, 0))[0] != sz:  # another block there now
+                for d in (self._l_last, self._l_probed):
+                    d.pop(e, None)
+                self._l_closed.discard(e)
+            self._l_shape[e] = (int(sz), f - prev)
+            if last[k] >= 0:
+                self._l_last[e] = max(self._l_last.get(e, -1), int(last[k]))
+            if e in self._l_probed and self._l_last.get(e, -1) < self._l_probed[e]:
+                self._l_closed.add(e)  # no fault after its probe point: the list is complete
+            if e in self._l_last and self._l_last[e] + 1 >= f - prev:
+                self._l_closed.add(e)  # seen just before its free: nothing can follow
+        cands = set((at - prev).tolist())
+        return sorted(cands - self._l_closed)
 
     def report(self) -> dict[str, Any]:
         """What ``Scheduler.stats()["fault_sampling"]`` shows: availability, faults
@@ -202,7 +289,9 @@ class FaultSampler:
         out: dict[str, Any] = {"sampler": "cupti", "available": self.unavailable is None,
                                "why_not": self.unavailable, **self.collected,
                                "blocks_seen": len(self._last), "blocks_closed": len(self._closed),
-                               "share": self.share}
+                               "local_blocks_seen": len(self._l_last),
+                               "local_blocks_closed": len(self._l_closed & set(self._l_last)),
+                               "share": self.share, "long_life": self.long_life}
         if self.unavailable is None:
             out.update(nf.probe_stats())
             out["cupti"] = nf.cupti_stats()

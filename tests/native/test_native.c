@@ -590,6 +590,46 @@ static void test_cupti(const char *fake) {
     dlclose(lib);
 }
 
+/* Fault probes of non-persistent blocks (addr 0: the block of an allocator event of the
+ * iteration): the address is learned at that event each iteration; a row is skipped where
+ * the event was a free, the block is freed before the row's tick, the size differs, or the
+ * range now holds another allocation (ordinal).  Bad rows are refused. */
+static void test_probe_of_allocation(void) {
+    CHECK(uvm_sched_reset("host", 1) == UVM_OK, "reset");
+    const uint64_t M = 1 << 20;
+    uvm_probe_row bad[2] = {{1, 0, M, 0, -1}, {1, 0, M, 0, 2}};
+    CHECK(uvm_sched_probe_set(bad, 1) == UVM_EINVAL, "addr 0 without alloc_event");
+    CHECK(uvm_sched_probe_set(bad + 1, 1) == UVM_EINVAL, "probe before its allocation");
+    uvm_probe_row rows[7] = {
+        {0, 0, M, 0, 0},     /* a, at its allocation: issued */
+        {3, 0, M, 0, 0},     /* a, still alive: issued */
+        {2, 0, M, 0, 1},     /* b, after its free: skipped */
+        {4, 0, M, 0, 2},     /* event 2 is a free: skipped */
+        {3, 0, 2 * M, 0, 0}, /* a at another size: skipped */
+        {4, 0, M, 0, 3},     /* c: issued */
+        {3, 0, M, 0, 1},     /* b's range may hold c now: skipped (ordinal) */
+    };
+    CHECK(uvm_sched_probe_set(rows, 7) == UVM_OK, "probe_set: %s", uvm_sched_last_error());
+    uint64_t before[5], after[5];
+    uvm_sched_probe_stats(before, 5);
+    for (int it = 0; it < 5; it++) {
+        uvm_sched_step();
+        void *a = uvm_sched_malloc(M, 0, NULL); /* event 0 */
+        void *b = uvm_sched_malloc(M, 0, NULL); /* 1 */
+        uvm_sched_free(b, M, 0, NULL);          /* 2 */
+        void *c = uvm_sched_malloc(M, 0, NULL); /* 3 */
+        uvm_sched_free(a, M, 0, NULL);          /* 4 */
+        uvm_sched_free(c, M, 0, NULL);          /* 5 */
+    }
+    uvm_sched_probe_stats(after, 5);
+    CHECK(after[0] == 7 && after[1] - before[1] == 15 && after[2] - before[2] == 20 &&
+              after[3] == before[3] && after[4] - before[4] == 15 * M,
+          "of-allocation probes: issued %llu skipped %llu failed %llu bytes %llu",
+          (unsigned long long)(after[1] - before[1]), (unsigned long long)(after[2] - before[2]),
+          (unsigned long long)(after[3] - before[3]), (unsigned long long)(after[4] - before[4]));
+    CHECK(uvm_sched_probe_set(NULL, 0) == UVM_OK, "clear");
+}
+
 int main(int argc, char **argv) {
     double seconds = argc > 1 ? atof(argv[1]) : 2.0;
     setenv("UVM_SCHED_VERBOSE", "0", 1);
@@ -606,6 +646,7 @@ int main(int argc, char **argv) {
     test_fake_faults(getenv("UVM_SCHED_LIBCUDA"));
     test_threads(seconds);
     test_cupti(getenv("UVM_SCHED_LIBCUPTI"));
+    test_probe_of_allocation();
     test_invariant_check_reports_corruption();
     char why[256] = "";
     CHECK(pool_valid(why, sizeof why), "the pool at the end: %s", why);

@@ -302,7 +302,7 @@ int uvm_sched_malloc_status(size_t size, int device, void *stream, void **out) {
         uvm_trace(UVM_EV_ALLOC, (uint64_t)(uintptr_t)b.addr, size, (uint64_t)(uintptr_t)stream,
                   device, (int64_t)b.ordinal);
         if (uvm_g.exec.armed) uvm_exec_on_event(&uvm_g.exec, UVM_EV_ALLOC, &b, stream);
-        uvm_probe_on_event(stream);
+        uvm_probe_on_event(stream, &b);
         uvm_g.tick++;
         *out = b.addr;
     } else {
@@ -326,7 +326,7 @@ int uvm_sched_free_status(void *ptr, size_t size, int device, void *stream, int 
         uvm_trace(UVM_EV_FREE, (uint64_t)(uintptr_t)ptr, b.req, (uint64_t)(uintptr_t)st,
                   b.device, (int64_t)b.ordinal);
         if (uvm_g.exec.armed) uvm_exec_on_event(&uvm_g.exec, UVM_EV_FREE, &b, st);
-        uvm_probe_on_event(st);
+        uvm_probe_on_event(st, NULL);
         uvm_g.tick++;
     } else {
         int kind = s == UVM_EDOUBLEFREE ? UVM_EV_DOUBLE_FREE

@@ -346,7 +346,7 @@ UVM_HIDDEN void uvm_exec_disarm(uvm_exec *x);
 /* probe.c: with the lock held, at a marker / after an allocator event served (before the
  * tick advances), and at reset */
 UVM_HIDDEN void uvm_probe_on_mark(void);
-UVM_HIDDEN void uvm_probe_on_event(void *stream);
+UVM_HIDDEN void uvm_probe_on_event(void *stream, const uvm_block *alloc); /* alloc: NULL for a free */
 UVM_HIDDEN void uvm_probe_reset(void);
 /* api.c: a count from the environment (whole number or 0x hex, optional K/M/G/T unit);
  * dflt when unset, UVM_EINVAL (the variable and value in the last error) when unparsable */

@@ -272,14 +272,17 @@ UVM_API size_t uvm_sched_cupti_stats(uint64_t *out, size_t n);
  * `tick` of the iteration (from 0 at the latest marker) on its stream; -1: at the marker,
  * on the legacy NULL stream.  Replaces the table (n = 0 clears it): its tick -1 rows fire
  * at once, its rows still ahead in the current iteration when they come, and all of them
- * in every iteration after.  UVM_EINVAL: tick < -1, bytes 0, device < 0, more than 2^24 rows.
- * stats: rows, issued, skipped (range no longer reserved), failed, bytes issued. */
+ * in every iteration after.  UVM_EINVAL: tick < -1, bytes 0, device < 0, more than 2^24 rows,
+ * an addr-0 row whose alloc_event is < 0 or after its tick.
+ * stats: rows, issued, skipped (range no longer reserved; addr-0 rows: no block of that
+ * allocation alive at that size), failed, bytes issued. */
 typedef struct uvm_probe_row {
     int64_t tick;
     uint64_t addr;
     uint64_t bytes;
     int32_t device;
-    int32_t pad; /* ignored */
+    int32_t alloc_event; /* addr 0: the block allocated by allocator event alloc_event of the
+                          * iteration (>= 0, <= tick); bytes its size; otherwise ignored */
 } uvm_probe_row; /* 32 bytes */
 UVM_API int uvm_sched_probe_set(const uvm_probe_row *rows, size_t n);
 UVM_API size_t uvm_sched_probe_stats(uint64_t *out, size_t n);

@@ -9,33 +9,54 @@ stays resident after its first touch, so its later uses -- the backward read of 
 the optimizer step -- never fault, and a plan built on first touches alone would evict a
 weight right after its forward read.
 
+The same holds for a non-persistent block that lives long: an activation saved for the
+backward pass faults (at most) at its first touch, and its backward read -- the use that
+sets when it may leave the device -- is invisible.
+
 Approach. During the warm-up iterations the runtime *probes* a rotating share of the
-persistent blocks: a probed block is moved to the host (a prefetch to the host) right
+probe candidates: a probed block is moved to the host (a prefetch to the host) right
 after its last observed touch, so that its next use faults and shows itself. Each probe
 learns one more touch per block; a probe that sees no fault before the iteration ends
-closes the block (its touch list is then complete: the block is idle after its last
-touch until the next iteration's first). The first probe of a block moves it at the
-iteration's start (the marker), where nothing is known yet.
+(a non-persistent block: before its free) closes the block (its touch list is then
+complete: the block is idle after its last touch until the next iteration's first, or
+dead until its free). The first probe of a block moves it where nothing is known yet:
+at the iteration's start (the marker) for a persistent block, right after its
+allocation for a non-persistent one.
 
-* Rotation: the persistent blocks in allocation order are split into
-  ``ceil(1 / share)`` groups (block j in group ``j mod groups``); warm-up iteration i
-  probes group ``i mod groups``.
+* Candidates: the persistent blocks in allocation order, then the non-persistent blocks
+  of the iteration allocated and freed in it and alive at least ``long_life`` (default
+  ``LONG_LIFE``, 10%) of its allocator events (``long_lived``), in allocation order. A
+  non-persistent block is named by its allocation event in the iteration (its address
+  changes from one iteration to the next: the native probe learns it at that event and
+  skips the probe where that event allocated no block of that size, or the block is gone
+  by the probe's tick). Shorter-lived blocks are not probed: no idle stretch between their
+  touches is worth a plan action, and a probe costs a round trip of the block.
+* Rotation: the candidates are split into ``ceil(1 / share)`` groups (candidate j in
+  group ``j mod groups``); warm-up iteration i probes group ``i mod groups``.
 * Cost (bounded, reported): each probe migrates the block once to the host and back by
   faults, ``probe_bytes`` = the sum of the probed blocks' sizes per probe; at most
-  ``warmup_iters x share`` probes per block.
+  ``warmup_iters x share`` probes per block, and per warm-up iteration at most one per
+  candidate of its group (``probes_per_iter``, ``probe_bytes_per_iter``: the largest).
 * Ticks: a fault at allocator-event tick k of an iteration is a touch at tick k (the
   runtime maps CUPTI timestamps to ticks by the ring's clock, ``_runtime_faults``).
 
 What the planner is given: the touches observed, exact up to each block's last observed
 one (each probe reveals the *next* touch, so none hides between two observed ones), and,
 for a block not closed by the end of the warm-up, its unknown tail -- the ticks after its
-last observed touch -- marked busy (``busy_tails``): idle where the probes showed it
-idle, resident where nothing is known.
+last observed touch, to the iteration's end -- marked busy (``busy_tails``, rows
+``assumed``): idle where the probes showed it idle, resident where nothing is known. An
+open non-persistent block's tail gets the oblivious use model instead, a read at its free
+(measured: busy tails to the free kept the zoo's activations resident and made
+fault-sampled plans up to 3x slower than the persistent-only rule on BERT and GPT-2, whose
+activations the oblivious model already plans well). Assumed ticks are not certain uses:
+the planner's budget check counts observed touches only. Faults of non-persistent blocks
+that were not probed are dropped (their first touch alone would read as a complete list):
+they keep the oblivious rule.
 
 Limitations. Blocks are probed whole (a touch of a page already faulted back in that
 iteration is not seen, so a block is seen at page-first-touch granularity: here, the
-block's first access after the probe point). Non-persistent blocks are not probed: their
-lifetimes come from the allocator; they get no samples and keep the oblivious rule.
+block's first access after the probe point). Non-persistent blocks that live shorter than
+``long_life`` are not probed: they get no samples and keep the oblivious rule.
 """
 from __future__ import annotations
 
@@ -44,6 +65,12 @@ import math
 import numpy as np
 
 __all__ = ["fault_samples", "probe_groups", "samples_from_faults"]
+
+# the share of the iteration's allocator events (ticks) a non-persistent block must live to
+# be probed: shorter-lived blocks have no idle stretch worth a plan action between their
+# touches, and each probe costs a round trip of the block (results/persistent.md shows the
+# figures across 0 .. 0.25)
+LONG_LIFE = 0.1
 
 
 def probe_groups(n_blocks: int, share: float) -> np.ndarray:
@@ -55,19 +82,34 @@ def probe_groups(n_blocks: int, share: float) -> np.ndarray:
     return np.arange(n_blocks, dtype=np.int64) % math.ceil(1.0 / share - 1e-9)
 
 
-def fault_samples(trace, pattern=None, *, warmup_iters: int = 3, share: float = 0.5):
+def long_lived(alloc_tick, free_tick, n_ticks: int, long_life: float) -> np.ndarray:
+    """Which non-persistent blocks the warm-up probes (Note [Fault probes]): allocated and
+    freed inside the iteration (the allocator names them by their allocation event) and
+    alive at least ``long_life`` x ``n_ticks`` allocator events (ticks)."""
+    if not 0 <= long_life <= 1:
+        raise ValueError(f"long_life must be in [0, 1] (the share of the iteration's ticks a "
+                         f"non-persistent block must live to be probed), got {long_life}")
+    a, f = np.asarray(alloc_tick, np.int64), np.asarray(free_tick, np.int64)
+    return (a >= 0) & (f >= 0) & (f - a >= max(1.0, long_life * int(n_ticks)))
+
+
+def fault_samples(trace, pattern=None, *, warmup_iters: int = 3, share: float = 0.5,
+                  long_life: float | None = LONG_LIFE):
     """The touch-form samples (``planner._sampling`` doc) that a fault-sampled warm-up of
-    ``warmup_iters`` iterations probing ``share`` of the persistent blocks per iteration
+    ``warmup_iters`` iterations probing ``share`` of the probe candidates per iteration
     would collect (Note [Fault probes]), from ``trace``'s ground-truth ACCESS rows of the
     representative iteration (``pattern``, default ``pattern.analyze(trace)``).
+    Candidates: the persistent blocks, then the non-persistent ones alive at least
+    ``long_life`` of the iteration's ticks (``long_lived``; None: persistent blocks only).
 
     Returns a DataFrame (iteration, block, persistent, tick, assumed: ticks in allocator
     events from the iteration's start; ``assumed`` rows are the busy tails of blocks not
     closed, ``busy_tails``; the idle stretches between rows are known) with ``attrs``:
-    ``probes`` (block probes made), ``probe_bytes`` (bytes moved
-    to the host by them; as many come back by faults), ``closed`` / ``open`` (sampled
-    blocks whose touch list is / is not known complete), ``persistent_blocks``. Pass it as
-    ``samples=`` to ``plan(mode="sampled")``.
+    ``probes`` (block probes made over the warm-up), ``probe_bytes`` (bytes moved to the
+    host by them; as many come back by faults), ``probes_per_iter`` / ``probe_bytes_per_iter``
+    (the most in one warm-up iteration), ``closed`` / ``open`` (sampled blocks whose touch
+    list is / is not known complete), ``persistent_blocks``, ``local_blocks`` (the
+    non-persistent candidates). Pass it as ``samples=`` to ``plan(mode="sampled")``.
     """
     import pandas as pd
 
@@ -83,7 +125,11 @@ def fault_samples(trace, pattern=None, *, warmup_iters: int = 3, share: float = 
 
         pattern = analyze(trace)
     start, stop = int(pattern.start_tick), int(pattern.stop_tick)
-    blocks = pattern.blocks[pattern.blocks["persistent"].to_numpy(bool)].sort_values("ordinal")
+    pb = pattern.blocks
+    pers = pb["persistent"].to_numpy(bool)
+    local = ~pers & (long_lived(pb["alloc_tick"], pb["free_tick"], stop - start, long_life)
+                     if long_life is not None else False)
+    blocks = pd.concat([pb[pers].sort_values("ordinal"), pb[local].sort_values("ordinal")])
     groups = probe_groups(len(blocks), share)
     rows = np.flatnonzero((trace.kind == EventKind.ACCESS) & (trace.tick >= start)
                           & (trace.tick < stop))
@@ -91,59 +137,81 @@ def fault_samples(trace, pattern=None, *, warmup_iters: int = 3, share: float = 
     order = np.lexsort((tick, bid))
     bid, tick = bid[order], tick[order]
     n_groups = int(groups.max(initial=0)) + 1
-    out_b, out_t = [], []
-    probes = probe_bytes = closed = 0
-    closed_set: set[int] = set()
-    for j, (b, ordinal, size) in enumerate(zip(blocks.index.to_numpy(),
-                                               blocks["ordinal"].to_numpy(np.int64),
-                                               blocks["size"].to_numpy(np.int64))):
+    out_b, out_p, out_t = [], [], []
+    per_iter = np.zeros((int(warmup_iters), 2), np.int64)  # probes, bytes per iteration
+    closed_set: set[tuple[bool, int]] = set()
+    for j, (b, ordinal, size, p_, at, ft) in enumerate(zip(
+            blocks.index.to_numpy(), blocks["ordinal"].to_numpy(np.int64),
+            blocks["size"].to_numpy(np.int64), blocks["persistent"].to_numpy(bool),
+            blocks["alloc_tick"].to_numpy(np.int64), blocks["free_tick"].to_numpy(np.int64))):
         lo, hi = np.searchsorted(bid, b), np.searchsorted(bid, b, side="right")
         touches = np.unique(tick[lo:hi])  # this block's ground truth, sorted
-        seen = -1  # tick of the last observed touch (-1: none, probe at the marker)
-        n_probes = sum(1 for i in range(int(warmup_iters)) if i % n_groups == groups[j])
-        done = False
-        for _ in range(n_probes):
-            probes += 1
-            probe_bytes += int(size)
+        # the probe point is right after the last observed touch; before any is seen: at
+        # the marker (persistent) or right after the block's allocation (non-persistent)
+        seen = -2 if p_ else int(at) - 1
+        first_seen = seen
+        for i in range(int(warmup_iters)):
+            if i % n_groups != groups[j]:
+                continue
+            if not p_ and seen >= ft:
+                break  # freed at the probe point: nothing can follow, no probe needed
+            per_iter[i] += (1, int(size))
             k = np.searchsorted(touches, seen, side="right")
             if k == len(touches):
-                done = True  # no fault until the iteration's end: the list is complete
+                # no fault until the iteration's end (the block's free): the list is complete
+                if seen > first_seen:
+                    closed_set.add((bool(p_), int(ordinal)))
                 break
             seen = int(touches[k])
             out_b.append(int(ordinal))
+            out_p.append(bool(p_))
             out_t.append(seen)
-        if done and seen >= 0:
-            closed += 1
-            closed_set.add(int(ordinal))
-    sampled = len(set(out_b))
+        if not p_ and seen > first_seen and seen >= ft:
+            closed_set.add((False, int(ordinal)))
+    sampled = set(zip(out_p, out_b))
     df = pd.DataFrame({"iteration": np.zeros(len(out_b), np.int64),
                        "block": np.asarray(out_b, np.int64),
-                       "persistent": np.ones(len(out_b), bool),
+                       "persistent": np.asarray(out_p, bool),
                        "tick": np.asarray(out_t, np.int64)})
-    df = busy_tails(df, stop - start, set(out_b) - closed_set)
-    df.attrs.update(probes=probes, probe_bytes=probe_bytes,
-                    closed=closed, open=sampled - closed, persistent_blocks=len(blocks))
+    ends = {(False, int(o)): int(f)
+            for o, f in zip(pb.loc[local, "ordinal"], pb.loc[local, "free_tick"])}
+    df = busy_tails(df, stop - start, sampled - closed_set, ends)
+    closed = len(sampled & closed_set)
+    df.attrs.update(probes=int(per_iter[:, 0].sum()), probe_bytes=int(per_iter[:, 1].sum()),
+                    probes_per_iter=int(per_iter[:, 0].max()),
+                    probe_bytes_per_iter=int(per_iter[:, 1].max()),
+                    closed=closed, open=len(sampled) - closed, persistent_blocks=int(pers.sum()),
+                    local_blocks=int(local.sum()))
     return df
 
 
-def busy_tails(samples, n_ticks: int, open_blocks):
-    """``samples`` (touch form, persistent blocks) with the tail of each open block's touch
-    list -- every tick after its last observed touch, to the iteration's last -- added as
-    rows with ``assumed=True`` (observed rows: False). Why: probes reveal touches in order,
-    so a list is exact up to its last observed touch and unknown after it; the planner
-    then trusts the idle stretches between observed touches and keeps the block resident
-    where nothing is known (Note [Fault probes])."""
+def busy_tails(samples, n_ticks: int, open_blocks, ends=None):
+    """``samples`` (touch form) with the tail of each open block's touch list added as rows
+    with ``assumed=True`` (observed rows: False): for a persistent block every tick after
+    its last observed touch, to the iteration's last; for a non-persistent one a use at its
+    free (``ends[(False, ordinal)]``). ``open_blocks``: (persistent, ordinal) pairs. Why:
+    probes reveal touches in order, so a list is exact up to its last observed touch and
+    unknown after it; the planner then trusts the idle stretches between observed touches
+    and, where nothing is known, keeps a persistent block resident and gives a
+    non-persistent one the oblivious use model's read at its free -- what it had without
+    samples, so probing it never plans it worse (Note [Fault probes])."""
     import pandas as pd
 
     samples = samples.assign(assumed=False)
+    ends = ends or {}
     extra = []
-    for b in sorted(open_blocks):
-        rows = samples["persistent"].to_numpy(bool) & (samples["block"].to_numpy() == b)
+    pers, blk = samples["persistent"].to_numpy(bool), samples["block"].to_numpy()
+    for p_, b in sorted(open_blocks):
+        rows = (pers == p_) & (blk == b)
         if not rows.any():
             continue
         last = int(samples.loc[rows, "tick"].max())
-        ticks = np.arange(last + 1, int(n_ticks), dtype=np.int64)
-        extra.append(pd.DataFrame({"iteration": 0, "block": np.int64(b), "persistent": True,
+        if p_:
+            ticks = np.arange(last + 1, int(n_ticks), dtype=np.int64)
+        else:  # the oblivious use model's read at the free (what it had without samples)
+            end = min(int(n_ticks) - 1, ends.get((False, b), int(n_ticks) - 1))
+            ticks = np.arange(end, end + 1 if end > last else end, dtype=np.int64)
+        extra.append(pd.DataFrame({"iteration": 0, "block": np.int64(b), "persistent": bool(p_),
                                    "tick": ticks, "assumed": True}))
     out = pd.concat([samples, *extra], ignore_index=True) if extra else samples
     out.attrs.update(samples.attrs)
@@ -151,7 +219,7 @@ def busy_tails(samples, n_ticks: int, open_blocks):
 
 
 def samples_from_faults(trace, addresses, pattern, ticks, fault_addrs, *, k0: int,
-                        open_addrs=()):
+                        open_addrs=(), local=((), ())):
     """Touch-form samples (``planner._sampling`` doc) from fault records of a live run.
 
     ``trace``/``addresses``/``pattern``/``k0`` as for ``samples_from_touches``; ``ticks``:
@@ -162,7 +230,11 @@ def samples_from_faults(trace, addresses, pattern, ticks, fault_addrs, *, k0: in
     of every iteration of ``pattern`` count, folded onto the representative iteration by
     their tick within their own (the block at the same address there). ``open_addrs``:
     addresses of the persistent blocks whose touch list the warm-up did not close: their
-    tails are marked busy (``busy_tails``).
+    tails are marked busy (``busy_tails``). ``local``: (probed, open) -- the allocation
+    events (from the iteration's start) of the non-persistent blocks the warm-up probed,
+    and of those it did not close; the faults of other non-persistent blocks are dropped
+    (a first touch alone would pass for a complete list: those blocks keep the oblivious
+    rule, as in ``fault_samples``), open ones' tails are busy to their free.
     O((B + F) log B) for B blocks and F faults, plus O(B) per fault whose address lies in
     a block reused at another size (rare).
     """
@@ -199,7 +271,17 @@ def samples_from_faults(trace, addresses, pattern, ticks, fault_addrs, *, k0: in
     inside = (i >= 0) & (tt < its[np.maximum(i, 0), 1])
     rep = tt[inside] - its[i[inside], 0] + int(pattern.start_tick) + int(k0)
     out = samples_from_touches(trace, addresses, pattern, rep + 1, owner[ok][inside], k0=k0)
-    pb = pattern.blocks[pattern.blocks["persistent"].to_numpy(bool)]
+    allb = pattern.blocks
+    pers = allb["persistent"].to_numpy(bool)
+    pb = allb[pers]
     at = np.asarray(addresses, np.uint64)[pb.index.to_numpy(np.int64)]
     opened = pb["ordinal"].to_numpy(np.int64)[np.isin(at, np.asarray(open_addrs, np.uint64))]
-    return busy_tails(out, int(pattern.stop_tick - pattern.start_tick), set(opened.tolist()))
+    lb = allb[~pers]
+    l_ord, l_ev = lb["ordinal"].to_numpy(np.int64), lb["alloc_event"].to_numpy(np.int64)
+    probed = l_ord[np.isin(l_ev, np.asarray(local[0], np.int64))]
+    out = out[out["persistent"].to_numpy(bool) | np.isin(out["block"].to_numpy(), probed)]
+    l_open = l_ord[np.isin(l_ev, np.asarray(local[1], np.int64))]
+    ends = {(False, int(o)): int(f) for o, f in zip(l_ord, lb["free_tick"].to_numpy(np.int64))}
+    return busy_tails(out.reset_index(drop=True), int(pattern.stop_tick - pattern.start_tick),
+                      {(True, o) for o in opened.tolist()} | {(False, int(o)) for o in l_open},
+                      ends)

@@ -49,7 +49,9 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "auto", **opts: Any) -> Pla
     ran, ``meta["mode_reason"]`` why. Options: ``pattern`` (a precomputed
     ``pattern.analyze(trace)``),
     ``guard`` (ticks, or ``"auto"``: 32, 16, 8, 4 and 2 ticks, the widest preferred per gap),
-    ``samples`` (a sample frame, sampled mode),
+    ``samples`` (a sample frame, sampled mode; rows with ``assumed`` True -- a fault-sampled
+    block's unknown tail -- are planned for but not counted as certain uses by the budget
+    check),
     ``sample_rate`` (default 1.0), ``noise`` (ticks, default 0), ``seed``,
     ``complete_touches`` (bool: trust idle stretches between observed touches; default True
     for given samples and for a draw at ``sample_rate=1``), ``discard``
@@ -89,7 +91,10 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "auto", **opts: Any) -> Pla
     rf = opts.get("remote_fallback", "auto")
     if rf not in (True, False, "auto"):
         raise ValueError(f"remote_fallback must be True, False or 'auto', got {rf!r}")
-    prob, info = _problem(pat, prof, samples, rf is not False, complete)
+    from ._sampling import assumed_ticks
+
+    assumed = assumed_ticks(opts.get("samples")) if mode == "sampled" else {}
+    prob, info = _problem(pat, prof, samples, rf is not False, complete, assumed)
     prob.touch_guard_min = touch_guard
     discard, discard_min = bool(opts.get("discard", True)), int(opts.get("discard_min_bytes",
                                                                           DISCARD_MIN_BYTES))
@@ -363,7 +368,7 @@ def _sizes_at_run_time(pat, info: dict, actions) -> None:
 
 
 def _problem(pat, prof, samples: dict | None, remote_fallback: bool = False,
-             complete: bool = True):
+             complete: bool = True, assumed: dict | None = None):
     """The builder's ``Problem`` for the representative iteration of ``pat`` (use ticks per
     Note [Use ticks]) and what ``plan`` needs beside it (ordinals, ALLOC sizes, the
     (tick, block) pairs the budget must hold)."""
@@ -418,9 +423,12 @@ def _problem(pat, prof, samples: dict | None, remote_fallback: bool = False,
                 touched = None  # only the two ends are trusted (summary semantics)
             # where the block must be resident (a persistent one that may be read in place,
             # mapped host-resident by the fallback, need not be)
-            if not (pers[i] and remote_fallback):
-                certain.extend((int(x), i) for x in
-                               (touched if touched is not None else {first, last}))
+            if not (pers[i] and remote_fallback):  # (ticks only assumed are not certain)
+                sure = touched if touched is not None else {first, last}
+                guess = (assumed or {}).get((bool(pers[i]), int(ordinal[i])))
+                if guess is not None and touched is not None:
+                    sure = np.setdiff1d(touched, np.clip(guess, lf, lt))
+                certain.extend((int(x), i) for x in sure)
             tb = s[3] if s[3] >= 0 else int(size[i])
             touches = len(touched) if touched is not None else (1 if first == last else 2)
             if size[i] >= prof.va_block_bytes and tb < size[i]:

@@ -30,8 +30,8 @@ import numpy as np
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["SAMPLE_COLUMNS", "TOUCH_COLUMNS", "draw_samples", "merge_samples",
-           "samples_from_touches"]
+__all__ = ["SAMPLE_COLUMNS", "TOUCH_COLUMNS", "assumed_ticks", "draw_samples",
+           "merge_samples", "samples_from_touches"]
 
 SAMPLE_COLUMNS = ("block", "persistent", "first_touch", "last_touch")
 TOUCH_COLUMNS = ("block", "persistent", "tick")
@@ -151,6 +151,31 @@ def samples_from_touches(trace, addresses, pattern, clocks, touched_addrs, *, k0
         "persistent": b["persistent"].to_numpy(bool),
         "tick": tick[ok][known] - start,
     }).drop_duplicates(ignore_index=True)
+
+
+def assumed_ticks(samples) -> dict:
+    """(persistent, ordinal) -> the sorted ticks at which a touch-form frame's rows are all
+    ``assumed`` (a fault-sampled block's unknown tail, ``planner._faults.busy_tails``):
+    uses the planner plans for but does not count as certain. Empty where the frame has no
+    ``assumed`` column (or is None)."""
+    import pandas as pd
+
+    if samples is None:
+        return {}
+    df = pd.DataFrame(samples)
+    if "assumed" not in df.columns or "tick" not in df.columns:
+        return {}
+    pers = df["persistent"].to_numpy(bool) if "persistent" in df.columns \
+        else np.zeros(len(df), bool)
+    key = pd.DataFrame({"p": pers, "b": df["block"].to_numpy(np.int64),
+                        "t": df["tick"].to_numpy(np.int64),
+                        "a": df["assumed"].to_numpy(bool)})
+    only = key.groupby(["p", "b", "t"], sort=True)["a"].all()
+    only = only[only]
+    out: dict = {}
+    for (p_, b, t) in only.index:
+        out.setdefault((bool(p_), int(b)), []).append(int(t))
+    return {k: np.asarray(v, np.int64) for k, v in out.items()}
 
 
 def merge_samples(samples) -> dict:
