@@ -75,10 +75,9 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "auto", **opts: Any) -> Pla
     t0 = time.perf_counter()
     requested = mode
     mode, mode_reason = resolve_mode(trace, mode, opts.get("samples"))
-    known = PLAN_OPTIONS
-    unknown = sorted(set(opts) - known)
+    unknown = sorted(set(opts) - PLAN_OPTIONS)
     if unknown:
-        raise TypeError(f"plan() got unknown option(s) {unknown}; known: {sorted(known)}")
+        raise TypeError(f"plan() got unknown option(s) {unknown}; known: {sorted(PLAN_OPTIONS)}")
     prof = load_profile(hw)
     pat = opts.get("pattern")
     if pat is None:
@@ -149,9 +148,7 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "auto", **opts: Any) -> Pla
     }
     if mode == "sampled":
         assert samples is not None  # sampled mode merged them above
-        meta["samples"] = {"blocks": len(samples), "sample_rate": opts.get("sample_rate", 1.0)
-                           if opts.get("samples") is None else None,
-                           "noise": opts.get("noise", 0.0) if opts.get("samples") is None else None}
+        meta["samples"] = _samples_meta(len(samples), opts)
     out = Plan(actions, meta)
     if opts.get("price", True):
         # what the judge may know of the accesses: what the planner read (sampled mode with
@@ -162,6 +159,14 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "auto", **opts: Any) -> Pla
                       [a for a, _ in pat.iterations])
     pred["plan_time_s"] = time.perf_counter() - t0
     return out
+
+
+def _samples_meta(n_blocks: int, opts: dict) -> dict:
+    """``meta["samples"]``: how many blocks were sampled, and the draw's rate and noise
+    (None where the samples were given)."""
+    drawn = opts.get("samples") is None
+    return {"blocks": n_blocks, "sample_rate": opts.get("sample_rate", 1.0) if drawn else None,
+            "noise": opts.get("noise", 0.0) if drawn else None}
 
 
 def resolve_mode(trace, mode: str = "auto", samples=None) -> tuple[str, str]:
