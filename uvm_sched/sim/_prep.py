@@ -192,25 +192,35 @@ def prepare(trace: Trace, va_block_bytes: int, page_bytes: int,
     c_hi = np.maximum(b0[ab] + -(-hi // V), c_lo + 1)  # at least one chunk (zero-size blocks)
     c_hi = np.minimum(c_hi, b0[ab] + bn[ab])
     cnt = c_hi - c_lo
+    # one row per (access, chunk) it touches: the largest arrays here (~2.5 per event on
+    # LLM traces), so each temporary is dropped as soon as it is used (peak memory)
     rep = np.repeat(np.arange(len(ab)), cnt)
-    start_of = np.repeat(np.cumsum(cnt) - cnt, cnt)
-    ch = c_lo[rep] + (np.arange(len(rep)) - start_of)
+    ch = np.arange(len(rep)) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+    ch += c_lo[rep]
+    del c_lo, c_hi, cnt
     # bytes of chunk `ch` inside [lo, hi) of the block, page-rounded for partial accesses
     cbeg = (ch - b0[ab[rep]]) * V
-    cend = cbeg + csize[ch]
-    ov = np.minimum(cend, hi[rep]) - np.maximum(cbeg, lo[rep])
+    ov = np.minimum(cbeg + csize[ch], hi[rep])
+    ov -= np.maximum(cbeg, lo[rep])
+    del cbeg
     ov = np.maximum(ov, 0)
     P = int(page_bytes)
     part = ~whole[rep]
     ov = np.where(part, np.minimum(-(-ov // P) * P, csize[ch]), csize[ch])
-    tk = at[rep]
+    del part
     # deduplicate (tick, chunk): max need, any write
-    key = tk * (nc + 1) + ch
+    key = at[rep] * (nc + 1) + ch
     o = np.argsort(key, kind="stable")
-    key, tk, ch, ov, wr, rd = key[o], tk[o], ch[o], ov[o], aw[rep][o], ar[rep][o]
+    key = key[o]
+    ch, ov = ch[o], ov[o]
+    rep = rep[o]
+    del o
+    tk, wr, rd = at[rep], aw[rep], ar[rep]
+    del rep
     if len(key):
         first = np.ones(len(key), bool)
         first[1:] = key[1:] != key[:-1]
+        del key
         grp = np.cumsum(first) - 1
         need = np.zeros(int(first.sum()), np.int64)
         np.maximum.at(need, grp, ov)
@@ -218,6 +228,7 @@ def prepare(trace: Trace, va_block_bytes: int, page_bytes: int,
         np.logical_or.at(w, grp, wr)
         r_ = np.zeros(len(need), bool)
         np.logical_or.at(r_, grp, rd)
+        del grp, ov, wr, rd
         tk, ch = tk[first], ch[first]
     else:
         need, w, r_ = ov, wr, rd
