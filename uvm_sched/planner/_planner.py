@@ -148,6 +148,9 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "auto", **opts: Any) -> Pla
         truth_known = mode == "sampled" and opts.get("samples") is None
         advice = _actions(prob, info, Schedule([], [], sched.remote, {}), *act_opts)
         _sizes_at_run_time(pat, info, advice)  # the advice-only candidate runs on them too
+        # the schedule's arrays (hundreds of bytes per event) are not needed to price it:
+        # dropped before the simulator's own arrays are built (peak memory)
+        del prob, info, sched, samples
         out = _priced(trace, out, advice, budget_bytes, prof, truth_known,
                       [a for a, _ in pat.iterations])
     pred["plan_time_s"] = time.perf_counter() - t0
