@@ -185,6 +185,34 @@ def prepare(trace: Trace, va_block_bytes: int, page_bytes: int,
         ln = np.full(len(ab), -1, np.int64)
         o = np.argsort(at, kind="stable")
         ab, at, aw, ar, off, ln = ab[o], at[o], aw[o], ar[o], off[o], ln[o]
+    whole, lo, hi, tk, ch, need, w, r_ = _access_chunks(ab, at, aw, ar, off, ln, bsize, b0,
+                                                        bn, csize, nc, V, int(page_bytes))
+    acc_ptr = np.searchsorted(tk, np.arange(n_ticks + 1)).astype(np.int64)
+    ws = np.bincount(tk, weights=need, minlength=n_ticks)[:n_ticks].astype(np.int64) if len(tk) else np.zeros(n_ticks, np.int64)
+    # per access row need (block level) for the bound
+    ab_need = np.where(whole, bsize[ab], hi - lo)
+
+    marks, win = _window(trace, n_ticks, ev_tick)
+    if window is not None:
+        win = (int(window[0]), int(window[1]))
+    return Prepared(
+        n_ticks=n_ticks, dur_s=_tick_seconds(trace) if trace.n_ticks == n_ticks else
+        np.concatenate([_tick_seconds(trace), np.zeros(n_ticks - trace.n_ticks)]),
+        block_id=block_id, bsize=bsize, balloc_tick=balloc, bfree_tick=bfree,
+        bchunk0=b0, bnchunk=bn, csize=csize.astype(np.int64), cblock=cblock,
+        ev_ptr=ev_ptr, ev_kind=ev_kind, ev_block=ev_block,
+        acc_ptr=acc_ptr, acc_chunk=ch.astype(np.int64), acc_need=need.astype(np.int64),
+        acc_write=w.astype(bool), acc_read=r_.astype(bool), ab_tick=at, ab_block=ab, ab_need=ab_need.astype(np.int64),
+        ab_read=np.asarray(ar, bool), ab_write=np.asarray(aw, bool),
+        ground_truth=gt, iter_starts=marks, window=win, ws_bytes=ws,
+    )
+
+
+def _access_chunks(ab, at, aw, ar, off, ln, bsize, b0, bn, csize, nc: int, V: int, P: int):
+    """The access rows (block ``ab`` at tick ``at``, write/read flags, byte range ``off``,
+    ``ln``; -1: whole) split into the chunks they touch and deduplicated per (tick, chunk):
+    ``whole, lo, hi`` per row, then ``tick, chunk, need`` (bytes, page-rounded for partial
+    accesses), ``write, read`` per (tick, chunk), sorted by (tick, chunk)."""
     whole = (off < 0) | (ln < 0)
     lo = np.where(whole, 0, off)
     hi = np.where(whole, bsize[ab], np.minimum(off + np.maximum(ln, 0), bsize[ab]))
@@ -204,7 +232,6 @@ def prepare(trace: Trace, va_block_bytes: int, page_bytes: int,
     ov -= np.maximum(cbeg, lo[rep])
     del cbeg
     ov = np.maximum(ov, 0)
-    P = int(page_bytes)
     part = ~whole[rep]
     ov = np.where(part, np.minimum(-(-ov // P) * P, csize[ch]), csize[ch])
     del part
@@ -232,22 +259,4 @@ def prepare(trace: Trace, va_block_bytes: int, page_bytes: int,
         tk, ch = tk[first], ch[first]
     else:
         need, w, r_ = ov, wr, rd
-    acc_ptr = np.searchsorted(tk, np.arange(n_ticks + 1)).astype(np.int64)
-    ws = np.bincount(tk, weights=need, minlength=n_ticks)[:n_ticks].astype(np.int64) if len(tk) else np.zeros(n_ticks, np.int64)
-    # per access row need (block level) for the bound
-    ab_need = np.where(whole, bsize[ab], hi - lo)
-
-    marks, win = _window(trace, n_ticks, ev_tick)
-    if window is not None:
-        win = (int(window[0]), int(window[1]))
-    return Prepared(
-        n_ticks=n_ticks, dur_s=_tick_seconds(trace) if trace.n_ticks == n_ticks else
-        np.concatenate([_tick_seconds(trace), np.zeros(n_ticks - trace.n_ticks)]),
-        block_id=block_id, bsize=bsize, balloc_tick=balloc, bfree_tick=bfree,
-        bchunk0=b0, bnchunk=bn, csize=csize.astype(np.int64), cblock=cblock,
-        ev_ptr=ev_ptr, ev_kind=ev_kind, ev_block=ev_block,
-        acc_ptr=acc_ptr, acc_chunk=ch.astype(np.int64), acc_need=need.astype(np.int64),
-        acc_write=w.astype(bool), acc_read=r_.astype(bool), ab_tick=at, ab_block=ab, ab_need=ab_need.astype(np.int64),
-        ab_read=np.asarray(ar, bool), ab_write=np.asarray(aw, bool),
-        ground_truth=gt, iter_starts=marks, window=win, ws_bytes=ws,
-    )
+    return whole, lo, hi, tk, ch, need, w, r_
