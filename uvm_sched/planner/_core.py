@@ -282,8 +282,13 @@ def build_schedule(p: Problem, budget: int, *, guards=(4,), rounds: int = 6,
     chosen, saved = _select_and_time(tl, gaps, rounds, seed(tl, gaps) if seed else ())
     chosen, remote, resident = _remote_fallback(tl, chosen, saved)
     evictions, prefetches = _issue_points(tl, chosen)
-    return Schedule(evictions, prefetches, remote,
-                    _prediction(tl, chosen, remote, resident, len(gaps)))
+    out = Schedule(evictions, prefetches, remote,
+                   _prediction(tl, chosen, remote, resident, len(gaps)))
+    # siblings list each other (a reference cycle): emptied here, the gaps are freed on
+    # return instead of at the collector's next full pass (~150 bytes per event held)
+    for g in gaps:
+        g.sibs.clear()
+    return out
 
 
 # -- step 1: candidate gaps ------------------------------------------------------------------

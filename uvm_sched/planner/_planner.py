@@ -87,9 +87,7 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "auto", **opts: Any) -> Pla
     budget_bytes = resolve_budget(budget, trace.peak_bytes, default_bytes=prof.device_capacity_bytes)
     guards = _guards(opts.get("guard", "auto"))
     samples, complete, touch_guard = _samples(trace, pat, mode, opts)
-    rf = opts.get("remote_fallback", "auto")
-    if rf not in (True, False, "auto"):
-        raise ValueError(f"remote_fallback must be True, False or 'auto', got {rf!r}")
+    rf = _remote_fallback_option(opts)
     from ._sampling import assumed_ticks
 
     assumed = assumed_ticks(opts.get("samples")) if mode == "sampled" else {}
@@ -147,25 +145,36 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "auto", **opts: Any) -> Pla
         **({"lp": lp_meta} if lp_meta is not None else {}),
     }
     if mode == "sampled":
-        assert samples is not None  # sampled mode merged them above
-        meta["samples"] = _samples_meta(len(samples), opts)
+        meta["samples"] = _samples_meta(samples, opts)
     out = Plan(actions, meta)
     if opts.get("price", True):
         # what the judge may know of the accesses: what the planner read (sampled mode with
         # samples drawn from this trace read its ground truth; oblivious mode never does)
         truth_known = mode == "sampled" and opts.get("samples") is None
         extra = _candidates(pat, prob, info, sched, greedy, act_opts)
+        # the schedule's arrays (hundreds of bytes per event) are not needed to price it:
+        # dropped before the simulator's own arrays are built (peak memory)
+        del prob, info, sched, greedy, samples
         out = _priced(trace, out, extra, budget_bytes, prof, truth_known,
                       [a for a, _ in pat.iterations])
     pred["plan_time_s"] = time.perf_counter() - t0
     return out
 
 
-def _samples_meta(n_blocks: int, opts: dict) -> dict:
-    """``meta["samples"]``: how many blocks were sampled, and the draw's rate and noise
-    (None where the samples were given)."""
+def _remote_fallback_option(opts: dict):
+    """The ``remote_fallback`` option (True, False or ``"auto"``, the default), checked."""
+    rf = opts.get("remote_fallback", "auto")
+    if rf not in (True, False, "auto"):
+        raise ValueError(f"remote_fallback must be True, False or 'auto', got {rf!r}")
+    return rf
+
+
+def _samples_meta(samples, opts: dict) -> dict:
+    """``meta["samples"]``: how many blocks were sampled (``samples``: the merged samples
+    of sampled mode), and the draw's rate and noise (None where the samples were given)."""
+    assert samples is not None  # sampled mode merged them
     drawn = opts.get("samples") is None
-    return {"blocks": n_blocks, "sample_rate": opts.get("sample_rate", 1.0) if drawn else None,
+    return {"blocks": len(samples), "sample_rate": opts.get("sample_rate", 1.0) if drawn else None,
             "noise": opts.get("noise", 0.0) if drawn else None}
 
 

@@ -119,23 +119,30 @@ def price(trace, candidates: dict, budget: int, prof, *, accesses: bool = False,
     from ..trace.zoo import allocator_only
 
     if accesses:
-        views = [trace]
+        views = [lambda: trace]
     else:
         bare = allocator_only(trace) if trace.has_accesses else trace
-        views = [bare, _kept_reads_view(bare, starts)]
+        # each view is built when its turn comes and dropped after its runs: only the two
+        # figures of each run are kept, so one view's simulator arrays are live at a time
+        views = [lambda: bare, lambda: _kept_reads_view(bare, starts)]
     runs = []
-    for j, view in enumerate(views):
+    for j, make_view in enumerate(views):
+        view = make_view()
         cache: dict = {}
+        run: dict = {}
         try:
-            res = {label: simulate(view, p, prof, budget, _cache=cache)
-                   for label, p in candidates.items()}
+            for label, p in candidates.items():
+                r = simulate(view, p, prof, budget, _cache=cache)
+                run[label] = (float(r.iteration_time_s), float(r.stall_time_s))
+                del r
         except BudgetError:
             if not j:
                 raise
             # a kept block's read alone is above the budget: that view cannot be judged
             continue
-        runs.append({label: (float(r.iteration_time_s), float(r.stall_time_s))
-                     for label, r in res.items()})
+        finally:
+            del view, cache
+        runs.append(run)
     def ratio(r, label):
         t, (t0, stall0) = r[label][0], r["none"]
         if t0 <= 0 or (t > t0 and stall0 < t - t0):

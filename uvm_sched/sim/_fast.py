@@ -124,16 +124,11 @@ def _from_items(items, end_t: int, div: np.ndarray):
 
 
 def _plan_table(sched, prep: Prepared, end_t: int):
-    k = sched.by_k
+    k, *cols = sched.rows  # sorted by k, the plan's order within one k (as by_k)
     period = sched.period
-    keys = sorted(x for x in k if 0 <= x < period)
-    cnt = np.zeros(period + 1, np.int64)
-    rows = [r for x in keys for r in k[x]]
-    for x in keys:
-        cnt[x + 1] = len(k[x])
-    k_ptr = np.cumsum(cnt)
-    n = len(rows)
-    cols = [np.fromiter((r[i] for r in rows), np.int64, n) for i in range(5)]
+    keep = (k >= 0) & (k < period)
+    k, cols = k[keep], [c[keep] for c in cols]
+    k_ptr = np.searchsorted(k, np.arange(period + 1)).astype(np.int64)
     marks = np.zeros(max(end_t, 1), bool)
     m = np.asarray(sorted(sched.marks), np.int64)
     marks[m[m < end_t]] = True

@@ -121,6 +121,26 @@ class SwapActivations(Schedule):
         return (self.pre if stage == "pre" else self.post).get(t, [])
 
 
+def _action_rows(df) -> tuple[np.ndarray, ...]:
+    """A Plan's actions as int64 columns ``k, code, ordinal, persistent (bool), lo, hi``
+    (bytes; ``hi`` -1: to the block's end), sorted by ``k`` keeping the plan's row order
+    within one ``k``. Raises ``KeyError`` naming an unknown action."""
+    act = df["action"].to_numpy()
+    names, inv = np.unique(act.astype(str), return_inverse=True) if len(act) else ([], act)
+    bad = [a for a in names if a not in _CODES]
+    if bad:
+        raise KeyError(bad[0])
+    code = np.asarray([_CODES[a] for a in names], np.int64)[np.asarray(inv, np.int64)]
+    k = df["tick"].to_numpy().astype(np.int64)
+    off = df["offset"].to_numpy().astype(np.int64)
+    nbytes = df["bytes"].to_numpy().astype(np.int64)
+    lo = np.where(off >= 0, off, 0)
+    hi = np.where(nbytes > 0, lo + nbytes, -1)
+    o = np.argsort(k, kind="stable")
+    return (k[o], code[o], df["block"].to_numpy().astype(np.int64)[o],
+            df["persistent"].to_numpy().astype(bool)[o], lo[o], hi[o])
+
+
 class PlanSchedule(Schedule):
     """A Plan executed per INTERFACES "Plan semantics": iterations start at MARK ticks (or
     every ``period_events`` allocator events with ``sync == "period"``); an action with tick
@@ -146,14 +166,8 @@ class PlanSchedule(Schedule):
         self.anchor = int(meta.get("period_start_event", 0)) % self.period
         if self.sync != "period" and len(prep.iter_starts) == 0:
             self.sync = "period"  # a trace without MARKs: the period is all there is
-        df = plan.actions
-        self.by_k: dict[int, list] = defaultdict(list)
-        for k, a, b, pers, off, nbytes in zip(df["tick"].to_numpy(), df["action"].to_numpy(),
-                                               df["block"].to_numpy(), df["persistent"].to_numpy(),
-                                               df["offset"].to_numpy(), df["bytes"].to_numpy()):
-            lo = int(off) if off >= 0 else 0
-            hi = lo + int(nbytes) if nbytes > 0 else -1
-            self.by_k[int(k)].append((_CODES[a], int(b), bool(pers), lo, hi))
+        self.rows = _action_rows(plan.actions)
+        self._by_k: dict[int, list] | None = None
         self.marks = set(int(x) for x in prep.iter_starts)
         self.local = -1  # allocator event ordinal in the iteration; -1 = outside one
         self.allocs: list[int] = []
@@ -162,6 +176,18 @@ class PlanSchedule(Schedule):
         self.global_event = 0
         self._post: list = []
         self.discard_at_free: set[int] = set()  # blocks a discard may name though freed
+
+    @property
+    def by_k(self) -> dict[int, list]:
+        """``{k: [(code, ordinal, persistent, lo, hi), ...]}`` in the plan's row order (the
+        reference loop's lookup; built on first use: the compiled loop reads ``rows``)."""
+        if self._by_k is None:
+            k, code, ordinal, pers, lo, hi = self.rows
+            self._by_k = defaultdict(list)
+            for r in zip(k.tolist(), code.tolist(), ordinal.tolist(), pers.tolist(),
+                         lo.tolist(), hi.tolist()):
+                self._by_k[r[0]].append(r[1:])
+        return self._by_k
 
     def _new_iteration(self):
         self.local = -1

@@ -185,42 +185,8 @@ def prepare(trace: Trace, va_block_bytes: int, page_bytes: int,
         ln = np.full(len(ab), -1, np.int64)
         o = np.argsort(at, kind="stable")
         ab, at, aw, ar, off, ln = ab[o], at[o], aw[o], ar[o], off[o], ln[o]
-    whole = (off < 0) | (ln < 0)
-    lo = np.where(whole, 0, off)
-    hi = np.where(whole, bsize[ab], np.minimum(off + np.maximum(ln, 0), bsize[ab]))
-    c_lo = b0[ab] + lo // V
-    c_hi = np.maximum(b0[ab] + -(-hi // V), c_lo + 1)  # at least one chunk (zero-size blocks)
-    c_hi = np.minimum(c_hi, b0[ab] + bn[ab])
-    cnt = c_hi - c_lo
-    rep = np.repeat(np.arange(len(ab)), cnt)
-    start_of = np.repeat(np.cumsum(cnt) - cnt, cnt)
-    ch = c_lo[rep] + (np.arange(len(rep)) - start_of)
-    # bytes of chunk `ch` inside [lo, hi) of the block, page-rounded for partial accesses
-    cbeg = (ch - b0[ab[rep]]) * V
-    cend = cbeg + csize[ch]
-    ov = np.minimum(cend, hi[rep]) - np.maximum(cbeg, lo[rep])
-    ov = np.maximum(ov, 0)
-    P = int(page_bytes)
-    part = ~whole[rep]
-    ov = np.where(part, np.minimum(-(-ov // P) * P, csize[ch]), csize[ch])
-    tk = at[rep]
-    # deduplicate (tick, chunk): max need, any write
-    key = tk * (nc + 1) + ch
-    o = np.argsort(key, kind="stable")
-    key, tk, ch, ov, wr, rd = key[o], tk[o], ch[o], ov[o], aw[rep][o], ar[rep][o]
-    if len(key):
-        first = np.ones(len(key), bool)
-        first[1:] = key[1:] != key[:-1]
-        grp = np.cumsum(first) - 1
-        need = np.zeros(int(first.sum()), np.int64)
-        np.maximum.at(need, grp, ov)
-        w = np.zeros(len(need), bool)
-        np.logical_or.at(w, grp, wr)
-        r_ = np.zeros(len(need), bool)
-        np.logical_or.at(r_, grp, rd)
-        tk, ch = tk[first], ch[first]
-    else:
-        need, w, r_ = ov, wr, rd
+    whole, lo, hi, tk, ch, need, w, r_ = _access_chunks(ab, at, aw, ar, off, ln, bsize, b0,
+                                                        bn, csize, nc, V, int(page_bytes))
     acc_ptr = np.searchsorted(tk, np.arange(n_ticks + 1)).astype(np.int64)
     ws = np.bincount(tk, weights=need, minlength=n_ticks)[:n_ticks].astype(np.int64) if len(tk) else np.zeros(n_ticks, np.int64)
     # per access row need (block level) for the bound
@@ -240,3 +206,57 @@ def prepare(trace: Trace, va_block_bytes: int, page_bytes: int,
         ab_read=np.asarray(ar, bool), ab_write=np.asarray(aw, bool),
         ground_truth=gt, iter_starts=marks, window=win, ws_bytes=ws,
     )
+
+
+def _access_chunks(ab, at, aw, ar, off, ln, bsize, b0, bn, csize, nc: int, V: int, P: int):
+    """The access rows (block ``ab`` at tick ``at``, write/read flags, byte range ``off``,
+    ``ln``; -1: whole) split into the chunks they touch and deduplicated per (tick, chunk):
+    ``whole, lo, hi`` per row, then ``tick, chunk, need`` (bytes, page-rounded for partial
+    accesses), ``write, read`` per (tick, chunk), sorted by (tick, chunk)."""
+    whole = (off < 0) | (ln < 0)
+    lo = np.where(whole, 0, off)
+    hi = np.where(whole, bsize[ab], np.minimum(off + np.maximum(ln, 0), bsize[ab]))
+    c_lo = b0[ab] + lo // V
+    c_hi = np.maximum(b0[ab] + -(-hi // V), c_lo + 1)  # at least one chunk (zero-size blocks)
+    c_hi = np.minimum(c_hi, b0[ab] + bn[ab])
+    cnt = c_hi - c_lo
+    # one row per (access, chunk) it touches: the largest arrays here (~2.5 per event on
+    # LLM traces), so each temporary is dropped as soon as it is used (peak memory)
+    rep = np.repeat(np.arange(len(ab)), cnt)
+    ch = np.arange(len(rep)) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+    ch += c_lo[rep]
+    del c_lo, c_hi, cnt
+    # bytes of chunk `ch` inside [lo, hi) of the block, page-rounded for partial accesses
+    cbeg = (ch - b0[ab[rep]]) * V
+    ov = np.minimum(cbeg + csize[ch], hi[rep])
+    ov -= np.maximum(cbeg, lo[rep])
+    del cbeg
+    ov = np.maximum(ov, 0)
+    part = ~whole[rep]
+    ov = np.where(part, np.minimum(-(-ov // P) * P, csize[ch]), csize[ch])
+    del part
+    # deduplicate (tick, chunk): max need, any write
+    key = at[rep] * (nc + 1) + ch
+    o = np.argsort(key, kind="stable")
+    key = key[o]
+    ch, ov = ch[o], ov[o]
+    rep = rep[o]
+    del o
+    tk, wr, rd = at[rep], aw[rep], ar[rep]
+    del rep
+    if len(key):
+        first = np.ones(len(key), bool)
+        first[1:] = key[1:] != key[:-1]
+        del key
+        grp = np.cumsum(first) - 1
+        need = np.zeros(int(first.sum()), np.int64)
+        np.maximum.at(need, grp, ov)
+        w = np.zeros(len(need), bool)
+        np.logical_or.at(w, grp, wr)
+        r_ = np.zeros(len(need), bool)
+        np.logical_or.at(r_, grp, rd)
+        del grp, ov, wr, rd
+        tk, ch = tk[first], ch[first]
+    else:
+        need, w, r_ = ov, wr, rd
+    return whole, lo, hi, tk, ch, need, w, r_

@@ -36,6 +36,17 @@ def save_parquet(trace: Trace, path) -> None:
     table = table.replace_schema_metadata(meta)
     with atomic_path(path) as tmp:  # never a half-written trace under the real name
         pq.write_table(table, tmp, compression="zstd")
+    del table
+    _release_arrow_pool()
+
+
+def _release_arrow_pool() -> None:
+    """Hand the Arrow pool's freed buffers back to the system: its allocator keeps them
+    for reuse (measured: ~60 MiB held after saving and loading a 300k-event trace), and
+    a trace's life after I/O is numpy's, so they would only sit in the process's RSS."""
+    import pyarrow as pa
+
+    pa.default_memory_pool().release_unused()
 
 
 def load_parquet(path) -> Trace:
@@ -44,7 +55,9 @@ def load_parquet(path) -> Trace:
     import pyarrow as pa
 
     try:
-        return _load_parquet(path)
+        trace = _load_parquet(path)
+        _release_arrow_pool()  # the table's buffers not kept by the columns
+        return trace
     except TraceError:
         raise
     except FileNotFoundError:
