@@ -126,11 +126,13 @@ def _action_rows(df) -> tuple[np.ndarray, ...]:
     (bytes; ``hi`` -1: to the block's end), sorted by ``k`` keeping the plan's row order
     within one ``k``. Raises ``KeyError`` naming an unknown action."""
     act = df["action"].to_numpy()
-    names, inv = np.unique(act.astype(str), return_inverse=True) if len(act) else ([], act)
-    bad = [a for a in names if a not in _CODES]
+    names: np.ndarray
+    names, inv = np.unique(act.astype(str), return_inverse=True) if len(act) \
+        else (np.asarray([], str), act)
+    bad = [a for a in names.tolist() if a not in _CODES]
     if bad:
         raise KeyError(bad[0])
-    code = np.asarray([_CODES[a] for a in names], np.int64)[np.asarray(inv, np.int64)]
+    code = np.asarray([_CODES[a] for a in names.tolist()], np.int64)[np.asarray(inv, np.int64)]
     k = df["tick"].to_numpy().astype(np.int64)
     off = df["offset"].to_numpy().astype(np.int64)
     nbytes = df["bytes"].to_numpy().astype(np.int64)
