@@ -42,6 +42,7 @@ from __future__ import annotations
 __all__ = ["price", "CANDIDATES"]
 
 CANDIDATES = ("plan", "advice-only", "none")
+_ROUNDING = 1e-9  # relative: iteration times equal up to float rounding are equal
 
 
 def _kept_reads_view(view, starts):
@@ -143,10 +144,13 @@ def price(trace, candidates: dict, budget: int, prof, *, accesses: bool = False,
         return t / t0
 
     base = runs[0]["none"][0]
-    times = {label: base * max(ratio(r, label) for r in runs) for label in candidates}
+    ratios = {label: [ratio(r, label) for r in runs] for label in candidates}
+    times = {label: base * max(v) for label, v in ratios.items()}
     fastest = min(times.values())
-    # the earliest candidate as fast as the fastest: equal up to float rounding (sums of
-    # the same tick times in another order) is a tie, and a tie keeps the plan
-    best = next(k for k in candidates if times[k] <= fastest * (1 + 1e-9))
-    return best, times
+    # equal up to float rounding (sums of the same tick times in another order) is a tie;
+    # among the tied, the earliest candidate that some view shows faster than no plan --
+    # and where none does, the one acting least (Note [A tie acts less])
+    tied = [k for k in candidates if times[k] <= fastest * (1 + _ROUNDING)]
+    shown = [k for k in tied if min(ratios[k]) < 1 - _ROUNDING]
+    return (shown or tied[::-1])[0], times
 
