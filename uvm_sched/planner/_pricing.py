@@ -49,7 +49,10 @@ slower than no plan in it *and* on the allocator events alone is priced at its r
 there; otherwise the view is left out of its price. (Letting it rank cost GPT-2 from a
 snapshot on gh200-c2c at 50% of peak: advice-only won the worst view by 1%, 0.35x -> 0.71x
 demand paging.) The populate losses at 90% are not caught: every view writes a block at
-its ALLOC, which is the populate's own assumption.
+its ALLOC, which is the populate's own assumption, and the kept reads show the populates
+faster than no plan there (they change which blocks the driver evicts); a view that moves
+each freed block's first write to its middle tick refuted none of them either (finetune-s0,
+-s3, -s59, encdec-s0, moe-s56, unet-s37 at 90%: unchanged), so it is not here.
 
 ``plan.meta["pricing"]`` holds the three predicted iteration times (s) and the choice; when
 it is not the full plan, ``plan.meta["fallback"]`` says why in words. No constant is
