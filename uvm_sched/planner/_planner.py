@@ -149,7 +149,7 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "auto", **opts: Any) -> Pla
         advice = _actions(prob, info, Schedule([], [], sched.remote, {}), *act_opts)
         _sizes_at_run_time(pat, info, advice)  # the advice-only candidate runs on them too
         out = _priced(trace, out, advice, budget_bytes, prof, truth_known,
-                      [a for a, _ in pat.iterations])
+                      [a for a, _ in pat.iterations], mode == "oblivious")
     pred["plan_time_s"] = time.perf_counter() - t0
     return out
 
@@ -173,7 +173,7 @@ def resolve_mode(trace, mode: str = "auto", samples=None) -> tuple[str, str]:
 
 
 def _priced(trace, full: Plan, advice_actions, budget: int, prof, accesses: bool,
-            starts) -> Plan:
+            starts, oblivious: bool) -> Plan:
     """The fastest of the full plan, its advice alone and no plan, judged by the simulator
     on the trace's allocator events (``_pricing``); the choice is noted in its meta."""
     from ..sim import BudgetError
@@ -189,7 +189,8 @@ def _priced(trace, full: Plan, advice_actions, budget: int, prof, accesses: bool
              "advice-only": Plan(advice_actions, dict(full.meta)),
              "none": Plan(advice_actions.iloc[:0], dict(full.meta))}
     try:
-        best, times = price(trace, cands, budget, prof, accesses=accesses, starts=starts)
+        best, times = price(trace, cands, budget, prof, accesses=accesses, starts=starts,
+                            oblivious=oblivious)
     except BudgetError as e:
         full.meta["pricing"] = {"chosen": "plan", "unpriced": str(e)}
         return full
