@@ -127,10 +127,14 @@ def report(rows: list[dict], prov: dict) -> str:
     df["vs_best"] = df["plan_s"] / df[[f"{b}_s" for b in BASELINES]].min(axis=1)
     cases = df[["family", "seed"]].drop_duplicates()
     asked = prov.get("cases_requested")
-    if asked and asked > len(cases):
-        out += [f"**Partial run: {len(cases)} of the {asked} requested cases ran** (seeds in "
+    ran = len({r["seed"] for r in rows})
+    if asked and asked > ran:
+        out += [f"**Partial run: {ran} of the {asked} requested cases ran** (seeds in "
                 "order from the first; the run was stopped for time -- `--resume` continues it).",
                 ""]
+    if ran > len(cases):
+        out += [f"{ran} cases ran; {ran - len(cases)} of them have no row any plan could run "
+                "(every budget below a tick's working set).", ""]
     out += [f"**{len(cases)} generated cases** ({', '.join(f'{f}: {n}' for f, n in cases.family.value_counts().sort_index().items())}) "
             f"x {df.hw.nunique()} hardware profiles x budgets "
             f"{', '.join(f'{x}%' for x in sorted(df.budget_pct.unique(), reverse=True))}: "
