@@ -47,40 +47,64 @@ SLOWER = 1.01  # plan / demand above this counts as slower (the issue's bound)
 
 
 def run_case(seed: int, hws=DEFAULT_HW, budgets=DEFAULT_BUDGETS) -> list[dict]:
-    """All rows of one generated case: one per (hw, budget, plan); figures in s."""
+    """All rows of one generated case: one per (hw, budget, plan); figures in s. Each row
+    carries the case's time split (``time_s``: recording, baselines, planning, judging).
+
+    The oblivious plan of the full trace is the oblivious plan of its allocator-only twin by
+    construction (oblivious mode never reads the accesses, and its pricing strips them:
+    ``tests/test_planner_sim.py::test_oblivious_plan_is_identical_without_ground_truth_accesses``),
+    so it is planned and judged once; its row is a copy marked ``same_as``."""
     from uvm_sched import planner, sim
     from uvm_sched.trace import zoo
 
+    clock = {"record": 0.0, "baselines": 0.0, "plan": 0.0, "judge": 0.0}
     t0 = time.perf_counter()
     tr = zoo.record_random(seed)
     al = zoo.allocator_only(tr)
+    clock["record"] = time.perf_counter() - t0
     rows = []
     for hw in hws:
         cache: dict = {}
+        t1 = time.perf_counter()
         ideal = sim.simulate(tr, "ideal", hw, None, _cache=cache).iteration_time_s
+        clock["baselines"] += time.perf_counter() - t1
         for pct in budgets:
             b = f"{pct}%"
             base = {"case": tr.meta["name"], "family": tr.meta["family"], "seed": seed,
                     "hw": hw, "budget_pct": pct, "peak_bytes": int(tr.peak_bytes),
                     "ideal_s": ideal}
+            t1 = time.perf_counter()
             try:
                 for pol in BASELINES:
                     base[f"{pol}_s"] = sim.simulate(tr, pol, hw, b, _cache=cache).iteration_time_s
             except sim.BudgetError as e:
                 rows.append({**base, "plan": None, "error": str(e)})
                 continue
-            for label, mode, alloc_only in PLANS:
+            finally:
+                clock["baselines"] += time.perf_counter() - t1
+            done: dict = {}
+            for label, mode, _ in PLANS:
                 row = {**base, "plan": label}
+                if mode == "oblivious" and "oblivious" in done:
+                    rows.append({**done["oblivious"], **row, "same_as": done["oblivious"]["plan"]})
+                    continue
+                t1 = time.perf_counter()
                 try:
-                    p = planner.plan(al if alloc_only else tr, b, hw, mode=mode)
+                    p = planner.plan(al if mode == "oblivious" else tr, b, hw, mode=mode)
                 except planner.PlanError as e:
                     rows.append({**row, "error": str(e)})
                     continue
+                finally:
+                    clock["plan"] += time.perf_counter() - t1
+                t1 = time.perf_counter()
                 row["plan_s"] = sim.simulate(tr, p, hw, b, _cache=cache).iteration_time_s
+                clock["judge"] += time.perf_counter() - t1
                 row["chosen"] = p.meta.get("pricing", {}).get("chosen", "plan")
                 rows.append(row)
+                done[mode] = row
     for r in rows:
         r["case_s"] = time.perf_counter() - t0
+        r["time_s"] = dict(clock)
     return rows
 
 
@@ -103,10 +127,14 @@ def report(rows: list[dict], prov: dict) -> str:
     df["vs_best"] = df["plan_s"] / df[[f"{b}_s" for b in BASELINES]].min(axis=1)
     cases = df[["family", "seed"]].drop_duplicates()
     asked = prov.get("cases_requested")
-    if asked and asked > len(cases):
-        out += [f"**Partial run: {len(cases)} of the {asked} requested cases ran** (seeds in "
+    ran = len({r["seed"] for r in rows})
+    if asked and asked > ran:
+        out += [f"**Partial run: {ran} of the {asked} requested cases ran** (seeds in "
                 "order from the first; the run was stopped for time -- `--resume` continues it).",
                 ""]
+    if ran > len(cases):
+        out += [f"{ran} cases ran; {ran - len(cases)} of them have no row any plan could run "
+                "(every budget below a tick's working set).", ""]
     out += [f"**{len(cases)} generated cases** ({', '.join(f'{f}: {n}' for f, n in cases.family.value_counts().sort_index().items())}) "
             f"x {df.hw.nunique()} hardware profiles x budgets "
             f"{', '.join(f'{x}%' for x in sorted(df.budget_pct.unique(), reverse=True))}: "
@@ -135,6 +163,7 @@ def report(rows: list[dict], prov: dict) -> str:
         out.append(f"| {hw} | {pct}% | {len(g)} | {g.vs_demand.median():.3f} | "
                    f"{g.vs_demand.max():.3f} | {g.vs_ideal.median():.2f} | "
                    f"{int((g.vs_demand > SLOWER).sum())} |")
+    out += _time_split(rows)
     out += ["", "## Every plan slower than demand paging", ""]
     if slow.empty:
         out.append("None.")
@@ -153,6 +182,25 @@ def report(rows: list[dict], prov: dict) -> str:
         for (case, seed, hw, pct), r in worse.iterrows():
             out.append(f"| {case} | {seed} | {hw} | {pct}% | {r['sampled'] / r['oblivious']:.3f} |")
     return "\n".join(out) + "\n"
+
+
+def _time_split(rows: list[dict]) -> list[str]:
+    """Where a case's time goes (rows written before the split was recorded are left out)."""
+    per = {r["seed"]: r for r in rows if r.get("time_s")}
+    if not per:
+        return []
+    import pandas as pd
+
+    t = pd.DataFrame([{**r["time_s"], "case": r["case_s"]} for r in per.values()])
+    out = ["", f"## Where the time goes (per case, {len(t)} cases; s)", "",
+           "The oblivious plan is made once per (case, hw, budget), from the allocator-only "
+           "trace: the full trace gives the same plan by construction (oblivious mode never "
+           "reads the accesses and its pricing strips them), so its row is a copy (`same_as`).",
+           "", "| phase | mean | median | max | share of the total |", "|---|---:|---:|---:|---:|"]
+    for k in ("record", "baselines", "plan", "judge", "case"):
+        out.append(f"| {k if k != 'case' else 'whole case'} | {t[k].mean():.1f} | "
+                   f"{t[k].median():.1f} | {t[k].max():.1f} | {t[k].sum() / t['case'].sum():.0%} |")
+    return out
 
 
 def main(argv=None) -> int:

@@ -156,7 +156,7 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "auto", **opts: Any) -> Pla
         # dropped before the simulator's own arrays are built (peak memory)
         del prob, info, sched, greedy, samples
         out = _priced(trace, out, extra, budget_bytes, prof, truth_known,
-                      [a for a, _ in pat.iterations])
+                      [a for a, _ in pat.iterations], mode == "oblivious")
     pred["plan_time_s"] = time.perf_counter() - t0
     return out
 
@@ -208,11 +208,11 @@ def _candidates(pat, prob: Problem, info: dict, sched, greedy, act_opts) -> dict
 
 
 def _priced(trace, full: Plan, extra: dict, budget: int, prof, accesses: bool,
-            starts) -> Plan:
+            starts, oblivious: bool) -> Plan:
     """The fastest of the full plan, the ``extra`` candidates (``{label: actions}``, in
     order: the greedy plan beside an LP-guided one, its advice alone) and no plan, judged
     by the simulator on the trace's allocator events (``_pricing``); the choice is noted
-    in its meta."""
+    in its meta (``oblivious``: the plan was made without samples)."""
     from ..sim import BudgetError
     from ._pricing import price
 
@@ -225,7 +225,8 @@ def _priced(trace, full: Plan, extra: dict, budget: int, prof, accesses: bool,
     cands = {"plan": full, **{k: Plan(a, dict(full.meta)) for k, a in extra.items()},
              "none": Plan(extra["advice-only"].iloc[:0], dict(full.meta))}
     try:
-        best, times = price(trace, cands, budget, prof, accesses=accesses, starts=starts)
+        best, times = price(trace, cands, budget, prof, accesses=accesses, starts=starts,
+                            oblivious=oblivious)
     except BudgetError as e:
         full.meta["pricing"] = {"chosen": "plan", "unpriced": str(e)}
         return full
