@@ -495,22 +495,38 @@ def test_the_fault_sampler_tells_apart_activations_that_reuse_one_range(cupti):
         loop.close()
 
 
+# the real-device tests' child process: PyTorch on uvm_sched's allocator, and the path of
+# the libcupti the CUDA wheels ship (None: the system's)
+_GPU_PRELUDE = textwrap.dedent("""
+    import glob, os, sys, numpy as np, torch, uvm_sched
+    from uvm_sched import native, _native_faults as nf
+    torch.cuda.memory.change_current_allocator(uvm_sched.allocator())
+    path = None
+    try:
+        import nvidia.cuda_cupti as cc
+        found = sorted(glob.glob(os.path.join(list(cc.__path__)[0], "lib", "libcupti.so*")))
+        path = found[0] if found else None
+    except ImportError:
+        pass
+""")
+
+
+def _run_on_gpu(code: str):
+    """Run ``code`` (after ``_GPU_PRELUDE``) in a child Python; skip the test where it
+    printed SKIP (no CUPTI or no UM counters), fail on a non-zero exit."""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    if "SKIP" in r.stdout:
+        pytest.skip(r.stdout.strip())
+    return r
+
+
 @pytest.mark.gpu
 def test_real_cupti_reports_the_faults_of_a_block_moved_to_the_host():
     """On a GPU: a block moved to the host faults at its next GPU use, and CUPTI's records
     name addresses inside it (skips where CUPTI or its UM counters are missing)."""
     pytest.importorskip("torch")
-    code = textwrap.dedent("""
-        import glob, os, sys, torch, uvm_sched
-        from uvm_sched import native, _native_faults as nf
-        torch.cuda.memory.change_current_allocator(uvm_sched.allocator())
-        path = None
-        try:
-            import nvidia.cuda_cupti as cc
-            found = sorted(glob.glob(os.path.join(list(cc.__path__)[0], "lib", "libcupti.so*")))
-            path = found[0] if found else None
-        except ImportError:
-            pass
+    code = _GPU_PRELUDE + textwrap.dedent("""
         w = torch.zeros(16 << 20, dtype=torch.float32, device="cuda")  # 64 MiB
         torch.cuda.synchronize()
         try:
@@ -529,10 +545,7 @@ def test_real_cupti_reports_the_faults_of_a_block_moved_to_the_host():
         inside = (got["address"] >= lo) & (got["address"] < hi)
         print("FAULTS", len(got), int(inside.sum()), int((got["t_cupti"] >= t0[0]).sum()))
     """)
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr
-    if "SKIP" in r.stdout:
-        pytest.skip(r.stdout.strip())
+    r = _run_on_gpu(code)
     n, inside, after = map(int, r.stdout.split("FAULTS")[1].split())
     assert inside > 0 and after == n, r.stdout
 
@@ -544,17 +557,7 @@ def test_real_probes_make_the_next_use_of_a_weight_and_an_activation_fault():
     allocation row, right after it) to the host; each one's next GPU use faults and CUPTI
     names addresses inside it (skips where CUPTI or its UM counters are missing)."""
     pytest.importorskip("torch")
-    code = textwrap.dedent("""
-        import glob, os, sys, numpy as np, torch, uvm_sched
-        from uvm_sched import native, _native_faults as nf
-        torch.cuda.memory.change_current_allocator(uvm_sched.allocator())
-        path = None
-        try:
-            import nvidia.cuda_cupti as cc
-            found = sorted(glob.glob(os.path.join(list(cc.__path__)[0], "lib", "libcupti.so*")))
-            path = found[0] if found else None
-        except ImportError:
-            pass
+    code = _GPU_PRELUDE + textwrap.dedent("""
         n = 16 << 20  # float32: 64 MiB each
         w = torch.zeros(n, dtype=torch.float32, device="cuda")
         torch.cuda.synchronize()
@@ -582,10 +585,7 @@ def test_real_probes_make_the_next_use_of_a_weight_and_an_activation_fault():
         print("PROBES", st["probe_issued"], st["probe_skipped"], st["probe_failed"],
               "FAULTS", len(got), inside(w), inside(a))
     """)
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr
-    if "SKIP" in r.stdout:
-        pytest.skip(r.stdout.strip())
+    r = _run_on_gpu(code)
     issued, skipped, failed, _, n, in_w, in_a = r.stdout.split("PROBES")[1].split()
     # the marker row twice (when set, at the second marker), the allocation row once
     assert (int(issued), int(skipped), int(failed)) == (3, 0, 0), r.stdout
