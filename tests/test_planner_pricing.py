@@ -22,17 +22,20 @@ def bare():
 
 
 def _fake(monkeypatch, table):
-    """``table``: per view, ``{label: (iteration s, stall s)}``; views are simulated in
-    order, each for every candidate in order."""
-    calls = iter([(v, label) for v in range(len(table)) for label in CANDS])
+    """``table``: per view, ``{label: (iteration s, stall s)}``; returns the list of the
+    (view, label) pairs simulated, in order. Each view simulates its candidates in their
+    order (all or some), so a label no later than the previous one starts the next view
+    (the views may be one trace object: a trace with no kept block is its own view)."""
+    calls: list = []
 
     def simulate(view, p, prof, budget, **_):
-        v, label = next(calls)
-        assert p == label
-        t, stall = table[v][label]
+        v = 0 if not calls else calls[-1][0] + (CANDS.index(p) <= CANDS.index(calls[-1][1]))
+        calls.append((v, p))
+        t, stall = table[v][p]
         return SimpleNamespace(iteration_time_s=t, stall_time_s=stall)
 
     monkeypatch.setattr(sim, "simulate", simulate)
+    return calls
 
 
 def _price(bare):
@@ -72,3 +75,17 @@ def test_the_unseen_use_view_does_not_rank_candidates_it_shows_faster(monkeypatc
     _fake(monkeypatch, [both, both,
                         {"plan": (1.9, 1.4), "advice-only": (1.2, 0.7), "none": (2.0, 1.5)}])
     assert _price(bare) == "plan"
+
+
+def test_the_unseen_use_view_runs_only_the_candidates_the_events_show_slower(monkeypatch,
+                                                                           bare):
+    kept = {"plan": (1.0, 0.5), "advice-only": (1.5, 1.0), "none": (2.0, 1.5)}
+    mid = {"plan": (3.0, 2.5), "advice-only": (1.0, 0.5), "none": (1.0, 0.5)}
+    events = {"plan": (2.0, 1.0), "advice-only": (1.0, 0.0), "none": (1.0, 0.0)}
+    calls = _fake(monkeypatch, [events, kept, mid])
+    assert _price(bare) == "advice-only"
+    assert calls == [(v, c) for v in (0, 1) for c in CANDS] + [(2, "plan"), (2, "none")]
+    # no candidate slower in the events alone: the third view is not simulated at all
+    calls = _fake(monkeypatch, [{c: (1.0, 0.0) for c in CANDS}, kept, mid])
+    assert _price(bare) == "plan"
+    assert calls == [(v, c) for v in (0, 1) for c in CANDS]
