@@ -167,7 +167,7 @@ def price(trace, candidates: dict, budget: int, prof, *, accesses: bool = False,
         t, t0 = r[label][0], r["none"][0]
         return t0 > 0 and t > t0 * (1 + _ROUNDING)
 
-    runs = {}
+    runs: dict[int, dict] = {}
     for j, make_view in enumerate(views):
         # the one-unseen-use view (j 2) is read only for the candidates the allocator
         # events show slower (and no plan, the yardstick): it is not run for the others,
