@@ -8,6 +8,7 @@ import ctypes
 import subprocess
 import sys
 import textwrap
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -308,21 +309,38 @@ class FaultingLoop:
             native.free(w)
 
 
-def test_the_fault_sampler_probes_learns_every_weight_touch_and_plans_sampled(cupti):
+@contextmanager
+def _warmed_up(loop, warmup_iters: int, iterations: int, *, final_step: bool = True,
+               **touches):
+    """A sampled Scheduler on the fake CUPTI through ``loop``'s warm-up: ``iterations``
+    marked iterations (and a last marker where ``final_step``), ``touches`` set on its
+    fault sampler (``share``, ``long_life``), the plan awaited; yields the Scheduler while
+    it is still open and closes ``loop`` after it."""
     from uvm_sched import Scheduler
 
+    try:
+        with Scheduler(budget="50%", warmup_iters=warmup_iters, mode="sampled",
+                       sampler="cupti", hook=False, worker="thread") as s:
+            for k, v in touches.items():
+                setattr(s._touches, k, v)
+            for _ in range(iterations):
+                s.step()
+                loop.iteration()
+            if final_step:
+                s.step()
+            assert s.wait_planned(300), s.last_error
+            yield s
+    finally:
+        loop.close()
+
+
+def test_the_fault_sampler_probes_learns_every_weight_touch_and_plans_sampled(cupti):
     nf.cupti_stop()  # the Scheduler starts it
     cupti.lib.fake_cupti_clock_offset(7_000_000_000)  # CUPTI's clock is not the ring's
     loop = FaultingLoop(cupti)
     try:
-        with Scheduler(budget="50%", warmup_iters=4, mode="sampled", sampler="cupti",
-                       hook=False, worker="thread") as s:
-            s._touches.share = 1.0  # every weight probed each warm-up iteration
-            for _ in range(5):
-                s.step()
-                loop.iteration()
-            s.step()
-            assert s.wait_planned(300), s.last_error
+        # share 1: every weight probed each warm-up iteration
+        with _warmed_up(loop, 4, 5, share=1.0) as s:
             fs = s.stats()["fault_sampling"]
             assert fs["available"] and fs["blocks_closed"] == loop.layers
             assert fs["probe_issued"] > 0 and fs["probe_bytes"] > 0
@@ -337,7 +355,6 @@ def test_the_fault_sampler_probes_learns_every_weight_touch_and_plans_sampled(cu
             assert not cupti.fault(loop.weights[0])
     finally:
         cupti.lib.fake_cupti_clock_offset(0)
-        loop.close()
 
 
 def test_without_cupti_the_scheduler_plans_obliviously_and_says_why():
@@ -364,28 +381,17 @@ def test_without_cupti_the_scheduler_plans_obliviously_and_says_why():
 
 
 def test_a_warmup_too_short_to_close_the_lists_plans_their_tails_busy(cupti):
-    from uvm_sched import Scheduler
-
     nf.cupti_stop()
     loop = FaultingLoop(cupti)
-    try:
-        with Scheduler(budget="50%", warmup_iters=2, mode="sampled", sampler="cupti",
-                       hook=False, worker="thread") as s:
-            s._touches.share = 1.0
-            for _ in range(3):
-                s.step()
-                loop.iteration()
-            assert s.wait_planned(300), s.last_error
-            fs = s.stats()["fault_sampling"]
-            assert fs["blocks_closed"] == 0 and fs["blocks_seen"] == loop.layers
-            smp = s.samples[s.samples["persistent"]]
-            T = s.pattern.stop_tick - s.pattern.start_tick  # the learned iteration's ticks
-            for _, g in smp.groupby("block"):
-                seen = sorted(g.loc[~g["assumed"], "tick"])
-                assert tuple(seen) in {e[:2] for e in loop.expected()}  # forward, backward
-                assert sorted(g.loc[g["assumed"], "tick"]) == list(range(seen[-1] + 1, T))
-    finally:
-        loop.close()
+    with _warmed_up(loop, 2, 3, final_step=False, share=1.0) as s:
+        fs = s.stats()["fault_sampling"]
+        assert fs["blocks_closed"] == 0 and fs["blocks_seen"] == loop.layers
+        smp = s.samples[s.samples["persistent"]]
+        T = s.pattern.stop_tick - s.pattern.start_tick  # the learned iteration's ticks
+        for _, g in smp.groupby("block"):
+            seen = sorted(g.loc[~g["assumed"], "tick"])
+            assert tuple(seen) in {e[:2] for e in loop.expected()}  # forward, backward
+            assert sorted(g.loc[g["assumed"], "tick"]) == list(range(seen[-1] + 1, T))
 
 
 class ActivationLoop(FaultingLoop):
@@ -418,36 +424,24 @@ class ActivationLoop(FaultingLoop):
 
 
 def test_the_fault_sampler_probes_long_lived_activations_from_their_allocation(cupti):
-    from uvm_sched import Scheduler
-
     nf.cupti_stop()
     loop = ActivationLoop(cupti)
-    try:
-        with Scheduler(budget="50%", warmup_iters=4, mode="sampled", sampler="cupti",
-                       hook=False, worker="thread") as s:
-            s._touches.share = 1.0
-            for _ in range(5):
-                s.step()
-                loop.iteration()
-            s.step()
-            assert s.wait_planned(300), s.last_error
-            fs = s.stats()["fault_sampling"]
-            # probed at their allocation, then after the forward write: the backward read
-            # is seen, and it is just before the free, so every list closes; the scratch
-            # blocks (alive one event) are never probed
-            assert fs["local_blocks_seen"] == fs["local_blocks_closed"] == loop.layers
-            assert fs["local_probes_set"] == 2 * loop.layers
-            smp = s.samples[~s.samples["persistent"]]
-            assert not smp["assumed"].any()
-            b = s.pattern.blocks.set_index("ordinal")[lambda d: ~d["persistent"]]
-            got = {o: sorted(g["tick"]) for o, g in smp.groupby("block")}
-            long = b[b["size"] == 2 * MiB]
-            assert sorted(got) == sorted(long.index)
-            for o, ticks in got.items():
-                assert ticks == [b.at[o, "alloc_tick"], b.at[o, "free_tick"] - 1]
-            assert nf.probe_stats()["probe_skipped"] == 0
-    finally:
-        loop.close()
+    with _warmed_up(loop, 4, 5, share=1.0) as s:
+        fs = s.stats()["fault_sampling"]
+        # probed at their allocation, then after the forward write: the backward read
+        # is seen, and it is just before the free, so every list closes; the scratch
+        # blocks (alive one event) are never probed
+        assert fs["local_blocks_seen"] == fs["local_blocks_closed"] == loop.layers
+        assert fs["local_probes_set"] == 2 * loop.layers
+        smp = s.samples[~s.samples["persistent"]]
+        assert not smp["assumed"].any()
+        b = s.pattern.blocks.set_index("ordinal")[lambda d: ~d["persistent"]]
+        got = {o: sorted(g["tick"]) for o, g in smp.groupby("block")}
+        long = b[b["size"] == 2 * MiB]
+        assert sorted(got) == sorted(long.index)
+        for o, ticks in got.items():
+            assert ticks == [b.at[o, "alloc_tick"], b.at[o, "free_tick"] - 1]
+        assert nf.probe_stats()["probe_skipped"] == 0
 
 
 class ReuseLoop(ActivationLoop):
@@ -469,30 +463,18 @@ class ReuseLoop(ActivationLoop):
 
 
 def test_the_fault_sampler_tells_apart_activations_that_reuse_one_range(cupti):
-    from uvm_sched import Scheduler
-
     nf.cupti_stop()
     loop = ReuseLoop(cupti)
-    try:
-        with Scheduler(budget="50%", warmup_iters=4, mode="sampled", sampler="cupti",
-                       hook=False, worker="thread") as s:
-            s._touches.share, s._touches.long_life = 1.0, 0.3  # 3 of the 10 events
-            for _ in range(5):
-                s.step()
-                loop.iteration()
-            s.step()
-            assert s.wait_planned(300), s.last_error
-            assert loop.addrs[0] == loop.addrs[1]  # the pool reused the range
-            fs = s.stats()["fault_sampling"]
-            assert fs["local_blocks_seen"] == fs["local_blocks_closed"] == 2
-            smp = s.samples[~s.samples["persistent"]]
-            b = s.pattern.blocks.set_index("ordinal")[lambda d: ~d["persistent"]]
-            got = {o: sorted(g["tick"]) for o, g in smp.groupby("block")}
-            assert sorted(got) == sorted(b.index[b["size"] == 2 * MiB])
-            for o, ticks in got.items():  # each its own write and read, none of the other's
-                assert ticks == [b.at[o, "alloc_tick"], b.at[o, "free_tick"] - 1]
-    finally:
-        loop.close()
+    with _warmed_up(loop, 4, 5, share=1.0, long_life=0.3) as s:  # 3 of the 10 events
+        assert loop.addrs[0] == loop.addrs[1]  # the pool reused the range
+        fs = s.stats()["fault_sampling"]
+        assert fs["local_blocks_seen"] == fs["local_blocks_closed"] == 2
+        smp = s.samples[~s.samples["persistent"]]
+        b = s.pattern.blocks.set_index("ordinal")[lambda d: ~d["persistent"]]
+        got = {o: sorted(g["tick"]) for o, g in smp.groupby("block")}
+        assert sorted(got) == sorted(b.index[b["size"] == 2 * MiB])
+        for o, ticks in got.items():  # each its own write and read, none of the other's
+            assert ticks == [b.at[o, "alloc_tick"], b.at[o, "free_tick"] - 1]
 
 
 # the real-device tests' child process: PyTorch on uvm_sched's allocator, and the path of
