@@ -71,10 +71,11 @@ class PeriodResync:
             # only at an allocation of another size, often a step later) unless the
             # executor's iteration began there: then that iteration of the loop is the odd
             # one, and its end is awaited
-            d = int(np.count_nonzero(is_af[:div[-1]]))
-            its = [int(np.count_nonzero(is_af[:i])) for i in np.flatnonzero(k[:div[-1]] == ITER)]
+            before = np.concatenate(([0], np.cumsum(is_af)))  # allocator events before i
+            d = int(before[div[-1]])
+            its = before[np.flatnonzero(k[:div[-1]] == ITER)]
             h = int(hits[-1])
-            if h < d and its and its[-1] == h + 1:
+            if h < d and len(its) and int(its[-1]) == h + 1:
                 return
         if not len(hits):
             return
