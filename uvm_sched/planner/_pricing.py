@@ -145,11 +145,13 @@ def price(trace, candidates: dict, budget: int, prof, *, accesses: bool = False,
           starts=(), oblivious: bool = True) -> tuple[str, dict]:
     """Simulate each of ``candidates`` (``{label: Plan}``, in order of preference) on
     ``trace`` (its allocator events only, unless ``accesses``: the planner knows them) at
-    ``budget`` bytes on ``prof``; returns the label of the fastest (earliest on ties) and
-    ``{label: iteration seconds}`` (the worse of the two views, as a ratio to ``none``'s
-    time in the same view, times ``none``'s extremal time). ``starts``: the iteration start
-    ticks (for the reads of the never-freed blocks, see the module docstring). Raises the simulator's ``BudgetError`` when a tick's
-    working set exceeds the budget (nothing can be judged)."""
+    ``budget`` bytes on ``prof``; returns the label chosen (the fastest; among ties, in
+    oblivious mode, Note [A tie acts less], else the earliest) and ``{label: iteration
+    seconds}`` (the worst of the views, as a ratio to ``none``'s time in the same view,
+    times ``none``'s extremal time; the one-unseen-use view counts only where it refutes,
+    Note [One unseen use]). ``starts``: the iteration start ticks (for the reads of the
+    never-freed blocks, see the module docstring). Raises the simulator's ``BudgetError``
+    when a tick's working set exceeds the budget (nothing can be judged)."""
     from ..sim import BudgetError, simulate
 
     from ..trace.zoo import allocator_only
