@@ -69,10 +69,13 @@ point only where the budget has room for the block over the extra ticks
 (``_queues._earliest_with_room``), then issued at the latest allocator event at or before that
 start (the nearest *earlier* control point: a trace with many ops between two allocator
 events gives coarse control points, which costs memory -- the prefetch lands early -- and
-is measured in ``meta["predicted"]["coarse_control_*"]``). A forward pass then gives the
-real queue times (late prefetches are predicted stall), and a gap the link cannot serve
-at all is dropped (``bad``). Selection and timing repeat, at most ``rounds`` times, until
-no tick is over budget.
+is measured in ``meta["predicted"]["coarse_control_*"]``). Then, in deadline order, each
+prefetch of a block with seen uses moves to the earliest control point from which it fits
+under the budget, counting only room that seen gaps free once their evictions have landed
+(``_early``: the link works ahead instead of idling while a later prefetch waits). A
+forward pass then gives the real queue times (late prefetches are predicted stall), and a
+gap the link cannot serve at all is dropped (``bad``). Selection and timing repeat, at
+most ``rounds`` times, until no tick is over budget.
 
 Note [Remote fallback]
 ----------------------

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from . import _early
+
 if TYPE_CHECKING:
     from ._core import _Timeline
 
@@ -148,6 +150,7 @@ def _timing_once(chosen, tl: _Timeline):
         busy = (*busy_intervals(st - np.where(ke >= E, C[T], 0.0), dur, C[T]), tl.duplex_slow)
     pf = [g for g in chosen if not g.dead]
     dropped = _prefetch_points(pf, tl, _resident_as_selected(chosen, tl))
+    _early.pull_forward(chosen, tl)
     pf = [g for g in pf if g.chosen]
     if pf:
         kp = np.array([g.kp for g in pf], np.int64)
