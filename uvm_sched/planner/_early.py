@@ -65,16 +65,32 @@ def _back_from(g) -> int:
 def _resident_seen(chosen, tl: _Timeline) -> np.ndarray:
     """Resident bytes per tick counting only the seen gaps (between sampled touches, dead
     tails), each from the tick its eviction has landed to the control point its block is
-    counted back from."""
+    counted back from. Vectorised (the cyclic segments of ``_queues.segments``)."""
     q, C, T, nq = tl.q, tl.C, tl.T, len(tl.q)
-    end_lo, live_to, size = tl.p.end_lo, tl.p.live_to, tl.size
+    end_lo, live_to = tl.p.end_lo, tl.p.live_to
+    seen = [g for g in chosen if g.chosen and (g.dead or end_lo[g.blk] < 0)]
     sv = np.zeros(T + 1, np.int64)
-    for g in chosen:
-        if not g.chosen or (end_lo[g.blk] >= 0 and not g.dead):
-            continue
-        gone = max(g.t_off, int(np.searchsorted(C, g.e_done, side="left")))
-        back = int(live_to[g.blk]) + 1 if g.dead else int(q[min(_back_from(g), nq - 1)]) + 1
-        for a, b in _queues.segments(gone, back, T):
-            sv[a] += size[g.blk]
-            sv[b] -= size[g.blk]
+    if seen:
+        blk = np.fromiter((g.blk for g in seen), np.int64, len(seen))
+        t_off = np.fromiter((g.t_off for g in seen), np.int64, len(seen))
+        e_done = np.fromiter((g.e_done for g in seen), float, len(seen))
+        dead = np.fromiter((g.dead for g in seen), bool, len(seen))
+        k = np.fromiter((min(_back_from(g), nq - 1) for g in seen), np.int64, len(seen))
+        a = np.maximum(t_off, np.searchsorted(C, e_done, side="left"))
+        b = np.where(dead, live_to[blk].astype(np.int64) + 1, q[k] + 1)
+        sz = tl.size[blk]
+        full = b - a >= T
+        inside = (b > a) & ~full
+        lo = np.where(a >= T, a - T, a)  # a window starting in the unrolled iteration
+        hi = np.where(a >= T, b - T, b)
+        wraps = inside & (hi > T)  # [lo, T) and [0, hi - T)
+        one = inside & ~wraps
+        np.add.at(sv, lo[one], sz[one])
+        np.add.at(sv, hi[one], -sz[one])
+        np.add.at(sv, lo[wraps], sz[wraps])
+        np.add.at(sv, np.full(int(wraps.sum()), T), -sz[wraps])
+        np.add.at(sv, np.zeros(int(wraps.sum()), np.int64), sz[wraps])
+        np.add.at(sv, hi[wraps] - T, -sz[wraps])
+        sv[0] += int(sz[full].sum())
+        sv[T] -= int(sz[full].sum())
     return tl.base - np.cumsum(sv)[:T]
