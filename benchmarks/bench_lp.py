@@ -32,6 +32,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
+import _lp_losses  # noqa: E402
 from bench_quality import RESULTS, provenance, provenance_md, write_json  # noqa: E402
 
 BUDGETS = (75, 50, 30)
@@ -46,7 +47,14 @@ def meets(t_plan: float, t_ideal: float, t_bound: float) -> bool:
     return t_plan - t_ideal <= TARGET_FACTOR * (t_bound - t_ideal) + TARGET_SLACK * t_ideal
 
 
+def _target(r) -> float:
+    """The most a plan may take in case ``r`` to meet the target (seconds)."""
+    best = max(r["bound"], r.get("lp-bound", float("-inf")))
+    return r["ideal"] + TARGET_FACTOR * (best - r["ideal"]) + TARGET_SLACK * r["ideal"]
+
+
 def run_case(trace, pat, hw: str, pct: int, args) -> dict:
+    from uvm_sched.hw import load_profile
     from uvm_sched.planner import plan
     from uvm_sched.sim import LP_BOUND, BudgetError, simulate
 
@@ -68,6 +76,7 @@ def run_case(trace, pat, hw: str, pct: int, args) -> dict:
         r = simulate(trace, p, hw, B, _cache=cache)
         row[mode] = r.iteration_time_s
         row[f"{mode}_moved"] = (r.bytes_h2d, r.bytes_d2h, r.stall_time_s)
+        row[f"{mode}_loss"] = _lp_losses.measure(trace, r, p.meta["predicted"], load_profile(hw))
     t0 = time.perf_counter()
     p = plan(trace, B, hw, mode="sampled", pattern=pat, method="lp",
              lp_max_columns=args.max_columns, lp_time_limit_s=args.time_limit)
@@ -174,6 +183,7 @@ def tables(rows, args) -> list[str]:
               if r[m] > r["demand"] * (1 + 1e-9)]
     md.append("\nSlower than demand paging: " + ("; ".join(slower) if slower else "none") + ".\n")
     md += _tightness(ok_rows, args) + _teaches(ok_rows) + _moved(ok_rows)
+    md += _lp_losses.table(ok_rows, _target)
     return md
 
 
