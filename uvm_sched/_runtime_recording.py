@@ -23,6 +23,7 @@ from ._codes import NativeEvent
 ALLOC, FREE, MARK, ITER, DIVERGENCE = (int(NativeEvent.ALLOC), int(NativeEvent.FREE),
                                        int(NativeEvent.MARK), int(NativeEvent.ITER),
                                        int(NativeEvent.DIVERGENCE))
+RESUME = int(NativeEvent.RESUME)
 
 
 def track_live(live: np.ndarray, ev: np.ndarray) -> np.ndarray:

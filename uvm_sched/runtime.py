@@ -523,7 +523,7 @@ class Scheduler:
         assert self.device is not None  # start() set it, before any plan is armed
         t0 = time.perf_counter()
         native.arm_plan(p, addrs, device=self.device, start_now=start_now, phase=phase,
-                        phase_allocs=phase_allocs, table=res["table"])
+                        phase_allocs=phase_allocs, table=res["table"], resync=True)
         self._counters["arm_time_s"] += time.perf_counter() - t0
         self.plan, self.pattern, self._addrs = p, pat, addrs
         self._learnt_events = job.request_events
