@@ -147,7 +147,10 @@ static void period_edge(uvm_exec *x) {
  * after two periods of events without either, it starts counting on. */
 static void seek(uvm_exec *x) {
     uint64_t level = uvm_g.pool.st.allocated_bytes;
-    if (x->may_resume && level == x->resume_level) {
+    bool at_start = x->level_known && level == x->start_level;
+    /* both levels at once: the start, unless the divergence was at the iteration's event 0
+     * (the same point); a step with events missing shows the start's level first */
+    if (x->may_resume && level == x->resume_level && (!at_start || x->resume_ev == 0)) {
         uint64_t inserted = x->ev_in_iter - x->resume_ev;
         x->ev_in_iter = x->resume_ev;
         x->allocs_in_iter = x->resume_allocs;
@@ -157,7 +160,7 @@ static void seek(uvm_exec *x) {
         uvm_trace(UVM_EV_RESUME, 0, inserted, 0, x->device, (int64_t)x->resume_ev);
         return;
     }
-    if (x->level_known && level == x->start_level)
+    if (at_start)
         x->st.resyncs++;
     else if (x->ev_in_iter < 2 * x->period)
         return;
