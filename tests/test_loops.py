@@ -176,23 +176,53 @@ def test_a_loop_without_markers_runs_on_the_learned_period(host):
 
 
 def test_without_markers_a_step_with_events_missing_is_found_in_phase_again(host):
-    # the odd step shifts the executor's event count; the runtime re-arms the plan where
-    # the learned iteration starts (its level of live bytes) instead of relearning
+    # the odd step shifts the executor's event count; the executor waits for the level of
+    # live bytes where its iterations start and begins the next one there, instead of
+    # counting on shifted or relearning
     st, _ = _replay("missing_events", markers=False, steps=16)
     assert st["sync"] == "period" and st["relearns"] == 0 and st["state"] == "armed"
-    assert st["period_resyncs"] >= 1 and st["executor_clean_share"] >= 0.8, st
+    assert st["native"]["resyncs"] == 1 and st["iterations_diverged"] == 1, st
+    assert st["executor_clean_share"] >= 0.8 and st["period_resyncs"] == 0
 
 
-def test_without_markers_eval_batches_are_resynced_past_and_never_relearned(host):
-    st, truth = _replay("eval_every", markers=False, steps=16)
+@pytest.mark.parametrize("k", [2, 3, 5, 10])
+def test_without_markers_an_eval_batch_is_an_insertion_the_iteration_goes_on_after(host, k):
+    st, truth = _replay("eval_every", markers=False, steps=16, k=k)
     assert st["sync"] == "period" and st["relearns"] == 0 and st["state"] == "armed"
-    # each eval batch (the plan is armed before the first): one resync after it
-    assert st["period_resyncs"] == truth.kinds.count("eval"), st
+    # every eval batch after the plan was armed: run unplanned, then the iteration it
+    # interrupted goes on in phase (nothing diverges on, nothing is re-armed)
+    evals = [i for i, kind in enumerate(truth.kinds) if kind == "eval"]
+    assert 1 <= st["insertions"] <= len(evals) and st["native"]["insertions"] == st["insertions"]
+    assert st["iterations_diverged"] == 0 and st["period_resyncs"] == 0, st
+    # every train step after the plan armed: only the eval batches ran unplanned
+    assert st["executor_clean_share"] == pytest.approx(
+        st["iterations_armed"] / (st["iterations_armed"] + st["insertions"]))
+    if k >= 5:
+        assert st["executor_clean_share"] >= 0.8
+
+
+def _plain_period(monkeypatch):
+    """Arm period plans with sync="period" (the executor counts on after a divergence): the
+    runtime's own resync (_runtime_resync) is then what finds the phase again."""
+    import uvm_sched._armed as armed
+    from uvm_sched import native
+
+    arm = armed.arm_plan
+    monkeypatch.setattr(native, "arm_plan", lambda *a, **kw: arm(*a, **{**kw, "resync": False}))
+    monkeypatch.setattr(armed, "arm_plan", lambda *a, **kw: arm(*a, **{**kw, "resync": False}))
+
+
+def test_with_sync_period_the_runtime_re_arms_in_phase_after_events_missing(host, monkeypatch):
+    _plain_period(monkeypatch)
+    st, _ = _replay("missing_events", markers=False, steps=16)
+    assert st["relearns"] == 0 and st["state"] == "armed" and st["native"]["resyncs"] == 0
+    assert st["period_resyncs"] >= 1 and st["executor_clean_share"] >= 0.8, st
 
 
 def test_a_period_resync_waits_for_the_end_of_the_odd_iteration_itself(host, monkeypatch):
     from uvm_sched._runtime_resync import PeriodResync
 
+    _plain_period(monkeypatch)
     phases: list[int] = []
     arm = PeriodResync._arm
     monkeypatch.setattr(PeriodResync, "_arm", lambda self, s, phase, allocs: (

@@ -515,7 +515,7 @@ class Scheduler:
         if p.meta.get("sync") == "period":  # arm now, mid-iteration if need be
             phase, phase_allocs = self._rec.period_phase(
                 res["start_ev"], int(p.meta["period_events"]), self._live,
-                len(p.meta["alloc_sizes"]))
+                len(p.meta["alloc_sizes"]), res.get("start_level"))
             start_now = True
         else:
             phase, start_now = 0, self._at_marker
