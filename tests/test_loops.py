@@ -145,9 +145,20 @@ def test_an_eval_batch_every_k_steps_gets_a_plan_of_its_own_armed_at_its_steps(h
     st, truth = _replay("eval_every", steps=16, k=3)
     (label, n_actions), = st["kind_plans"]["plans"].items()
     assert label.startswith("new (") and n_actions > 0 and not st["kind_plans"]["failed"]
-    # planned after warmup_iters (3) evals, guessed at the next ones (every 4th step)
-    assert st["kinds"][label]["armed"] == 2 and st["kind_plans"]["switches"] == 4
+    # planned from the first eval after the plan, its gap (every 4th step) known at the
+    # second: armed at every one after
+    assert st["kinds"][label]["armed"] == st["kinds"][label]["steps"] - 2
+    assert st["kind_plans"]["switches"] == 2 * st["kinds"][label]["armed"]
     assert st["armed_share"] >= 0.8 and st["relearns"] == 0
+
+
+@pytest.mark.parametrize("k", [2, 3, 5, 10])
+def test_with_markers_eval_every_k_runs_armed_for_most_steps_for_any_k(host, k):
+    st, truth = _replay("eval_every", steps=16, k=k)
+    assert st["armed_share"] >= 0.8 and st["relearns"] == 0, (st["kinds"], st["not_armed"])
+    # the train steps are the planned kind (an eval every 2nd step is not, though it is
+    # met as often in the first steps)
+    assert st["kinds"]["planned"]["steps"] >= truth.kinds.count("train") - 4
     assert not any(why.startswith("armed for kind") for why in st["not_armed"])
 
 
