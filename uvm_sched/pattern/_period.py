@@ -33,7 +33,9 @@ Steps, each vectorised with numpy (n = allocator events):
    signature. Segments between boundaries are iterations when they hold ``R``'s tokens
    (bag recall >= ``RECALL_MIN``, length <= 3p: a warm-up iteration that also allocates the
    optimizer state) or ``R``'s kinds position by position (``KIND_AGREE_MIN`` of
-   ``max(len, p)``: a different last batch, a last iteration cut short); the others (weight
+   ``max(len, p)``: a different last batch, a last iteration cut short; the trailing segment
+   shorter than ``p`` at ``KIND_AGREE_MIN`` of its own length against ``R``'s beginning: a
+   last iteration cut short by more than ``1 - KIND_AGREE_MIN`` of ``p``); the others (weight
    set-up, an eval pass outside the learned iteration, tear-down) are not iterations.
 
 Overall ``O(n log n)`` time and ``O(n)`` memory.
@@ -382,4 +384,12 @@ def _segment(tok, kind, rh: RollingHash, phase: int, p: int):
             k = kind[np.minimum(b[s][:, None] + ar, n - 1)]
             agree = ((k == rk) & inside).sum(axis=1) / np.maximum(seg_len[s], p)
             is_it[s] = agree >= KIND_AGREE_MIN
+    # The trailing segment shorter than R: the last iteration, cut short (a partial last
+    # batch, the recording stopped), when it is R's beginning -- its kinds agree with R's
+    # first ones at KIND_AGREE_MIN of its own positions; the 2 * len >= p above still holds.
+    last = n_seg - 1
+    if not is_it[last] and p <= 2 * seg_len[last] < 2 * p:
+        L = int(seg_len[last])
+        agree = np.count_nonzero(kind[b[last]:b[last] + L] == kind[phase:phase + L]) / L
+        is_it[last] = agree >= KIND_AGREE_MIN
     return b, is_it
