@@ -286,3 +286,17 @@ def test_steps_are_matched_to_the_kinds_the_plan_was_learned_from():
     # the new kind met again is a kind of this loop: expected, the run of divergences ends
     assert steps.feed(_events("aadf", train), None) == 0
     assert steps.report()["kinds"]["new (3 events)"] == {"steps": 2, "armed": 0}
+
+
+@pytest.mark.parametrize("shape", ["fixed", "checkpointing", "compiled"])
+def test_without_markers_a_last_step_cut_short_is_counted_once_it_is_half_a_step(shape):
+    from uvm_sched.trace import EventKind
+
+    tr, truth = loop_trace(shape, markers=False, steps=8)
+    ticks = tr.tick[tr.kind <= EventKind.FREE]
+    p = truth.bounds[-1] - truth.bounds[-2]
+    for cut, found in ((p // 3, 7), (p // 2 + 8, 8), (p * 3 // 4, 8)):
+        pat = analyze(tr.slice_ticks(0, int(ticks[truth.bounds[-2] + cut])))
+        # the learned period stays the step; the recording's end, its first `cut` events,
+        # is the last iteration when it is half a step or more (less: too little to tell)
+        assert pat.period_events == p and len(pat.iterations) == found, (cut, pat.notes)
