@@ -300,3 +300,21 @@ def test_without_markers_a_last_step_cut_short_is_counted_once_it_is_half_a_step
         # the learned period stays the step; the recording's end, its first `cut` events,
         # is the last iteration when it is half a step or more (less: too little to tell)
         assert pat.period_events == p and len(pat.iterations) == found, (cut, pat.notes)
+
+
+@pytest.mark.parametrize("steps", [8, 12, 16])
+def test_without_markers_a_partial_last_batch_is_the_last_iteration(steps):
+    # the partial batch skips an op: its kinds are R's beginning shifted, within the edits
+    # KIND_AGREE_MIN allows
+    tr, truth = loop_trace("partial_last", markers=False, steps=steps)
+    pat = analyze(tr)
+    assert len(pat.iterations) == truth.steps and judge(pat, truth) == "steps"
+
+
+def test_prefix_edits_is_the_edit_distance_to_the_closest_prefix():
+    from uvm_sched.pattern._period import _prefix_edits
+
+    r = np.array([0, 0, 1, 0, 1, 1, 0, 1])
+    assert _prefix_edits(np.array([0, 0, 1, 0]), r, 1) == 0  # a prefix
+    assert _prefix_edits(np.array([0, 1, 0, 1, 1]), r, 1) == 1  # one skipped
+    assert _prefix_edits(np.array([1, 1, 1, 1, 1]), r, 1) == 3  # not its beginning

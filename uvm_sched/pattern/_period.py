@@ -386,10 +386,35 @@ def _segment(tok, kind, rh: RollingHash, phase: int, p: int):
             is_it[s] = agree >= KIND_AGREE_MIN
     # The trailing segment shorter than R: the last iteration, cut short (a partial last
     # batch, the recording stopped), when it is R's beginning -- its kinds agree with R's
-    # first ones at KIND_AGREE_MIN of its own positions; the 2 * len >= p above still holds.
+    # first ones at KIND_AGREE_MIN of its own positions, or within as many edits (a partial
+    # batch skips an op or two: the rest is shifted); the 2 * len >= p above still holds.
     last = n_seg - 1
     if not is_it[last] and p <= 2 * seg_len[last] < 2 * p:
         L = int(seg_len[last])
-        agree = np.count_nonzero(kind[b[last]:b[last] + L] == kind[phase:phase + L]) / L
-        is_it[last] = agree >= KIND_AGREE_MIN
+        tail, head = kind[b[last]:b[last] + L], kind[phase:phase + p]
+        agree = np.count_nonzero(tail == head[:L]) / L
+        is_it[last] = agree >= KIND_AGREE_MIN or _prefix_edits(
+            tail, head, int((1 - KIND_AGREE_MIN) * L)) <= (1 - KIND_AGREE_MIN) * L
     return b, is_it
+
+
+_MAX_EDIT_CELLS = 20_000_000  # the edit distance's table: ~0.1 s of numpy, one per analysis
+
+
+def _prefix_edits(a: np.ndarray, r: np.ndarray, d: int) -> float:
+    """Edits (insertions, deletions, substitutions) between ``a`` and the closest prefix of
+    ``r`` of length ``len(a) +- d`` (Levenshtein, one numpy row per element of ``a``; an
+    insertion run is a running minimum). ``inf`` when the table would exceed
+    ``_MAX_EDIT_CELLS`` (a trailing segment of a very long iteration: positions only)."""
+    n, m = len(a), min(len(r), len(a) + d)
+    if n * (m + 1) > _MAX_EDIT_CELLS:
+        return float("inf")
+    r = r[:m]
+    j = np.arange(m + 1)
+    prev = j.astype(np.int64)
+    for i in range(1, n + 1):
+        base = np.empty(m + 1, np.int64)
+        base[0] = i
+        base[1:] = np.minimum(prev[:-1] + (r != a[i - 1]), prev[1:] + 1)
+        prev = np.minimum.accumulate(base - j) + j  # an insertion costs 1 per element
+    return float(prev[max(0, n - d):].min())
