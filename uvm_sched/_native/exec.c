@@ -29,16 +29,21 @@
  * Re-finding the start (sync=UVM_SYNC_PERIOD_RESYNC): with sync=period a step with a few
  * events fewer or more, or an iteration of another kind (an eval batch), shifts the count
  * for good, and every later iteration would diverge.  In this mode the executor learns the
- * bytes live where its iterations start: the pool's allocated bytes at an iteration boundary
- * reached by count after a clean iteration, once two such boundaries in a row agree (a
- * boundary reached clean but shifted is told apart by its level).  After a divergence it
- * stops counting and seeks: the first allocator event after which the live bytes equal
- * that level ends the diverged iteration, and the next event starts one in phase (counted
- * in resyncs), so only the interrupted iteration is lost.  A level met inside an iteration
+ * bytes live where its iterations start: the pool's allocated bytes at the last iteration
+ * boundary reached by count after a clean iteration.  After a divergence at an allocation
+ * it stops counting and seeks, after each allocator event: (1) when the bytes live before
+ * that allocation are live again, the events since were inserted into the iteration (an
+ * eval batch between the optimizer step and the next step's first frees): it goes on in
+ * phase from there, its allocations and actions as before (once per iteration; counted in
+ * insertions, a RESUME record); (2) when the start's bytes are live, the next event starts
+ * an iteration in phase (counted in resyncs), so only the diverged iteration is lost; when
+ * both hold at once, (2), unless the divergence was at the iteration's event 0 (the same
+ * point): a step with events missing shows the start's level first.  A level met by chance
  * gives a wrong phase, which diverges and seeks again.  Seeking gives up after two periods
- * of events (a loop that changed never shows the level again) and counts on from there,
- * as sync=period does, so that iterations and their divergences keep coming for the
- * runtime to relearn by.  Without a known level a divergence counts on, as sync=period.
+ * of events (a loop that changed shows neither level again) and counts on from there, as
+ * sync=period does, so that iterations and their divergences keep coming for the runtime
+ * to relearn by.  A divergence found at arming (a live block of another size) counts on,
+ * as sync=period; before a start level is known only (1) is sought.
  * Arming mid-iteration (uvm_exec_arm_at, phase k > 0): the executor counts on from event
  * k of the iteration, told the addresses of its allocations already made.
  * Every issued, skipped, failed or unsupported action is also written to the event ring
