@@ -390,11 +390,11 @@ def _segment(tok, kind, rh: RollingHash, phase: int, p: int):
     # batch skips an op or two: the rest is shifted); the 2 * len >= p above still holds.
     last = n_seg - 1
     if not is_it[last] and p <= 2 * seg_len[last] < 2 * p:
-        L = int(seg_len[last])
-        tail, head = kind[b[last]:b[last] + L], kind[phase:phase + p]
-        agree = np.count_nonzero(tail == head[:L]) / L
-        is_it[last] = agree >= KIND_AGREE_MIN or _prefix_edits(
-            tail, head, int((1 - KIND_AGREE_MIN) * L)) <= (1 - KIND_AGREE_MIN) * L
+        n_tail = int(seg_len[last])
+        tail, head = kind[b[last]:b[last] + n_tail], kind[phase:phase + p]
+        in_place = np.count_nonzero(tail == head[:n_tail]) / n_tail
+        slack = (1 - KIND_AGREE_MIN) * n_tail
+        is_it[last] = in_place >= KIND_AGREE_MIN or _prefix_edits(tail, head, int(slack)) <= slack
     return b, is_it
 
 
