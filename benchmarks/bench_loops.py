@@ -5,8 +5,9 @@ Each shape of ``uvm_sched.pattern._loops`` (dynamic padding, a partial last batc
 with events missing, eval batches, gradient accumulation, activation checkpointing, a
 compiled model, and the fixed-shape loop) with and without step markers:
 
-* **found / true** -- ``analyze`` on the whole loop against the true steps, and what it
-  found (``_loops.judge``: the steps, groups of steps, "no period" with its reason, or a
+* **found / true** -- ``analyze`` on the whole loop against the true steps (its iterations
+  and the stretches of another kind it found inserted into them: ``_loops.steps_found``),
+  and what it found (``_loops.judge``: the steps, groups of steps, "no period" with its reason, or a
   sub-period, which must never be);
 * **plan / demand** -- as the runtime plans: from the first ``WARMUP`` steps (its warm-up
   and the step after it), then simulated on the whole loop (the measured window is its last
@@ -86,13 +87,13 @@ def armed_share(trace) -> float | None:
 
 def row(shape: str, markers: bool, steps: int) -> dict:
     from uvm_sched.pattern import analyze
-    from uvm_sched.pattern._loops import judge, loop_trace
+    from uvm_sched.pattern._loops import judge, loop_trace, steps_found
 
     t0 = time.perf_counter()
     tr, truth = loop_trace(shape, markers=markers, steps=steps)
     pat = analyze(tr)
     out = {"shape": shape, "markers": markers, "true": truth.steps,
-           "found": len(pat.iterations), "verdict": judge(pat, truth),
+           "found": steps_found(pat), "verdict": judge(pat, truth),
            "why": next((s for s in pat.notes if s.startswith("no period")), ""),
            "sims": {f"{hw} {b}": plan_vs_demand(tr, truth, hw, b) for hw in HW for b in BUDGETS},
            "armed": armed_share(tr)}
@@ -128,14 +129,14 @@ def range_row(shape: str, kw: dict, steps: int) -> dict:
     on h200-pcie5 (plan from the warm-up), the runtime's armed share (with markers and
     without)."""
     from uvm_sched.pattern import analyze
-    from uvm_sched.pattern._loops import judge, loop_trace
+    from uvm_sched.pattern._loops import judge, loop_trace, steps_found
 
     tr, truth = loop_trace(shape, steps=steps, **kw)
     bare, btruth = loop_trace(shape, markers=False, steps=steps, **kw)
     pb = analyze(bare)
     return {"shape": shape, "params": kw, "true": truth.steps,
             "found": len(analyze(tr).iterations), "verdict": judge(analyze(tr), truth),
-            "found_bare": len(pb.iterations), "verdict_bare": judge(pb, btruth),
+            "found_bare": steps_found(pb), "verdict_bare": judge(pb, btruth),
             "ratio": plan_vs_demand(tr, truth, "h200-pcie5", "50%")["ratio"],
             "armed": armed_share(tr), "armed_bare": armed_share(bare)}
 

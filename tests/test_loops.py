@@ -12,7 +12,7 @@ import pytest
 
 from uvm_sched import planner
 from uvm_sched.pattern import analyze
-from uvm_sched.pattern._loops import SHAPES, judge, loop_trace
+from uvm_sched.pattern._loops import SHAPES, judge, loop_trace, steps_found
 
 from _planner_helpers import host_backend
 
@@ -318,3 +318,31 @@ def test_prefix_edits_is_the_edit_distance_to_the_closest_prefix():
     assert _prefix_edits(np.array([0, 0, 1, 0]), r, 1) == 0  # a prefix
     assert _prefix_edits(np.array([0, 1, 0, 1, 1]), r, 1) == 1  # one skipped
     assert _prefix_edits(np.array([1, 1, 1, 1, 1]), r, 1) == 3  # not its beginning
+
+
+@pytest.mark.parametrize("k", [2, 3, 5, 10])
+def test_without_markers_an_eval_batch_inside_an_iteration_is_found_as_a_step_of_its_own(k):
+    tr, truth = loop_trace("eval_every", markers=False, steps=16, k=k)
+    pat = analyze(tr)
+    first = truth.kinds.index("eval")
+    eval_len = truth.bounds[first + 1] - truth.bounds[first]
+    inserted = [kd for kd in pat.kinds if "inserted" in kd]
+    assert len(inserted) == 1 and inserted[0]["inserted"]["events"] == eval_len
+    assert steps_found(pat) == truth.steps and judge(pat, truth) == "steps"
+    assert any("of another kind inserted at its event" in n for n in pat.notes)
+
+
+def test_a_step_with_events_missing_is_no_insertion():
+    pat = analyze(loop_trace("missing_events", markers=False, steps=16)[0])
+    assert not any("inserted" in kd for kd in pat.kinds) and steps_found(pat) == 16
+
+
+def test_inserted_at_finds_the_stretch_only_where_the_rest_is_the_representative():
+    from uvm_sched.pattern._evidence import inserted_at
+
+    rep = np.array([1, 2, 3, 4, 5])
+    assert inserted_at(np.array([1, 2, 9, 9, 3, 4, 5]), rep) == 2
+    assert inserted_at(np.array([9, 1, 2, 3, 4, 5]), rep) == 0
+    assert inserted_at(np.array([1, 2, 3, 4, 5, 9]), rep) == 5
+    assert inserted_at(np.array([1, 2, 9, 3, 4, 6]), rep) is None  # changed besides
+    assert inserted_at(rep, rep) is None and inserted_at(rep[:4], rep) is None
