@@ -17,7 +17,11 @@ live between steps -- weights, optimizer state -- keep their sizes). Where the l
 back more than once in an iteration, the last point in the batch is taken (even one before
 the divergence: the executor notices a shifted count only at an allocation of another size,
 often a step later); a wrong phase, or the odd step itself re-entered, diverges again and
-is found again at the next start. The iteration a resync leaves is not counted towards
+is found again at the next start. The runtime arms period plans ``sync="period_resync"``:
+the executor itself resumes an iteration after events inserted into it (``RESUME``) or
+starts the next one at the start's level (``_native/exec.c``); this module then re-arms
+only where a batch shows neither (no start level known to the executor yet, or a start
+seen before the divergence). The iteration a resync leaves is not counted towards
 relearning, for up to ``relearn_after`` resyncs without a clean iteration between them:
 a loop that has changed finds no phase that holds and relearns as before.
 """
