@@ -5,8 +5,9 @@ Each shape of ``uvm_sched.pattern._loops`` (dynamic padding, a partial last batc
 with events missing, eval batches, gradient accumulation, activation checkpointing, a
 compiled model, and the fixed-shape loop) with and without step markers:
 
-* **found / true** -- ``analyze`` on the whole loop against the true steps, and what it
-  found (``_loops.judge``: the steps, groups of steps, "no period" with its reason, or a
+* **found / true** -- ``analyze`` on the whole loop against the true steps (its iterations
+  and the stretches of another kind it found inserted into them: ``_loops.steps_found``),
+  and what it found (``_loops.judge``: the steps, groups of steps, "no period" with its reason, or a
   sub-period, which must never be);
 * **plan / demand** -- as the runtime plans: from the first ``WARMUP`` steps (its warm-up
   and the step after it), then simulated on the whole loop (the measured window is its last
@@ -19,8 +20,10 @@ compiled model, and the fixed-shape loop) with and without step markers:
   between eval batches, depth) across a plausible range (not with ``--quick``);
 * **armed** -- the loop replayed through the allocator (host backend) under a
   ``Scheduler(budget="50%", watchdog_iters=0)``: with markers, the share of steps after
-  the first plan that ran armed (``stats()["armed_share"]``); without, the share of the
-  executor's iterations without a divergence.
+  the first plan that ran armed (``stats()["armed_share"]``); without, the executor's
+  iterations that ran without a divergence (or went on in phase after events inserted
+  into them) over those iterations and the inserted stretches (an eval batch: run
+  unplanned), ``_runtime_replay``'s ``executor_clean_share``.
 
     python benchmarks/bench_loops.py                 # every shape, 16 steps (~3 min)
     python benchmarks/bench_loops.py --shapes fixed,dynamic_padding --steps 10
@@ -84,13 +87,13 @@ def armed_share(trace) -> float | None:
 
 def row(shape: str, markers: bool, steps: int) -> dict:
     from uvm_sched.pattern import analyze
-    from uvm_sched.pattern._loops import judge, loop_trace
+    from uvm_sched.pattern._loops import judge, loop_trace, steps_found
 
     t0 = time.perf_counter()
     tr, truth = loop_trace(shape, markers=markers, steps=steps)
     pat = analyze(tr)
     out = {"shape": shape, "markers": markers, "true": truth.steps,
-           "found": len(pat.iterations), "verdict": judge(pat, truth),
+           "found": steps_found(pat), "verdict": judge(pat, truth),
            "why": next((s for s in pat.notes if s.startswith("no period")), ""),
            "sims": {f"{hw} {b}": plan_vs_demand(tr, truth, hw, b) for hw in HW for b in BUDGETS},
            "armed": armed_share(tr)}
@@ -117,24 +120,25 @@ def twin(steps: int, seed: int = 0, **kw) -> dict:
 RANGE = [("dynamic_padding", {"seed": s}) for s in (1, 2, 3)] + \
     [("dynamic_padding", {"layers": 12})] + \
     [("grad_accum", {"k": k}) for k in (2, 4, 8)] + \
-    [("eval_every", {"k": k}) for k in (3, 10)] + \
+    [("eval_every", {"k": k}) for k in (2, 3, 5, 10)] + \
     [("fixed", {"layers": n}) for n in (3, 12)] + [("checkpointing", {"layers": 12})]
 
 
 def range_row(shape: str, kw: dict, steps: int) -> dict:
     """One shape at other parameters: found (with and without markers), plan/demand at 50%
-    on h200-pcie5 (plan from the warm-up), the runtime's armed share (markers)."""
+    on h200-pcie5 (plan from the warm-up), the runtime's armed share (with markers and
+    without)."""
     from uvm_sched.pattern import analyze
-    from uvm_sched.pattern._loops import judge, loop_trace
+    from uvm_sched.pattern._loops import judge, loop_trace, steps_found
 
     tr, truth = loop_trace(shape, steps=steps, **kw)
     bare, btruth = loop_trace(shape, markers=False, steps=steps, **kw)
     pb = analyze(bare)
     return {"shape": shape, "params": kw, "true": truth.steps,
             "found": len(analyze(tr).iterations), "verdict": judge(analyze(tr), truth),
-            "found_bare": len(pb.iterations), "verdict_bare": judge(pb, btruth),
+            "found_bare": steps_found(pb), "verdict_bare": judge(pb, btruth),
             "ratio": plan_vs_demand(tr, truth, "h200-pcie5", "50%")["ratio"],
-            "armed": armed_share(tr)}
+            "armed": armed_share(tr), "armed_bare": armed_share(bare)}
 
 
 def write(rows: list[dict], twins: list[dict], ranged: list[dict], prov: dict) -> None:
@@ -143,7 +147,9 @@ def write(rows: list[dict], twins: list[dict], ranged: list[dict], prov: dict) -
              "Plans are made from the first 4 steps (what the runtime has seen when it "
              "plans) and simulated on the whole loop; plan/demand below 1 is faster. armed: "
              "with markers the share of steps after the first plan that ran armed, without "
-             "markers the share of the executor's iterations without a divergence.", "",
+             "markers the executor's iterations run without a divergence (or gone on in "
+             "phase after events inserted into them: an eval batch) over those iterations "
+             "and the inserted stretches.", "",
              "| shape | markers | found/true | found | " + " | ".join(f"plan/demand {c}"
                                                             for c in cols) + " | armed |",
              "|---|---|---:|---|" + "---:|" * len(cols) + "---:|"]
@@ -167,14 +173,15 @@ def write(rows: list[dict], twins: list[dict], ranged: list[dict], prov: dict) -
                      f"{'yes' if t['within_10pct'] else 'no'} |")
     lines += ["", "## The shapes' parameters across their range", "",
               "found: with markers / without (the verdict); plan/demand at 50% on h200-pcie5 "
-              "(plan from the warm-up); armed: the runtime with markers.", "",
+              "(plan from the warm-up); armed: the runtime with markers / without.", "",
               "| shape | parameters | found/true (markers) | without markers | plan/demand | "
-              "armed |", "|---|---|---:|---|---:|---:|"]
+              "armed (markers) | armed (without) |", "|---|---|---:|---|---:|---:|---:|"]
     for r in ranged:
         params = ", ".join(f"{k}={v}" for k, v in r["params"].items())
-        armed = "-" if r["armed"] is None else f"{r['armed']:.0%}"
+        armed, bare = ("-" if a is None else f"{a:.0%}" for a in (r["armed"], r["armed_bare"]))
         lines.append(f"| {r['shape']} | {params} | {r['found']}/{r['true']} ({r['verdict']}) | "
-                     f"{r['found_bare']} ({r['verdict_bare']}) | {r['ratio']:.3f} | {armed} |")
+                     f"{r['found_bare']} ({r['verdict_bare']}) | {r['ratio']:.3f} | {armed} | "
+                     f"{bare} |")
     lines += ["", provenance_md(prov)]
     (RESULTS / "loops.md").write_text("\n".join(lines))
     write_json(RESULTS / "loops.json", {"provenance": prov, "rows": rows, "twins": twins,

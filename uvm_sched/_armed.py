@@ -42,7 +42,8 @@ def plan_table(plan) -> np.ndarray:
 
 def arm_plan(plan, persistent_addrs: Mapping[int, int] | Iterable[int] | None = None, *,
              device: int = 0, start_now: bool = True, phase: int = 0,
-             phase_allocs: Iterable[int] | None = None, table: np.ndarray | None = None) -> None:
+             phase_allocs: Iterable[int] | None = None, table: np.ndarray | None = None,
+             resync: bool = False) -> None:
     """Arm the executor with a ``uvm_sched.planner.Plan``. ``persistent_addrs`` maps the
     plan's persistent block ordinals (ordinal among all allocations since recording
     started) to live addresses: a mapping, or a sequence indexed by ordinal (e.g. the
@@ -50,7 +51,10 @@ def arm_plan(plan, persistent_addrs: Mapping[int, int] | Iterable[int] | None = 
     that is not live (now, or when the action is due, even if its address was reused)
     is skipped and counted. Raises ``ValueError`` naming the first persistent row whose
     block has no address at all. ``phase``/``phase_allocs``: arm mid-iteration, see
-    :func:`arm`. ``table``: ``plan_table(plan)`` made beforehand (not modified)."""
+    :func:`arm`. ``table``: ``plan_table(plan)`` made beforehand (not modified).
+    ``resync``: a ``sync="period"`` plan is armed ``sync="period_resync"`` (after a
+    divergence the executor waits for the iteration's start instead of counting on; the
+    runtime's choice; a replay compared with the simulator keeps ``"period"``)."""
     table = plan_table(plan) if table is None else np.array(table, PLAN_ROW_DTYPE)
     n = len(table)
     if n:
@@ -81,9 +85,10 @@ def arm_plan(plan, persistent_addrs: Mapping[int, int] | Iterable[int] | None = 
             table["block"][rows] = ords[inv]
             table["addr"][rows] = addrs[inv]
     meta = plan.meta
+    sync = meta.get("sync", "marker")
     native.arm(table, meta["alloc_sizes"], int(meta["period_events"]),
-               sync=meta.get("sync", "marker"), device=device, start_now=start_now,
-               phase=phase, phase_allocs=phase_allocs)
+               sync="period_resync" if resync and sync == "period" else sync, device=device,
+               start_now=start_now, phase=phase, phase_allocs=phase_allocs)
 
 
 def _seq_get(seq: list):

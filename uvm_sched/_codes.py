@@ -34,3 +34,4 @@ class NativeEvent(IntEnum):
     RELEASE = 42
     SYNC = 43
     PROBE = 44  # a fault probe moved a range to the host (_native_faults.probe_set)
+    RESUME = 45  # the iteration goes on after events inserted into it: size = their count

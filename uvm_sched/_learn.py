@@ -35,6 +35,23 @@ __all__ = ["learn", "Worker", "Job", "main", "shared_worker"]
 logger = logging.getLogger(__name__)
 
 
+_PLANNED_LABELS = ("steady", "same structure, other sizes")
+
+
+def _kind_undecided(pat, warmup_iters: int) -> bool:
+    """Marked steps where the kind to plan is not yet the most common one: another kind
+    (an eval batch every second step) met as often among the warm-up's steps, so that the
+    plan could be the eval's and every train step would run unplanned. Decided by the
+    next step that repeats either; after ``2 * warmup_iters`` steps (a loop whose kinds
+    never settle) the analysis' choice stands, as for a learned period tried at each
+    doubling of the events."""
+    if pat.source != "markers" or len(pat.iterations) >= 2 * warmup_iters:
+        return False
+    planned = sum(len(k["iterations"]) for k in pat.kinds if k["label"] in _PLANNED_LABELS)
+    others = [len(k["iterations"]) for k in pat.kinds if k["label"] == "other"]
+    return bool(others) and max(others) >= planned
+
+
 def learn(req: dict) -> dict:
     """Plan from recorded events. ``req``: ``events`` (list of EVENT_DTYPE arrays, in order),
     ``budget``, ``hw``, ``mode``, ``warmup_iters``, ``plan_opts``, ``touches`` (None, or
@@ -60,6 +77,8 @@ def learn(req: dict) -> dict:
         pat = analyze(trace)
         if pat.source != "markers" and len(pat.iterations) < req["warmup_iters"]:
             return {"status": "wait"}  # not enough repetitions yet to trust a learned period
+        if _kind_undecided(pat, req["warmup_iters"]):
+            return {"status": "wait"}  # which marked kind to plan: another step will tell
         opts = dict(req["plan_opts"])
         mode, why = req["mode"], req.get("mode_reason")
         if req["touches"] is not None:

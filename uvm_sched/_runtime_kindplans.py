@@ -2,9 +2,12 @@
 is armed for each step.
 
 Rule: a kind other than the planned one (an eval batch, a partial batch; ``_runtime_kinds``
-matches each step to its kind by its string of allocs and frees) gets a plan of its own once
-``warmup_iters`` of its steps have ended after the first plan -- the evidence the planned
-kind needs before it is planned, no constant of its own. Its plan is made in the
+matches each step to its kind by its string of allocs and frees) gets a plan of its own from
+its first step observed whole after the first plan (from its marker to the next), priced
+like any plan -- a plan is made from one step anyway, and it is armed only where the
+kind's steps recur at a steady gap (below), which takes a second one; waiting for more of
+them (``warmup_iters``, the planned kind's evidence) left an eval every k steps unplanned
+until its fourth occurrence, for every k. Its plan is made in the
 background worker like the main one (``_learn.learn``) from its latest step: the blocks
 alive at the step's marker (weights, optimizer state, gradients) as the prefix, then the
 step's events between its two markers; for the main plan's budget in bytes, oblivious
@@ -60,8 +63,6 @@ class KindPlans:
         self.failed: dict[str, str] = {}  # label -> why no plan
         self.skipped: dict[str, int] = {}  # reason -> steps whose kind plan was not armed
         self.switches = 0  # tables armed at a marker for a kind
-        self.need: int | None = None  # steps of a kind before it is planned (warmup_iters;
-        # None until the first drained batch under the plan)
         self._main: tuple | None = None  # (the main plan, its table): re-arming it is cheap
 
     def label(self, key: Any) -> str:
@@ -73,18 +74,16 @@ class KindPlans:
         """A step of kind ``key`` (not the planned one) ended after the first plan:
         ``live`` the blocks alive at its marker, ``evs`` its events from that marker to the
         next (None, []: not kept, the step began before the plan)."""
-        n = self.counts[key] = self.counts.get(key, 0) + 1
+        self.counts[key] = self.counts.get(key, 0) + 1
         planned = key in self.plans or (self._job_of is not None and self._job_of[0] == key)
-        if not planned and label not in self.failed and live is not None \
-                and self.need is not None and n >= self.need:
-            self.pending = (key, label, live, evs)
+        if not planned and label not in self.failed and live is not None:
+            self.pending = (key, label, live, evs)  # (its first step seen whole)
 
     def step(self, s: Any, ev: np.ndarray) -> None:
         """While the ``Scheduler`` ``s`` is armed, after each drained batch ``ev``: take a
         kind plan the worker made, hand it the next one, and when the batch ends at a marker
         (no alloc or free after it; the executor's own records may follow) arm the table of
         the step's guessed kind."""
-        self.need = s.warmup_iters
         if self.job is not None and self.job.done.is_set():
             self._finish()
         if self.pending is not None and self.job is None:

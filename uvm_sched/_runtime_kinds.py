@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from ._runtime_recording import ALLOC, DIVERGENCE, FREE, ITER, MARK, track_live
+from ._runtime_recording import ALLOC, DIVERGENCE, FREE, ITER, MARK, RESUME, track_live
 from ._runtime_kindplans import KindPlans
 from ._runtime_resync import PeriodResync
 from ._runtime_states import State
@@ -92,6 +92,8 @@ class Steps:
         self.bad_in_row = 0
         self.iter_run = 0  # executor iterations in a row with a divergence (period sync)
         self._iter_div = 0  # divergences in the executor's current iteration
+        self.iters_diverged = 0  # executor iterations ended with a divergence
+        self.insertions = 0  # events inserted into an iteration, which then went on
         self._open = False  # a marker has started a step
         self._n = 0  # its allocator events so far
         self._crc = 0
@@ -172,12 +174,17 @@ class Steps:
         """The executor's iterations (ITER) and divergences in drained kinds ``k``,
         counted in ``counters``; returns its iterations in a row with a divergence (what
         a plan synced on the learned period, without markers, relearns by)."""
-        for kind in k[(k == ITER) | (k == DIVERGENCE)].tolist():
+        for kind in k[(k == ITER) | (k == DIVERGENCE) | (k == RESUME)].tolist():
             if kind == DIVERGENCE:
                 self._iter_div += 1
                 counters["divergences"] += 1
                 continue
+            if kind == RESUME:  # the divergence was events inserted (an eval batch):
+                self._iter_div = max(self._iter_div - 1, 0)  # it went on in phase after them
+                self.insertions += 1
+                continue
             counters["iterations_armed"] += 1  # a new iteration: judge the one that ended
+            self.iters_diverged += self._iter_div > 0
             self.iter_run = self.iter_run + 1 if self._iter_div else 0
             logger.debug("armed iteration %d ended: %d divergences (%d iterations in a row "
                          "with one)", counters["iterations_armed"], self._iter_div,
@@ -230,13 +237,19 @@ class Steps:
     def report(self) -> dict[str, Any]:
         """``stats()``'s part: ``steps_armed``, ``armed_share`` (of the steps since the
         first plan was armed; None before), ``kinds`` (label -> steps, armed) and
-        ``not_armed`` (reason -> steps)."""
+        ``not_armed`` (reason -> steps); synced on the learned period, the executor's
+        ``iterations_diverged`` (with a divergence it did not resume after, the one under
+        way included) and
+        ``insertions`` (stretches of events inserted into an iteration, run unplanned,
+        after which it went on: native ``sync="period_resync"``)."""
         n = max(self.after_plan, 0)
         return {"steps_armed": sum(r["armed"] for r in self.kinds.values()),
                 "armed_share": self.armed_after_plan / n if n else None,
                 "kinds": {k: dict(v) for k, v in self.kinds.items()},
                 "not_armed": dict(self.not_armed), "kind_plans": self.plans.report(),
-                "period_resyncs": self.resync.resyncs}
+                "period_resyncs": self.resync.resyncs,
+                "iterations_diverged": self.iters_diverged + (self._iter_div > 0),
+                "insertions": self.insertions}
 
     def predict(self) -> Any:
         """The kind of the step now open, guessed from the steps' sequence of kinds: a kind

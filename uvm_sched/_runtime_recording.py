@@ -23,6 +23,7 @@ from ._codes import NativeEvent
 ALLOC, FREE, MARK, ITER, DIVERGENCE = (int(NativeEvent.ALLOC), int(NativeEvent.FREE),
                                        int(NativeEvent.MARK), int(NativeEvent.ITER),
                                        int(NativeEvent.DIVERGENCE))
+RESUME = int(NativeEvent.RESUME)
 
 
 def track_live(live: np.ndarray, ev: np.ndarray) -> np.ndarray:
@@ -114,15 +115,25 @@ class Recording:
         return np.concatenate(out[::-1]) if out else self.prefix[:0]
 
     def period_phase(self, start_ev: int, period: int, live: np.ndarray,
-                     n_allocs: int) -> tuple[int, list[int]]:
+                     n_allocs: int, start_level: int | None = None) -> tuple[int, list[int]]:
         """Where a plan synced on the learned period (``period`` allocator events, the
         learned iteration starting at event ``start_ev`` of the recording) arms now: the
-        phase, how far the current iteration has got (counted in whole periods over
-        everything recorded, including what ran while the plan was made), and the
-        addresses of its allocations so far, in order: 0 for one already freed (the
-        executor skips its rows); at most ``n_allocs`` (the plan's: more has diverged
-        already, which the next allocation tells the executor)."""
+        phase, how far the current iteration has got, and the addresses of its allocations
+        so far, in order: 0 for one already freed (the executor skips its rows); at most
+        ``n_allocs`` (the plan's: more has diverged already, which the next allocation
+        tells the executor). The phase counts from the last point in the last ``period``
+        events where ``start_level`` bytes were live (where the learned iteration starts,
+        ``_learn.learn``; bytes of ``live``'s terms); without one (or no ``start_level``),
+        in whole periods over everything recorded, which an iteration of another length
+        since ``start_ev`` (an eval batch, a step with events missing) puts out of phase."""
         phase = (len(self.prefix) + self.alloc_events - start_ev) % period
+        if start_level is not None:
+            recent = self.last_allocator_events(period)
+            signed = np.where(recent["kind"] == ALLOC, 1, -1) * recent["size"].astype(np.int64)
+            after = int(live["size"].astype(np.int64).sum())  # bytes live now
+            hits = np.flatnonzero(after - int(signed.sum()) + np.cumsum(signed) == start_level)
+            if len(hits):
+                phase = len(recent) - 1 - int(hits[-1])
         tail = self.last_allocator_events(phase)
         tail = tail[tail["kind"] == ALLOC]
         same = live_ordinal(live, tail["arg"])  # allocated then and still alive

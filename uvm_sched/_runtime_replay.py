@@ -24,8 +24,10 @@ def replay_loop(trace, *, poll_every: int = 64, timeout_s: float = 300.0,
                 **scheduler_opts: Any) -> dict[str, Any]:
     """Replay ``trace``'s allocator events and marks under ``Scheduler(**scheduler_opts)``
     (``hook`` is off: the marks are the steps) and return its ``stats()`` at the end, plus
-    ``executor_clean_share``: the executor's iterations without a divergence over those it
-    ran (None when it ran none) -- the armed share of a loop without markers. Raises
+    ``executor_clean_share``: the executor's iterations that ran without a divergence (or
+    went on in phase after events inserted into them) over those it ran and the stretches
+    inserted (each run unplanned: an eval batch) -- the armed share of a loop without
+    markers (None when it ran none). Raises
     ``TimeoutError`` when a plan takes longer than ``timeout_s`` seconds."""
     from . import native
     from .runtime import Scheduler
@@ -66,5 +68,7 @@ def replay_loop(trace, *, poll_every: int = 64, timeout_s: float = 300.0,
         for a in addr.values():
             native.free(a)
     it = int(st["iterations_armed"])
-    st["executor_clean_share"] = (it - int(st["divergences"])) / it if it else None
+    stretches = it + int(st["insertions"])
+    st["executor_clean_share"] = (it - int(st["iterations_diverged"])) / stretches if it \
+        else None
     return st

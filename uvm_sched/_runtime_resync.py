@@ -17,7 +17,11 @@ live between steps -- weights, optimizer state -- keep their sizes). Where the l
 back more than once in an iteration, the last point in the batch is taken (even one before
 the divergence: the executor notices a shifted count only at an allocation of another size,
 often a step later); a wrong phase, or the odd step itself re-entered, diverges again and
-is found again at the next start. The iteration a resync leaves is not counted towards
+is found again at the next start. The runtime arms period plans ``sync="period_resync"``:
+the executor itself resumes an iteration after events inserted into it (``RESUME``) or
+starts the next one at the start's level (``_native/exec.c``); this module then re-arms
+only where a batch shows neither (no start level known to the executor yet, or a start
+seen before the divergence). The iteration a resync leaves is not counted towards
 relearning, for up to ``relearn_after`` resyncs without a clean iteration between them:
 a loop that has changed finds no phase that holds and relearns as before.
 """
@@ -28,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from ._runtime_recording import ALLOC, DIVERGENCE, FREE, ITER, live_ordinal
+from ._runtime_recording import ALLOC, DIVERGENCE, FREE, ITER, RESUME, live_ordinal
 
 __all__ = ["PeriodResync"]
 
@@ -56,6 +60,9 @@ class PeriodResync:
             self.lost = True
         elif np.any(k == ITER):
             self.in_row = 0  # an iteration of the executor ended without a divergence
+        resumed = np.flatnonzero(k == RESUME)
+        if len(resumed) and (not len(div) or resumed[-1] > div[-1]):
+            self.lost = False  # the executor went on in phase after an insertion by itself
         if not self.lost or self.start_level is None or s.plan is None:
             return
         is_af = (k == ALLOC) | (k == FREE)
@@ -66,19 +73,23 @@ class PeriodResync:
         after = int(s._live["size"].astype(np.int64).sum())  # bytes live after the batch
         level = after - int(signed.sum()) + np.cumsum(signed)  # after each event
         hits = np.flatnonzero(level == self.start_level)
-        if len(div) and len(hits):
+        if not len(hits):
+            return
+        before = np.concatenate(([0], np.cumsum(is_af)))  # allocator events before i
+        d = int(before[div[-1]]) if len(div) else -1
+        h = int(hits[-1])
+        its = before[np.flatnonzero(k == ITER)]
+        if h >= d and len(its) and int(its[-1]) == h + 1:
+            self.lost = False  # the executor started there by itself (sync period_resync)
+            return
+        if len(div):
             # a start before the divergence is taken (the executor tells a shifted count
             # only at an allocation of another size, often a step later) unless the
             # executor's iteration began there: then that iteration of the loop is the odd
             # one, and its end is awaited
-            before = np.concatenate(([0], np.cumsum(is_af)))  # allocator events before i
-            d = int(before[div[-1]])
             its = before[np.flatnonzero(k[:div[-1]] == ITER)]
-            h = int(hits[-1])
             if h < d and len(its) and int(its[-1]) == h + 1:
                 return
-        if not len(hits):
-            return
         phase = len(af) - 1 - int(hits[-1])  # events of the iteration made since its start
         p = s.plan.meta
         if phase >= int(p["period_events"]):
@@ -102,7 +113,7 @@ class PeriodResync:
         self.forgive = self.in_row <= s.relearn_after
         native.disarm()
         arm_plan(s.plan, s._addrs, device=s.device, start_now=True, phase=phase,
-                 phase_allocs=allocs, table=self._table[1])
+                 phase_allocs=allocs, table=self._table[1], resync=True)
         self.lost = False
         self.resyncs += 1
         logger.debug("period resync %d: re-armed at phase %d of the learned iteration",

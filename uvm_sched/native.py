@@ -617,7 +617,7 @@ def _check_pool(full: bool = True) -> None:
 
 
 # ---- executor -------------------------------------------------------------------------
-_SYNC = {"marker": 0, "period": 1}
+_SYNC = {"marker": 0, "period": 1, "period_resync": 2}
 
 
 def arm(table: np.ndarray, alloc_sizes: Iterable[int], period_events: int, *,
@@ -630,7 +630,11 @@ def arm(table: np.ndarray, alloc_sizes: Iterable[int], period_events: int, *,
     (bytes 0 = to the end of the block), addr = the block's address for persistent rows).
     ``alloc_sizes[j]``: bytes of allocation j of the iteration (the divergence check; 0: any);
     ``period_events``: allocator events per iteration; ``sync``: ``"marker"`` (iterations
-    start at :func:`step`) or ``"period"`` (every ``period_events`` events);
+    start at :func:`step`), ``"period"`` (every ``period_events`` events) or
+    ``"period_resync"`` (the same, but after a divergence the executor waits until the
+    bytes live at its clean iteration boundaries are live again, and starts the next
+    iteration there instead of counting on from a shifted position: ``resyncs`` in
+    :func:`stats`);
     ``start_now``: the first iteration starts with the next allocator event (else at the
     next marker). Replaces any armed plan.
 
@@ -655,7 +659,7 @@ def arm(table: np.ndarray, alloc_sizes: Iterable[int], period_events: int, *,
             _nbytes(v, f"alloc_sizes[{j}]")
         sizes = np.ascontiguousarray(np.asarray(listed, dtype=np.uint64))
     if sync not in _SYNC:
-        raise ValueError(f"sync must be 'marker' or 'period', got {sync!r}")
+        raise ValueError(f"sync must be 'marker', 'period' or 'period_resync', got {sync!r}")
     period_events = _whole(period_events, "period_events")
     if not 1 <= period_events <= _MAX_PERIOD_EVENTS:
         raise ValueError(f"period_events must be in 1..{_MAX_PERIOD_EVENTS:,} allocator events, "

@@ -515,7 +515,7 @@ class Scheduler:
         if p.meta.get("sync") == "period":  # arm now, mid-iteration if need be
             phase, phase_allocs = self._rec.period_phase(
                 res["start_ev"], int(p.meta["period_events"]), self._live,
-                len(p.meta["alloc_sizes"]))
+                len(p.meta["alloc_sizes"]), res.get("start_level"))
             start_now = True
         else:
             phase, start_now = 0, self._at_marker
@@ -523,7 +523,7 @@ class Scheduler:
         assert self.device is not None  # start() set it, before any plan is armed
         t0 = time.perf_counter()
         native.arm_plan(p, addrs, device=self.device, start_now=start_now, phase=phase,
-                        phase_allocs=phase_allocs, table=res["table"])
+                        phase_allocs=phase_allocs, table=res["table"], resync=True)
         self._counters["arm_time_s"] += time.perf_counter() - t0
         self.plan, self.pattern, self._addrs = p, pat, addrs
         self._learnt_events = job.request_events

@@ -384,6 +384,83 @@ static void test_executor(const char *backend) {
     uvm_sched_exec_disarm();
 }
 
+/* one iteration of test_period_resync's loop: alloc A (4 MiB), alloc B (1 KiB), alloc C
+ * (2 MiB), free C, free B, free A; without_c: a step with C's two events missing */
+static void resync_step(int without_c) {
+    void *a = uvm_sched_malloc(4 << 20, 0, NULL);
+    void *b = uvm_sched_malloc(1024, 0, NULL);
+    if (!without_c) uvm_sched_free(uvm_sched_malloc(2 << 20, 0, NULL), 2 << 20, 0, NULL);
+    uvm_sched_free(b, 1024, 0, NULL);
+    uvm_sched_free(a, 4 << 20, 0, NULL);
+}
+
+/* sync=UVM_SYNC_PERIOD_RESYNC: events inserted into an iteration are gone through without
+ * actions and the iteration goes on; a step with events missing costs one iteration, not
+ * every later one (as with sync=period); a loop that changed counts on after two periods */
+static void test_period_resync(const char *backend) {
+    uvm_plan_row row = {.tick = 1, .action = UVM_ACT_PREFETCH_TO_DEVICE, .block = 0};
+    uint64_t sizes[3] = {4 << 20, 1024, 2 << 20};
+    for (int sync = UVM_SYNC_PERIOD; sync <= UVM_SYNC_PERIOD_RESYNC; sync++) {
+        CHECK(uvm_sched_reset(backend, 1) == UVM_OK, "reset %s", backend);
+        CHECK(uvm_sched_exec_arm(&row, 1, sizes, 3, 6, sync, 0, 1) == UVM_OK, "arm %d", sync);
+        resync_step(0);
+        resync_step(0); /* clean: the start's level is known */
+        resync_step(1); /* C missing: the count is two events off */
+        for (int i = 0; i < 3; i++) resync_step(0);
+        uint64_t div = stat_of("divergences"), issued = stat_of("actions_issued");
+        if (sync == UVM_SYNC_PERIOD) {
+            CHECK(div >= 3, "sync=period counts on shifted: every later step diverges (%llu)",
+                  (unsigned long long)div);
+            continue;
+        }
+        /* diverged at the next A (allocation 2), back at the start after that step */
+        CHECK(div == 1 && stat_of("resyncs") == 1 && stat_of("insertions") == 0,
+              "one divergence, one resync: %llu, %llu, %llu", (unsigned long long)div,
+              (unsigned long long)stat_of("resyncs"), (unsigned long long)stat_of("insertions"));
+        CHECK(issued == 5, "every step but the one after the short one issued: %llu",
+              (unsigned long long)issued);
+        /* an insertion (an eval batch) inside an iteration: A, [X, free X], B, C, ... */
+        uint64_t iters = stat_of("iterations");
+        void *a = uvm_sched_malloc(4 << 20, 0, NULL);
+        uvm_sched_free(uvm_sched_malloc(3 << 20, 0, NULL), 3 << 20, 0, NULL);
+        void *b = uvm_sched_malloc(1024, 0, NULL);
+        uvm_sched_free(uvm_sched_malloc(2 << 20, 0, NULL), 2 << 20, 0, NULL);
+        uvm_sched_free(b, 1024, 0, NULL);
+        uvm_sched_free(a, 4 << 20, 0, NULL);
+        CHECK(stat_of("divergences") == 2 && stat_of("insertions") == 1,
+              "diverged at X, resumed after it: %llu, %llu",
+              (unsigned long long)stat_of("divergences"),
+              (unsigned long long)stat_of("insertions"));
+        CHECK(stat_of("actions_issued") == 6 && stat_of("iterations") == iters + 1,
+              "the iteration went on and issued its action: %llu issued, %llu iterations",
+              (unsigned long long)stat_of("actions_issued"),
+              (unsigned long long)(stat_of("iterations") - iters));
+        resync_step(0);
+        CHECK(stat_of("actions_issued") == 7, "in phase after it");
+        uvm_event ev[128];
+        size_t n = uvm_sched_drain(ev, 128), resumes = 0;
+        for (size_t i = 0; i < n; i++)
+            if (ev[i].kind == UVM_EV_RESUME) {
+                resumes++;
+                CHECK(ev[i].size == 2 && ev[i].arg == 1, "2 events inserted at event 1: %llu "
+                      "at %lld", (unsigned long long)ev[i].size, (long long)ev[i].arg);
+            }
+        CHECK(resumes == 1, "one RESUME record (%zu)", resumes);
+        /* a loop that changed (a block that stays): never the level again; iterations go on */
+        iters = stat_of("iterations");
+        a = uvm_sched_malloc(4 << 20, 0, NULL);
+        void *d = uvm_sched_malloc(8 << 20, 0, NULL);
+        for (int i = 0; i < 3; i++) resync_step(0);
+        CHECK(stat_of("iterations") >= iters + 2, "counting on after two periods: %llu",
+              (unsigned long long)(stat_of("iterations") - iters));
+        uvm_sched_free(d, 8 << 20, 0, NULL);
+        uvm_sched_free(a, 4 << 20, 0, NULL);
+        uvm_sched_exec_disarm();
+    }
+    uvm_plan_row bad = {.tick = 0, .action = 0};
+    CHECK(uvm_sched_exec_arm(&bad, 1, sizes, 3, 6, 3, 0, 1) == UVM_EINVAL, "sync 3 refused");
+}
+
 /* direct calls: counted, recorded (arg -1), ranges checked before the driver sees them */
 static void test_direct(const char *backend) {
     CHECK(uvm_sched_reset(backend, 1) == UVM_OK, "reset %s", backend);
@@ -640,6 +717,7 @@ int main(int argc, char **argv) {
     test_random_model(200000);
     test_ring_overflow();
     test_executor("host");
+    test_period_resync("host");
     test_direct("host");
     test_calibration("host");
     test_many_streams("host");

@@ -463,6 +463,8 @@ int uvm_sched_set_tracing(int on) {
     X(actions_unsupported, E.actions_unsupported)                                              \
     X(divergences, E.divergences)                                                              \
     X(iterations, E.iterations)                                                                \
+    X(resyncs, E.resyncs)                                                                      \
+    X(insertions, E.insertions)                                                                \
     X(bytes_prefetched_h2d, E.bytes_h2d)                                                       \
     X(bytes_prefetched_d2h, E.bytes_d2h)                                                       \
     X(bytes_discarded, E.bytes_discarded)                                                      \

@@ -26,6 +26,24 @@
  * a later reuse of the address, or a prefetch ordered after compute, cannot race it.  Only
  * blocks that own whole 2 MiB pages (> 1 MiB) are discarded, up to the end of their last
  * page; the pages of a slab are shared by other blocks, so those discards are skipped.
+ * Re-finding the start (sync=UVM_SYNC_PERIOD_RESYNC): with sync=period a step with a few
+ * events fewer or more, or an iteration of another kind (an eval batch), shifts the count
+ * for good, and every later iteration would diverge.  In this mode the executor learns the
+ * bytes live where its iterations start: the pool's allocated bytes at the last iteration
+ * boundary reached by count after a clean iteration.  After a divergence at an allocation
+ * it stops counting and seeks, after each allocator event: (1) when the bytes live before
+ * that allocation are live again, the events since were inserted into the iteration (an
+ * eval batch between the optimizer step and the next step's first frees): it goes on in
+ * phase from there, its allocations and actions as before (once per iteration; counted in
+ * insertions, a RESUME record); (2) when the start's bytes are live, the next event starts
+ * an iteration in phase (counted in resyncs), so only the diverged iteration is lost; when
+ * both hold at once, (2), unless the divergence was at the iteration's event 0 (the same
+ * point): a step with events missing shows the start's level first.  A level met by chance
+ * gives a wrong phase, which diverges and seeks again.  Seeking gives up after two periods
+ * of events (a loop that changed shows neither level again) and counts on from there, as
+ * sync=period does, so that iterations and their divergences keep coming for the runtime
+ * to relearn by.  A divergence found at arming (a live block of another size) counts on,
+ * as sync=period; before a start level is known only (1) is sought.
  * Arming mid-iteration (uvm_exec_arm_at, phase k > 0): the executor counts on from event
  * k of the iteration, told the addresses of its allocations already made.
  * Every issued, skipped, failed or unsupported action is also written to the event ring
@@ -72,6 +90,7 @@ static void new_iteration(uvm_exec *x, uint64_t first) {
     x->allocs_in_iter = 0;
     x->diverged = false;
     x->waiting = false;
+    x->seeking = x->may_resume = x->resumed = false;
     x->iteration++;
     x->st.iterations++;
     uvm_trace(UVM_EV_ITER, first, 0, 0, x->device, (int64_t)x->iteration);
@@ -102,6 +121,55 @@ static int ensure_streams(uvm_exec *x, int device) {
     }
     x->device = device;
     return UVM_OK;
+}
+
+/* The transitions of sync=UVM_SYNC_PERIOD_RESYNC ("Re-finding the start") are the three
+ * functions below.  at_alloc: the divergence is allocator event k = x->ev_in_iter, an
+ * allocation of req bytes made now (not one found live at arming): it may be an insertion. */
+static void diverge(uvm_exec *x, uint64_t addr, uint64_t req, uint64_t j, bool at_alloc) {
+    x->diverged = true;
+    x->st.divergences++;
+    uvm_trace(UVM_EV_DIVERGENCE, addr, req, 0, x->device, (int64_t)j);
+    if (x->sync != UVM_SYNC_PERIOD_RESYNC) return;
+    x->may_resume = at_alloc && !x->resumed;
+    x->resume_level = uvm_g.pool.st.allocated_bytes - req; /* (before this allocation) */
+    x->resume_ev = x->ev_in_iter;
+    x->resume_allocs = j;
+    x->seeking = x->level_known || x->may_resume;
+}
+
+/* An iteration ended by count (sync=period): a clean one ends where the next starts. */
+static void period_edge(uvm_exec *x) {
+    if (!x->diverged) {
+        x->start_level = uvm_g.pool.st.allocated_bytes;
+        x->level_known = true;
+    }
+}
+
+/* After an allocator event while seeking (ev_in_iter counts it): the iteration goes on at
+ * the event where others were inserted, once the bytes live there are live again (once
+ * per iteration); or the next one starts in phase, at the learned start's level; or,
+ * after two periods of events without either, it starts counting on. */
+static void seek(uvm_exec *x) {
+    uint64_t level = uvm_g.pool.st.allocated_bytes;
+    bool at_start = x->level_known && level == x->start_level;
+    /* both levels at once: the start, unless the divergence was at the iteration's event 0
+     * (the same point); a step with events missing shows the start's level first */
+    if (x->may_resume && level == x->resume_level && (!at_start || x->resume_ev == 0)) {
+        uint64_t inserted = x->ev_in_iter - x->resume_ev;
+        x->ev_in_iter = x->resume_ev;
+        x->allocs_in_iter = x->resume_allocs;
+        x->diverged = x->seeking = x->may_resume = false;
+        x->resumed = true;
+        x->st.insertions++;
+        uvm_trace(UVM_EV_RESUME, 0, inserted, 0, x->device, (int64_t)x->resume_ev);
+        return;
+    }
+    if (at_start)
+        x->st.resyncs++;
+    else if (x->ev_in_iter < 2 * x->period)
+        return;
+    new_iteration(x, uvm_g.tick + 1); /* starts with the next event */
 }
 
 int uvm_exec_arm(uvm_exec *x, const uvm_plan_row *rows, size_t n_rows,
@@ -142,8 +210,9 @@ int uvm_exec_arm_at(uvm_exec *x, const uvm_plan_row *rows, size_t n_rows,
                       n_addrs, (unsigned long long)phase, n_allocs);
         return UVM_EINVAL;
     }
-    if (sync != UVM_SYNC_MARKER && sync != UVM_SYNC_PERIOD) {
-        uvm_set_error("sync must be 0 (marker) or 1 (period), got %d", sync);
+    if (sync != UVM_SYNC_MARKER && sync != UVM_SYNC_PERIOD && sync != UVM_SYNC_PERIOD_RESYNC) {
+        uvm_set_error("sync must be 0 (marker), 1 (period) or 2 (period, re-finding the start "
+                      "after a divergence), got %d", sync);
         return UVM_EINVAL;
     }
     if (device < 0) {
@@ -169,6 +238,10 @@ int uvm_exec_arm_at(uvm_exec *x, const uvm_plan_row *rows, size_t n_rows,
     }
     int s = ensure_streams(x, device);
     if (s != UVM_OK) return s;
+    /* the start's level is learned anew, but for a plan re-armed in phase after a
+     * divergence (the same period: the runtime's resync, _runtime_resync.py) */
+    bool keep_level = x->armed && x->level_known && x->sync == UVM_SYNC_PERIOD_RESYNC &&
+                      sync == UVM_SYNC_PERIOD_RESYNC && period == x->period;
     uvm_exec_disarm(x);
     x->rows = malloc((n_rows ? n_rows : 1) * sizeof *x->rows);
     x->row_idx = malloc((n_rows ? n_rows : 1) * sizeof *x->row_idx);
@@ -202,12 +275,14 @@ int uvm_exec_arm_at(uvm_exec *x, const uvm_plan_row *rows, size_t n_rows,
     x->n_allocs = n_allocs;
     x->period = period;
     x->sync = sync;
+    x->level_known = keep_level;
+    x->seeking = false;
     x->armed = true;
     x->iteration = (uint64_t)-1; /* the first iteration started is number 0 */
     x->st.armed = 1;
     x->st.arms++;
     uvm_trace(UVM_EV_ARM, 0, n_rows, 0, device, (int64_t)period);
-    if (start_now || phase || sync == UVM_SYNC_PERIOD) {
+    if (start_now || phase || sync != UVM_SYNC_MARKER) {
         new_iteration(x, uvm_g.tick >= phase ? uvm_g.tick - phase : 0);
     } else {
         x->waiting = true;
@@ -220,11 +295,8 @@ int uvm_exec_arm_at(uvm_exec *x, const uvm_plan_row *rows, size_t n_rows,
         if (!addrs[j] ||
             uvm_pool_lookup(&uvm_g.pool, (void *)(uintptr_t)addrs[j], &blk) != UVM_OK)
             continue;
-        if (!x->diverged && x->alloc_sizes[j] && blk.req != x->alloc_sizes[j]) {
-            x->diverged = true;
-            x->st.divergences++;
-            uvm_trace(UVM_EV_DIVERGENCE, addrs[j], blk.req, 0, x->device, (int64_t)j);
-        }
+        if (!x->diverged && x->alloc_sizes[j] && blk.req != x->alloc_sizes[j])
+            diverge(x, addrs[j], blk.req, j, false);
         x->iter_addr[j] = addrs[j];
         x->iter_ord[j] = blk.ordinal;
     }
@@ -361,10 +433,7 @@ void uvm_exec_on_event(uvm_exec *x, int kind, const uvm_block *b, void *stream) 
         uint64_t j = x->allocs_in_iter++;
         if (!x->diverged) {
             if (j >= x->n_allocs || (x->alloc_sizes[j] && b->req != x->alloc_sizes[j])) {
-                x->diverged = true;
-                x->st.divergences++;
-                uvm_trace(UVM_EV_DIVERGENCE, (uint64_t)(uintptr_t)b->addr, b->req, 0, x->device,
-                          (int64_t)j);
+                diverge(x, (uint64_t)(uintptr_t)b->addr, b->req, j, true);
             } else {
                 x->iter_addr[j] = (uint64_t)(uintptr_t)b->addr;
                 x->iter_ord[j] = b->ordinal;
@@ -374,8 +443,12 @@ void uvm_exec_on_event(uvm_exec *x, int kind, const uvm_block *b, void *stream) 
     if (!x->diverged && k < x->period && x->row_start[k + 1] > x->row_start[k])
         fire(x, k, stream, b, kind);
     x->ev_in_iter = k + 1;
-    if (x->sync == UVM_SYNC_PERIOD && x->ev_in_iter >= x->period)
+    if (x->seeking) {
+        seek(x);
+    } else if (x->sync != UVM_SYNC_MARKER && x->ev_in_iter >= x->period) {
+        period_edge(x);
         new_iteration(x, uvm_g.tick + 1); /* starts with the next event */
+    }
 }
 
 void uvm_exec_on_mark(uvm_exec *x) {

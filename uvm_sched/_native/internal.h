@@ -262,7 +262,7 @@ UVM_HIDDEN uint64_t uvm_class_size(int cls);
 typedef struct uvm_exec_stats {
     uint64_t armed, arms, actions_issued, actions_skipped, actions_failed,
         actions_unsupported, divergences, iterations, bytes_h2d, bytes_d2h, bytes_discarded,
-        bytes_advised;
+        bytes_advised, resyncs, insertions;
 } uvm_exec_stats;
 
 typedef struct uvm_exec {
@@ -278,6 +278,12 @@ typedef struct uvm_exec {
     uint64_t period;
     uint64_t ev_in_iter, allocs_in_iter, first_ordinal;
     bool diverged;
+    /* UVM_SYNC_PERIOD_RESYNC (exec.c: "Re-finding the start"): seeking = diverged, waiting
+     * for the live bytes of the iteration's start (start_level, from the last boundary
+     * reached clean: level_known) or of the point where events were inserted (resume_level,
+     * when may_resume: at event resume_ev, allocation resume_allocs of the iteration) */
+    bool seeking, level_known, may_resume, resumed;
+    uint64_t start_level, resume_level, resume_ev, resume_allocs;
     uint64_t iteration;
     uint64_t *iter_addr; /* address of allocation j of this iteration */
     uint64_t *iter_ord;  /* its global alloc ordinal (to tell a live block from a reuse) */

@@ -63,8 +63,11 @@ enum uvm_event_kind {
     UVM_EV_UNADVISE = 41,    /* direct call: advice unset; addr/size, arg = the advise action */
     UVM_EV_RELEASE = 42,     /* direct call: cached memory released; size = bytes */
     UVM_EV_SYNC = 43,        /* direct call: waited for stream */
-    UVM_EV_PROBE = 44        /* fault probe moved a range to the host; addr/size, stream,
+    UVM_EV_PROBE = 44,       /* fault probe moved a range to the host; addr/size, stream,
                                 arg = probe row (uvm_sched_probe_set) */
+    UVM_EV_RESUME = 45       /* executor (sync=UVM_SYNC_PERIOD_RESYNC): the iteration goes on
+                                after events inserted into it (they ran without actions);
+                                size = the events inserted, arg = its event it resumes at */
 };
 
 /* Plan actions: the order is planner.ACTIONS (the ABI with the Python planner). */
@@ -107,6 +110,10 @@ typedef struct uvm_plan_row {
 
 #define UVM_SYNC_MARKER 0 /* iterations start at uvm_sched_step() */
 #define UVM_SYNC_PERIOD 1 /* iterations are every period_events allocator events */
+/* as UVM_SYNC_PERIOD, but after a divergence the executor waits for the learned iteration's
+ * start (the live bytes at its clean iteration boundaries, seen again) instead of counting
+ * on from the shifted position (exec.c: "Re-finding the start") */
+#define UVM_SYNC_PERIOD_RESYNC 2
 
 /* ---- PyTorch CUDAPluggableAllocator ABI --------------------------------------------
  * torch calls exactly:  void* alloc(size_t size, int device, cudaStream_t stream)

@@ -224,8 +224,13 @@ def iteration_kinds(seg: np.ndarray, rep: int, tok: np.ndarray, ev_kind: np.ndar
             label = "last (partial batch or cut short?)"
         else:
             label = "other"
-        kinds.append({"label": label, "iterations": its, "events": length,
-                      "delta_events": length - r_len})
+        kd = {"label": label, "iterations": its, "events": length,
+              "delta_events": length - r_len}
+        if label == "other" and length > r_len:
+            at = inserted_at(tok[a:b], tok[ra:rb])
+            if at is not None:  # the representative with a stretch of another kind inside
+                kd["inserted"] = {"at_event": at, "events": length - r_len}
+        kinds.append(kd)
     # structure twins merge: per-batch shapes are one kind
     merged: dict[str, dict] = {}
     out = []
@@ -241,6 +246,22 @@ def iteration_kinds(seg: np.ndarray, rep: int, tok: np.ndarray, ev_kind: np.ndar
     return out
 
 
+def inserted_at(seg_tok: np.ndarray, rep_tok: np.ndarray) -> int | None:
+    """Where a stretch of events was inserted into the representative's string to give
+    ``seg_tok`` (longer): the position ``i`` such that ``seg_tok`` is ``rep_tok[:i]``, the
+    stretch, then ``rep_tok[i:]`` (the representative's tokens exactly, around it: an eval
+    batch between the optimizer step and the next step's first frees); None when no such
+    split exists. The stretch is a step of another kind inside a learned iteration."""
+    n, e = len(rep_tok), len(seg_tok) - len(rep_tok)
+    if e <= 0:
+        return None
+    diff = np.flatnonzero(seg_tok[:n] != rep_tok)
+    head = int(diff[0]) if len(diff) else n  # common prefix
+    diff = np.flatnonzero(seg_tok[e:][::-1] != rep_tok[::-1])
+    tail = int(diff[0]) if len(diff) else n  # common suffix
+    return min(head, n) if head + tail >= n else None
+
+
 def describe_kinds(kinds: list[dict[str, Any]], n_its: int) -> str | None:
     """One note line for the iterations that differ from the representative (None: none)."""
     odd = [kd for kd in kinds if kd["label"] != "steady"]
@@ -252,7 +273,12 @@ def describe_kinds(kinds: list[dict[str, Any]], n_its: int) -> str | None:
         its = kd["iterations"]
         shown = ", #".join(map(str, its[:6])) + ("..." if len(its) > 6 else "")
         d = kd["delta_events"]
-        parts.append(f"{kd['label']}: #{shown} ({'same count' if d == 0 else f'{d:+,} events'})")
+        ins = kd.get("inserted")
+        why = "" if ins is None else (f": the iteration with {ins['events']:,} events of "
+                                      f"another kind inserted at its event {ins['at_event']:,}"
+                                      " -- an eval batch? a step of its own")
+        parts.append(f"{kd['label']}: #{shown} ({'same count' if d == 0 else f'{d:+,} events'}"
+                     f"{why})")
     more = f"; {len(odd) - 6} more kinds" if len(odd) > 6 else ""
     return f"{n_odd} of {n_its} iterations differ from the representative -- " + "; ".join(parts) + more
 

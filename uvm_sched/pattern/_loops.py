@@ -36,7 +36,7 @@ import numpy as np
 from ..trace._model import AccessMode, Trace, TraceBuilder
 from ._synth import _Mlp
 
-__all__ = ["SHAPES", "LoopTruth", "loop_trace", "judge"]
+__all__ = ["SHAPES", "LoopTruth", "loop_trace", "judge", "steps_found"]
 
 SHAPES = ("fixed", "dynamic_padding", "partial_last", "missing_events", "eval_every",
           "grad_accum", "checkpointing", "compiled")
@@ -243,6 +243,14 @@ def loop_trace(shape: str, *, markers: bool = True, steps: int = 8, layers: int 
             m.eval_batch(batch)
     truth.bounds.append(m.events)
     return tb.build(), truth
+
+
+def steps_found(pat) -> int:
+    """The steps ``analyze`` found: its iterations, and the stretches of another kind it
+    found inserted into iterations (an eval batch between two train steps, without
+    markers: ``kinds[...]["inserted"]``), each a step of its own."""
+    return len(pat.iterations) + sum(len(kd["iterations"]) for kd in pat.kinds
+                                     if "inserted" in kd)
 
 
 def judge(pat, truth: LoopTruth) -> str:

@@ -33,7 +33,9 @@ Steps, each vectorised with numpy (n = allocator events):
    signature. Segments between boundaries are iterations when they hold ``R``'s tokens
    (bag recall >= ``RECALL_MIN``, length <= 3p: a warm-up iteration that also allocates the
    optimizer state) or ``R``'s kinds position by position (``KIND_AGREE_MIN`` of
-   ``max(len, p)``: a different last batch, a last iteration cut short); the others (weight
+   ``max(len, p)``: a different last batch, a last iteration cut short; the trailing segment
+   shorter than ``p`` at ``KIND_AGREE_MIN`` of its own length against ``R``'s beginning: a
+   last iteration cut short by more than ``1 - KIND_AGREE_MIN`` of ``p``); the others (weight
    set-up, an eval pass outside the learned iteration, tear-down) are not iterations.
 
 Overall ``O(n log n)`` time and ``O(n)`` memory.
@@ -382,4 +384,37 @@ def _segment(tok, kind, rh: RollingHash, phase: int, p: int):
             k = kind[np.minimum(b[s][:, None] + ar, n - 1)]
             agree = ((k == rk) & inside).sum(axis=1) / np.maximum(seg_len[s], p)
             is_it[s] = agree >= KIND_AGREE_MIN
+    # The trailing segment shorter than R: the last iteration, cut short (a partial last
+    # batch, the recording stopped), when it is R's beginning -- its kinds agree with R's
+    # first ones at KIND_AGREE_MIN of its own positions, or within as many edits (a partial
+    # batch skips an op or two: the rest is shifted); the 2 * len >= p above still holds.
+    last = n_seg - 1
+    if not is_it[last] and p <= 2 * seg_len[last] < 2 * p:
+        n_tail = int(seg_len[last])
+        tail, head = kind[b[last]:b[last] + n_tail], kind[phase:phase + p]
+        in_place = np.count_nonzero(tail == head[:n_tail]) / n_tail
+        slack = (1 - KIND_AGREE_MIN) * n_tail
+        is_it[last] = in_place >= KIND_AGREE_MIN or _prefix_edits(tail, head, int(slack)) <= slack
     return b, is_it
+
+
+_MAX_EDIT_CELLS = 20_000_000  # the edit distance's table: ~0.1 s of numpy, one per analysis
+
+
+def _prefix_edits(a: np.ndarray, r: np.ndarray, d: int) -> float:
+    """Edits (insertions, deletions, substitutions) between ``a`` and the closest prefix of
+    ``r`` of length ``len(a) +- d`` (Levenshtein, one numpy row per element of ``a``; an
+    insertion run is a running minimum). ``inf`` when the table would exceed
+    ``_MAX_EDIT_CELLS`` (a trailing segment of a very long iteration: positions only)."""
+    n, m = len(a), min(len(r), len(a) + d)
+    if n * (m + 1) > _MAX_EDIT_CELLS:
+        return float("inf")
+    r = r[:m]
+    j = np.arange(m + 1)
+    prev = j.astype(np.int64)
+    for i in range(1, n + 1):
+        base = np.empty(m + 1, np.int64)
+        base[0] = i
+        base[1:] = np.minimum(prev[:-1] + (r != a[i - 1]), prev[1:] + 1)
+        prev = np.minimum.accumulate(base - j) + j  # an insertion costs 1 per element
+    return float(prev[max(0, n - d):].min())
