@@ -1,0 +1,100 @@
+"""The planner's speed-ups give today's answers: the pricing's figures-only runs (sim/_api.py
+Note [Figures only]) give ``simulate``'s figures and the same choice, on generated traces,
+with the compiled loop and the plain-Python reference."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from uvm_sched import sim
+from uvm_sched.pattern._synth import training_trace
+from uvm_sched.planner import plan
+from uvm_sched.planner._pricing import _kept_reads_view
+from uvm_sched.sim import _fast, simulate
+from uvm_sched.trace import zoo
+from uvm_sched.trace._llm import llm_trace
+
+HW = "h200-pcie5"
+_SCALARS = [f.name for f in dataclasses.fields(sim.SimResult)
+            if f.name not in ("timeline", "transfers", "actions")]
+
+
+def _traces(zoo_models: bool = True):
+    yield "llm", llm_trace(layers=3, micro_batches=2, iters=3)
+    yield "llm-accesses", llm_trace(layers=2, micro_batches=3, iters=3, accesses=True)
+    yield "synth", training_trace(iters=3, layers=5, markers=True)
+    yield "synth-eval", training_trace(iters=4, layers=3, eval_after={1}, warmup_adam=True)
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return
+    if not zoo_models:
+        return
+    for seed in (5, 11):  # random families and sizes, recorded on meta tensors
+        yield f"zoo-{seed}", zoo.record_random(seed, iters=3)
+
+
+@pytest.fixture(params=["compiled", "reference"])
+def kernel(request, monkeypatch):
+    if request.param == "reference":
+        monkeypatch.setenv("UVM_SCHED_SIM_KERNEL", "python")
+    elif not _fast.available():
+        pytest.skip("numba is not installed: no compiled loop")
+    return request.param
+
+
+@pytest.mark.parametrize("pct", ["30%", "60%"])
+def test_figures_only_runs_give_simulates_figures_in_every_view(kernel, pct):
+    for name, trace in _traces(zoo_models=kernel == "compiled"):  # (the reference is slow)
+        bare = zoo.allocator_only(trace) if trace.has_accesses else trace
+        p = plan(bare, pct, HW, price=False)
+        starts = bare.iteration_starts
+        tables: dict = {}
+        for view in (bare, _kept_reads_view(bare, starts),
+                     _kept_reads_view(bare, starts, midpoints=True)):
+            try:
+                full = simulate(view, p, HW, pct)
+            except sim.BudgetError as e:  # a view's reads above the budget: refused alike
+                with pytest.raises(sim.BudgetError, match=str(e)[:40]):
+                    simulate(view, p, HW, pct, _figures_only=True, _tables=tables)
+                continue
+            fig = simulate(view, p, HW, pct, _figures_only=True, _tables=tables)
+            for f in _SCALARS:
+                assert getattr(fig, f) == getattr(full, f), (name, pct, f)
+            assert fig.timeline is None and fig.actions is None
+        # one table, made in the first view run and reused by the others
+        assert len(tables) <= 1 and all(v[0] is p for v in tables.values())
+
+
+def test_a_table_is_not_reused_for_other_allocator_events(kernel):
+    a = training_trace(iters=3, layers=4)
+    b = training_trace(iters=3, layers=4, batch=16)
+    p = plan(a, "50%", HW, price=False)
+    tables: dict = {}
+    simulate(a, p, HW, "50%", _figures_only=True, _tables=tables)
+    with pytest.warns(Warning):  # a plan made for another trace is simulated with a warning
+        full = simulate(b, p, HW, "50%")
+    with pytest.warns(Warning):
+        fig = simulate(b, p, HW, "50%", _figures_only=True, _tables=tables)
+    for f in _SCALARS:
+        assert getattr(fig, f) == getattr(full, f), f
+
+
+@pytest.mark.parametrize("pct", ["30%", "50%", "90%"])
+def test_pricing_chooses_and_times_as_with_full_simulations(pct, monkeypatch):
+    """The plan (actions and meta) with the figures-only runs equals the plan priced by
+    full ``simulate`` calls, the path before them (each with the loop ``simulate`` takes:
+    the figures-only runs under the reference are checked above)."""
+    def full(view, p, prof, budget, _figures_only=False, _tables=None, **kw):
+        return real(view, p, prof, budget, **kw)
+
+    real = sim.simulate
+    for name, trace in _traces():
+        fast = plan(trace, pct, HW, mode="oblivious")
+        with monkeypatch.context() as m:
+            m.setattr(sim, "simulate", full)
+            slow = plan(trace, pct, HW, mode="oblivious")
+        assert fast.actions.equals(slow.actions), (name, pct)
+        assert fast.meta["pricing"] == slow.meta["pricing"], (name, pct)
+        assert fast.meta.get("fallback") == slow.meta.get("fallback"), (name, pct)
