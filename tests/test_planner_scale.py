@@ -50,35 +50,18 @@ def test_figures_only_runs_give_simulates_figures_in_every_view(kernel, pct):
         bare = zoo.allocator_only(trace) if trace.has_accesses else trace
         p = plan(bare, pct, HW, price=False)
         starts = bare.iteration_starts
-        tables: dict = {}
         for view in (bare, _kept_reads_view(bare, starts),
                      _kept_reads_view(bare, starts, midpoints=True)):
             try:
                 full = simulate(view, p, HW, pct)
             except sim.BudgetError as e:  # a view's reads above the budget: refused alike
                 with pytest.raises(sim.BudgetError, match=str(e)[:40]):
-                    simulate(view, p, HW, pct, _figures_only=True, _tables=tables)
+                    simulate(view, p, HW, pct, _figures_only=True)
                 continue
-            fig = simulate(view, p, HW, pct, _figures_only=True, _tables=tables)
+            fig = simulate(view, p, HW, pct, _figures_only=True)
             for f in _SCALARS:
                 assert getattr(fig, f) == getattr(full, f), (name, pct, f)
             assert fig.timeline is None and fig.actions is None
-        # one table, made in the first view run and reused by the others
-        assert len(tables) <= 1 and all(v[0] is p for v in tables.values())
-
-
-def test_a_table_is_not_reused_for_other_allocator_events(kernel):
-    a = training_trace(iters=3, layers=4)
-    b = training_trace(iters=3, layers=4, batch=16)
-    p = plan(a, "50%", HW, price=False)
-    tables: dict = {}
-    simulate(a, p, HW, "50%", _figures_only=True, _tables=tables)
-    with pytest.warns(Warning):  # a plan made for another trace is simulated with a warning
-        full = simulate(b, p, HW, "50%")
-    with pytest.warns(Warning):
-        fig = simulate(b, p, HW, "50%", _figures_only=True, _tables=tables)
-    for f in _SCALARS:
-        assert getattr(fig, f) == getattr(full, f), f
 
 
 @pytest.mark.parametrize("pct", ["30%", "50%", "90%"])
@@ -86,7 +69,7 @@ def test_pricing_chooses_and_times_as_with_full_simulations(pct, monkeypatch):
     """The plan (actions and meta) with the figures-only runs equals the plan priced by
     full ``simulate`` calls, the path before them (each with the loop ``simulate`` takes:
     the figures-only runs under the reference are checked above)."""
-    def full(view, p, prof, budget, _figures_only=False, _tables=None, **kw):
+    def full(view, p, prof, budget, _figures_only=False, **kw):
         return real(view, p, prof, budget, **kw)
 
     real = sim.simulate

@@ -170,9 +170,6 @@ def price(trace, candidates: dict, budget: int, prof, *, accesses: bool = False,
         return t0 > 0 and t > t0 * (1 + _ROUNDING)
 
     runs: dict[int, dict] = {}
-    # each plan's action table, made in the first view and reused by the others (the views
-    # differ in their ACCESS rows only); figures only (sim/_api.py Note [Figures only])
-    tables: dict = {}
     for j, make_view in enumerate(views):
         # the one-unseen-use view (j 2) is read only for the candidates the allocator
         # events show slower (and no plan, the yardstick): it is not run for the others,
@@ -186,8 +183,8 @@ def price(trace, candidates: dict, budget: int, prof, *, accesses: bool = False,
         run: dict = {}
         try:
             for label, p in todo.items():
-                r = simulate(view, p, prof, budget, _cache=cache, _figures_only=True,
-                             _tables=tables)
+                # two figures are read: no frames built (sim/_api.py Note [Figures only])
+                r = simulate(view, p, prof, budget, _cache=cache, _figures_only=True)
                 run[label] = (float(r.iteration_time_s), float(r.stall_time_s))
                 del r
         except BudgetError:

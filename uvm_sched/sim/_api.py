@@ -145,7 +145,6 @@ def _simulate(trace, policy, hw, budget, **opts) -> SimResult:
     cache = opts.pop("_cache", None)
     # private, for the planner's pricing (Note [Figures only])
     figures_only = bool(opts.pop("_figures_only", False))
-    tables = opts.pop("_tables", None)
     pool = bool(opts.pop("pool", True))
     zero_fill = bool(opts.pop("zero_fill_faults", True))
     prep = _prepared(trace, hw, cache)
@@ -208,8 +207,8 @@ def _simulate(trace, policy, hw, budget, **opts) -> SimResult:
 
             warnings.warn(str(e).split(" Plan for this trace")[0], PlanMismatchWarning,
                           stacklevel=3)  # the caller of simulate
-        if figures_only and tables is not None and not to_end:
-            return _run_figures(prep, hw, B, policy, pool, zero_fill, tables)
+        if figures_only and not to_end:
+            return _run_figures(prep, hw, B, policy, pool, zero_fill)
         sched: Schedule = PlanSchedule(policy, prep)
     elif name == "demand":
         sched = Schedule()
@@ -328,37 +327,24 @@ def _run(prep, hw, B, sched: Schedule, name: str, pool: bool, zero_fill: bool,
 
 
 # Note [Figures only] -- the planner's pricing reads two figures of each run (the iteration
-# time and its stall) over up to nine runs of one trace: three candidate plans in up to three
-# views that differ in their ACCESS rows only. ``simulate(..., _figures_only=True,
-# _tables={})`` runs the same loop (so the figures are those of ``simulate``) but builds no
-# timeline, copy or action frames, and keeps each Plan's schedule and action table in
-# ``_tables`` for the next view: the table depends on the plan and the trace's allocator
-# events alone (``_fast.action_table``), so it is reused where those events are equal
-# (checked array by array, not assumed).
-_TABLE_KEYS = ("ev_ptr", "ev_kind", "ev_block", "bsize", "balloc_tick", "iter_starts")
+# time and its stall) over up to nine runs of one trace (three candidate plans in up to
+# three views). ``simulate(..., _figures_only=True)`` runs the same loop, so its figures are
+# those of ``simulate``, but builds no timeline, copy or action frames (pandas frames with
+# string columns: about a tenth of a priced plan's time at 100k events). Keeping each plan's
+# action table for the next view (the views differ in their ACCESS rows only) saved
+# another 0.1 s per 100k events but held ~150 bytes per event more at the peak (1M events:
+# 1,008 -> 1,163 bytes per event over the start, past the 1 KiB target), so it is not done.
 
 
-def _run_figures(prep, hw, B, plan: Plan, pool: bool, zero_fill: bool,
-                 tables: dict) -> SimResult:
+def _run_figures(prep, hw, B, plan: Plan, pool: bool, zero_fill: bool) -> SimResult:
     """A Plan's run with its window's figures only (Note [Figures only]): timeline,
     transfers and actions are None."""
-    ws, we = prep.window
-    hit = tables.get(id(plan))
-    if hit is not None and (hit[0] is not plan or hit[1] != (prep.n_ticks, prep.window) or
-                            not all(np.array_equal(a, getattr(prep, k))
-                                    for k, a in zip(_TABLE_KEYS, hit[2]))):
-        hit = None
-    if hit is None:
-        sched = PlanSchedule(plan, prep)
-        table = _fast.action_table(sched, prep, we) if _fast.available() else None
-        tables[id(plan)] = hit = (plan, (prep.n_ticks, prep.window),
-                                  [getattr(prep, k) for k in _TABLE_KEYS], sched, table)
-    sched, table = hit[3], hit[4]
-    if table is not None:
+    sched = PlanSchedule(plan, prep)
+    if _fast.available():
         books = _fast.run(prep, hw, B, sched, pool, zero_fill, False, DISCARD_MIN_BYTES,
-                          table=table, figures_only=True)
-    else:  # the reference reads the schedule tick by tick: a fresh one each run
-        books = _run_reference(prep, hw, B, PlanSchedule(plan, prep), pool, zero_fill)
+                          figures_only=True)
+    else:
+        books = _run_reference(prep, hw, B, sched, pool, zero_fill)
         books.update(timeline=None, transfers=None)
     return _window_result(prep, hw, B, "plan", pool, books, frames=False)
 

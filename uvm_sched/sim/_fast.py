@@ -143,18 +143,15 @@ def _plan_table(sched, prep: Prepared, end_t: int):
 
 
 def run(prep: Prepared, hw, B: int, sched, pool: bool, zero_fill: bool, to_end: bool,
-        discard_min: int, table=None, figures_only: bool = False) -> dict:
+        discard_min: int, figures_only: bool = False) -> dict:
     """The run ``_api._run`` makes, compiled: the window's books as a dict (see
     ``_api._window_result``) plus ``actions`` (tick, stage, code, block, event arrays).
-    ``table``: ``action_table(sched, prep, end_t)`` made before (the same arrays);
     ``figures_only``: no timeline, copies or actions (None; ``_api``'s Note [Figures
     only])."""
     assert available()
     ws, we = prep.window
     end_t = prep.n_ticks if to_end else we
-    if table is None:
-        table = action_table(sched, prep, end_t)
-    ptr, code, blk, lo, hi, ev, flag, div = table
+    ptr, code, blk, lo, hi, ev, flag, div = action_table(sched, prep, end_t)
     hwf = np.array([hw.fault_batch_latency_s, hw.h2d_fault_Bps, hw.d2h_evict_Bps,
                     hw.remote_read_Bps, hw.d2h_prefetch_Bps, hw.h2d_prefetch_Bps,
                     hw.remote_write_Bps, hw.action_call_s,
