@@ -81,3 +81,44 @@ def test_pricing_chooses_and_times_as_with_full_simulations(pct, monkeypatch):
         assert fast.actions.equals(slow.actions), (name, pct)
         assert fast.meta["pricing"] == slow.meta["pricing"], (name, pct)
         assert fast.meta.get("fallback") == slow.meta.get("fallback"), (name, pct)
+
+
+def _cyclic_fifo_numpy(issue, dur, after, period, second, busy=None):
+    """``_queues.cyclic_fifo`` as it read numpy elements one by one (the oracle)."""
+    import numpy as np
+
+    from uvm_sched.planner._queues import _stretched_end
+
+    shift = np.where(second, period, 0.0)
+    r, a = issue - shift, after - shift
+    order = np.lexsort((np.arange(len(r)), r))
+    start, end = np.zeros(len(r)), np.zeros(len(r))
+    carry = 0.0
+    for _ in range(2):
+        free_at = carry
+        for i in order.tolist():
+            s0 = max(r[i], free_at, a[i])
+            start[i] = s0
+            free_at = s0 + dur[i] if busy is None else _stretched_end(s0, dur[i], *busy)
+            end[i] = free_at
+        carry = max(0.0, free_at - period)
+    return start + shift, end + shift
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_copy_queue_on_python_floats_gives_the_numpy_loops_times_bit_for_bit(seed):
+    import numpy as np
+
+    from uvm_sched.planner._queues import busy_intervals, cyclic_fifo
+
+    rng = np.random.default_rng(seed)
+    n, period = int(rng.integers(1, 400)), float(rng.uniform(1e3, 1e6))
+    issue = rng.uniform(0, 2 * period, n)
+    dur = rng.exponential(period / n * rng.uniform(0.2, 3.0), n)
+    after = np.where(rng.random(n) < 0.3, issue + rng.uniform(0, period / 4, n), 0.0)
+    second = issue >= period
+    bs, be = busy_intervals(rng.uniform(0, period, 50), rng.uniform(0, period / 20, 50), period)
+    for busy in (None, (bs, be, 0.0), (bs, be, float(rng.uniform(0.1, 0.9)))):
+        got = cyclic_fifo(issue, dur, after, period, second, busy)
+        want = _cyclic_fifo_numpy(issue, dur, after, period, second, busy)
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
