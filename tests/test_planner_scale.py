@@ -122,3 +122,42 @@ def test_copy_queue_on_python_floats_gives_the_numpy_loops_times_bit_for_bit(see
         got = cyclic_fifo(issue, dur, after, period, second, busy)
         want = _cyclic_fifo_numpy(issue, dur, after, period, second, busy)
         assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_excess_tracks_the_maxima_of_updating_resident_in_place(seed):
+    import numpy as np
+
+    from uvm_sched.planner._excess import Excess
+
+    rng = np.random.default_rng(seed)
+    T = int(rng.integers(1, 300))
+    resident = rng.integers(0, 1 << 40, T).astype(np.int64)
+    budget = int(rng.integers(0, 1 << 40))
+    naive, ex = resident.copy(), Excess(resident.copy(), budget)
+    for _ in range(200):
+        whole = rng.random() < 0.5
+        lf = 0 if whole else int(rng.integers(0, T))
+        lt = T - 1 if whole else int(rng.integers(lf, T))
+        over = naive - budget
+        assert ex.worst() == int(over.max())
+        assert ex.worst_in(lf, lt) == int(over[lf:lt + 1].max())
+        n = int(rng.integers(0, 1 << 36))
+        naive[lf:lt + 1] -= n
+        ex.lower(lf, lt, n)
+
+
+def test_lowered_takes_off_what_the_slices_would():
+    import numpy as np
+
+    from uvm_sched.planner._excess import Excess
+
+    rng = np.random.default_rng(1)
+    for T in (1, 7, 300):
+        lf = rng.integers(0, T + 3, 50)
+        lt = lf + rng.integers(-1, T, 50)  # some past the end, some empty
+        n = rng.integers(0, 1 << 40, 50)
+        want = np.zeros(T, np.int64)
+        for a, b, k in zip(lf.tolist(), lt.tolist(), n.tolist()):
+            want[a:b + 1] -= k
+        assert np.array_equal(-Excess.lowered(T, lf, lt, n), want)
