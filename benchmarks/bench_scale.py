@@ -211,6 +211,80 @@ def profile_sim(n: int, hw: str, budget: str, top: int = 10) -> dict:
     return out
 
 
+# the functions profile_plan times (module, attribute, label); nested ones are included in
+# their callers' figures
+PLAN_PARTS = (
+    ("uvm_sched.planner._pricing", "price", "`_pricing.price`"),
+    ("uvm_sched.sim._fast_kernels", "run", "- the compiled event loop (`sim/_fast_kernels.run`)"),
+    ("uvm_sched.sim._api", "prepare", "- `sim/_prep.prepare`"),
+    ("uvm_sched.planner._pricing", "_kept_reads_view", "- `_pricing._kept_reads_view`"),
+    ("uvm_sched.planner._planner", "schedule", "schedule builder (`_lp_guided.schedule`)"),
+    ("uvm_sched.planner._core", "_select_and_time", "- `_core._select_and_time`"),
+    ("uvm_sched.planner._core", "timing", "-- `_queues.timing` (copy queues)"),
+    ("uvm_sched.planner._core", "_candidate_gaps", "- `_core._candidate_gaps`"),
+    ("uvm_sched.planner._core", "_remote_fallback", "- `_core._remote_fallback`"),
+    ("uvm_sched.planner._core", "_prediction", "- `_core._prediction`"),
+    ("uvm_sched.planner._planner", "_actions", "`_planner._actions`"),
+    ("uvm_sched.planner._planner", "_problem", "`_planner._problem`"),
+)
+
+
+def profile_plan(n: int, hw: str, budget: str) -> dict:
+    """CPU seconds of ``planner.plan`` on an ``n``-event trace, and of the functions in
+    ``PLAN_PARTS`` within it (each wrapped with ``time.process_time``: the compiled loop's
+    runs included, which cProfile cannot see into)."""
+    import importlib
+
+    sys.path.insert(0, str(ROOT))
+    from uvm_sched.pattern import analyze
+    from uvm_sched.planner import plan
+    from uvm_sched.sim import _fast
+    from uvm_sched.trace._llm import llm_trace_for_events
+
+    _fast.available()  # loads the compiled loop's module
+    spent = {label: 0.0 for _, _, label in PLAN_PARTS}
+
+    def wrapped(fn, label):
+        def timed(*a, **kw):
+            c = time.process_time()
+            try:
+                return fn(*a, **kw)
+            finally:
+                spent[label] += time.process_time() - c
+        return timed
+
+    for mod, attr, label in PLAN_PARTS:
+        m = importlib.import_module(mod)
+        setattr(m, attr, wrapped(getattr(m, attr), label))
+    plan(llm_trace_for_events(3000), budget, hw)  # first calls
+    spent = dict.fromkeys(spent, 0.0)
+    tr = llm_trace_for_events(n)
+    pat = analyze(tr)
+    c = time.process_time()
+    p = plan(tr, budget, hw, pattern=pat)
+    return {"events": len(tr.kind), "plan_cpu_s": time.process_time() - c, "parts": spent,
+            "chosen": p.meta["pricing"]["chosen"]}
+
+
+def _plan_profile_table(a: argparse.Namespace) -> list[str]:
+    """``profile_plan`` per size of ``a.profile_plan`` (each in a fresh process)."""
+    runs = []
+    for n in [int(x) for x in a.profile_plan.split(",")]:
+        out = subprocess.run([sys.executable, __file__, "--profile-plan-one", str(n), "--hw",
+                              a.hw, "--budget", a.budget], capture_output=True, text=True,
+                             cwd=ROOT, check=True)
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    head = "| function | " + " | ".join(f"{r['events']:,} events, s CPU" for r in runs) + \
+        f" | per 100k events at {runs[-1]['events']:,} |"
+    lines = [head, "|---" * (len(runs) + 2) + "|"]
+    rows = [("`planner.plan` (all)", [r["plan_cpu_s"] for r in runs])] + \
+        [(label, [r["parts"][label] for r in runs]) for _, _, label in PLAN_PARTS]
+    for label, v in rows:
+        lines.append(f"| {label} | " + " | ".join(f"{x:.2f}" for x in v) +
+                     f" | {v[-1] / runs[-1]['events'] * 1e5:.2f} |")
+    return lines + ["", "chosen: " + ", ".join(r["chosen"] for r in runs)]
+
+
 def _cpu(key: str) -> str:
     """The CPU-time key of a wall-time key (``plan_s`` -> ``plan_cpu_s``)."""
     return key[:-2] + "_cpu_s"
@@ -277,6 +351,10 @@ def _parser() -> argparse.ArgumentParser:
                     help="profile the simulator on a trace of this many events (0: no)")
     ap.add_argument("--truth-max", type=int, default=1_000_000,
                     help="judge the plan on the trace with its accesses up to this many events")
+    ap.add_argument("--profile-plan", default="",
+                    help="only print where planner.plan spends its CPU time, per size "
+                         "(comma-separated event counts), as a markdown table")
+    ap.add_argument("--profile-plan-one", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--truth-one", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--profile-one", type=int, help=argparse.SUPPRESS)
@@ -523,6 +601,12 @@ def main() -> None:
         return
     if a.truth_one:
         print(json.dumps(truth(a.truth_one, a.hw, a.budget)))
+        return
+    if a.profile_plan_one:
+        print(json.dumps(profile_plan(a.profile_plan_one, a.hw, a.budget)))
+        return
+    if a.profile_plan:
+        print("\n".join(_plan_profile_table(a)))
         return
     if a.profile_one:
         print(json.dumps(profile_sim(a.profile_one, a.hw, a.budget)))

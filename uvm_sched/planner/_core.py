@@ -122,6 +122,7 @@ from typing import Any
 import numpy as np
 
 from . import _fast, _reference
+from ._excess import Excess as _Excess
 from ._queues import timing
 
 __all__ = ["Problem", "Schedule", "build_schedule"]
@@ -492,13 +493,13 @@ def _remote_fallback(tl: _Timeline, chosen: list[_Gap], saved: np.ndarray):
     of_blk: dict[int, list] = {}  # block -> its chosen gaps (one pass, not one per block)
     for g in chosen:
         of_blk.setdefault(g.blk, []).append(g)
+    excess = _Excess(resident, budget)
     for i in cand:
-        over = resident - budget
-        worst = int(over.max())
+        worst = excess.worst()
         if worst <= 0:
             break
         lf, lt = int(p.live_from[i]), int(p.live_to[i])
-        if int(over[lf:lt + 1].max()) <= 0:
+        if excess.worst_in(lf, lt) <= 0:
             continue
         # left to the driver, the excess is evicted and faulted back, once per known touch
         if min(int(size[i]), worst) * p.overflow_ns_per_byte * max(1, int(p.touch_count[i])) \
@@ -507,12 +508,12 @@ def _remote_fallback(tl: _Timeline, chosen: list[_Gap], saved: np.ndarray):
         for g in of_blk.get(i, ()):
             g.chosen = False  # its own gaps become pointless
         remote.append(i)
-        resident[lf:lt + 1] -= size[i]
-    if remote:
+        excess.lower(lf, lt, int(size[i]))
+    if remote:  # (resident is recomputed: the loop's own copy is not needed)
         chosen = [g for g in chosen if g.chosen]
         resident = tl.base - timing(chosen, tl)
-        for i in remote:
-            resident[int(p.live_from[i]):int(p.live_to[i]) + 1] -= size[i]
+        resident -= _Excess.lowered(len(resident), p.live_from[remote], p.live_to[remote],
+                                    size[remote])
     return chosen, remote, resident
 
 

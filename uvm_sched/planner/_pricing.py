@@ -183,7 +183,8 @@ def price(trace, candidates: dict, budget: int, prof, *, accesses: bool = False,
         run: dict = {}
         try:
             for label, p in todo.items():
-                r = simulate(view, p, prof, budget, _cache=cache)
+                # two figures are read: no frames built (sim/_api.py Note [Figures only])
+                r = simulate(view, p, prof, budget, _cache=cache, _figures_only=True)
                 run[label] = (float(r.iteration_time_s), float(r.stall_time_s))
                 del r
         except BudgetError:

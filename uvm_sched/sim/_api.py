@@ -143,6 +143,8 @@ def simulate(trace, policy: "str | Plan", hw: Any = "h200-pcie5", budget: Any = 
 def _simulate(trace, policy, hw, budget, **opts) -> SimResult:
     hw = load_profile(hw)
     cache = opts.pop("_cache", None)
+    # private, for the planner's pricing (Note [Figures only])
+    figures_only = bool(opts.pop("_figures_only", False))
     pool = bool(opts.pop("pool", True))
     zero_fill = bool(opts.pop("zero_fill_faults", True))
     prep = _prepared(trace, hw, cache)
@@ -205,6 +207,8 @@ def _simulate(trace, policy, hw, budget, **opts) -> SimResult:
 
             warnings.warn(str(e).split(" Plan for this trace")[0], PlanMismatchWarning,
                           stacklevel=3)  # the caller of simulate
+        if figures_only and not to_end:
+            return _run_figures(prep, hw, B, policy, pool, zero_fill)
         sched: Schedule = PlanSchedule(policy, prep)
     elif name == "demand":
         sched = Schedule()
@@ -322,6 +326,29 @@ def _run(prep, hw, B, sched: Schedule, name: str, pool: bool, zero_fill: bool,
     return result
 
 
+# Note [Figures only] -- the planner's pricing reads two figures of each run (the iteration
+# time and its stall) over up to nine runs of one trace (three candidate plans in up to
+# three views). ``simulate(..., _figures_only=True)`` runs the same loop, so its figures are
+# those of ``simulate``, but builds no timeline, copy or action frames (pandas frames with
+# string columns: about a tenth of a priced plan's time at 100k events). Keeping each plan's
+# action table for the next view (the views differ in their ACCESS rows only) saved
+# another 0.1 s per 100k events but held ~150 bytes per event more at the peak (1M events:
+# 1,008 -> 1,163 bytes per event over the start, past the 1 KiB target), so it is not done.
+
+
+def _run_figures(prep, hw, B, plan: Plan, pool: bool, zero_fill: bool) -> SimResult:
+    """A Plan's run with its window's figures only (Note [Figures only]): timeline,
+    transfers and actions are None."""
+    sched = PlanSchedule(plan, prep)
+    if _fast.available():
+        books = _fast.run(prep, hw, B, sched, pool, zero_fill, False, DISCARD_MIN_BYTES,
+                          figures_only=True)
+    else:
+        books = _run_reference(prep, hw, B, sched, pool, zero_fill)
+        books.update(timeline=None, transfers=None)
+    return _window_result(prep, hw, B, "plan", pool, books, frames=False)
+
+
 def _run_reference(prep, hw, B, sched: Schedule, pool: bool, zero_fill: bool,
                    to_end: bool = False) -> dict:
     """The plain-Python loop over ``Engine`` (the definition the compiled one follows):
@@ -401,12 +428,13 @@ def _run_reference(prep, hw, B, sched: Schedule, pool: bool, zero_fill: bool,
     return books
 
 
-def _window_result(prep, hw, B, name, pool, books: dict) -> SimResult:
-    """The SimResult of the measured window, from the books kept at its end."""
+def _window_result(prep, hw, B, name, pool, books: dict, frames: bool = True) -> SimResult:
+    """The SimResult of the measured window, from the books kept at its end (``frames``
+    False: timeline and transfers are None, Note [Figures only])."""
     ws, we = prep.window
     compute = float(prep.dur_s[ws:we].sum())
     T = books["T"]
-    tl, tr = _frames(books["timeline"], books["transfers"])
+    tl, tr = _frames(books["timeline"], books["transfers"]) if frames else (None, None)
     counters = {"window_start": ws, "window_stop": we, "claimed_end": books["claimed_end"],
                 "pending_end": books["pending_end"], "resident_end": books["resident_end"],
                 "pool": pool, **{f"ledger_{k}": v for k, v in books["led"].items()}}

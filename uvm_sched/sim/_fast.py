@@ -143,9 +143,11 @@ def _plan_table(sched, prep: Prepared, end_t: int):
 
 
 def run(prep: Prepared, hw, B: int, sched, pool: bool, zero_fill: bool, to_end: bool,
-        discard_min: int) -> dict:
+        discard_min: int, figures_only: bool = False) -> dict:
     """The run ``_api._run`` makes, compiled: the window's books as a dict (see
-    ``_api._window_result``) plus ``actions`` (tick, stage, code, block, event arrays)."""
+    ``_api._window_result``) plus ``actions`` (tick, stage, code, block, event arrays).
+    ``figures_only``: no timeline, copies or actions (None; ``_api``'s Note [Figures
+    only])."""
     assert available()
     ws, we = prep.window
     end_t = prep.n_ticks if to_end else we
@@ -171,7 +173,7 @@ def run(prep: Prepared, hw, B: int, sched, pool: bool, zero_fill: bool, to_end: 
         raise ValueError(f"unknown action code {int(I[_mod.ERR_NEED])}")
     ntr = int(outi[7])
     t_start = float(outf[4])
-    W = len(rows_f)
+    W = 0 if figures_only else len(rows_f)
     tl = None
     if W:
         tl = {"tick": np.arange(ws, ws + W, dtype=np.int64), "start_s": rows_f[:, 0],
@@ -180,12 +182,13 @@ def run(prep: Prepared, hw, B: int, sched, pool: bool, zero_fill: bool, to_end: 
               "stall_link_s": rows_f[:, 5], "resident_bytes": rows_i[:, 0],
               "h2d_bytes": rows_i[:, 1], "d2h_bytes": rows_i[:, 2]}
     tr = None
-    if ntr:  # the copies' times are relative to the window's start
+    if ntr and not figures_only:  # the copies' times are relative to the window's start
         tr = {"start_s": trf[:ntr, 0] - t_start, "end_s": trf[:ntr, 1] - t_start,
               "direction": DIRECTIONS[tri[:ntr, 0]], "bytes": tri[:ntr, 1],
               "block": tri[:ntr, 2], "cause": CAUSES[tri[:ntr, 3]]}
     # only a Plan's actions are listed (SimResult.actions)
-    sel = np.flatnonzero(ran) if sched.plan_events else np.zeros(0, np.int64)
+    sel = np.flatnonzero(ran) if sched.plan_events and not figures_only \
+        else np.zeros(0, np.int64)
     tick = np.searchsorted(ptr, sel, side="right") - 1  # row -> 2t + stage
     actions = (tick // 2, np.where(tick % 2 == 0, "pre", "post").astype(object), code[sel],
                blk[sel], ev[sel])
