@@ -17,6 +17,7 @@ from _planner_helpers import host_backend
 from native.fakecupti import FakeCupti, fake_cupti_path, private_copy
 from uvm_sched import native
 from uvm_sched import _native_faults as nf
+from uvm_sched._runtime_faults import FaultSampler
 
 host = pytest.fixture(host_backend)
 MiB = 1 << 20
@@ -314,7 +315,7 @@ def _warmed_up(loop, warmup_iters: int, iterations: int, *, final_step: bool = T
                **touches):
     """A sampled Scheduler on the fake CUPTI through ``loop``'s warm-up: ``iterations``
     marked iterations (and a last marker where ``final_step``), ``touches`` set on its
-    fault sampler (``share``, ``long_life``), the plan awaited; yields the Scheduler while
+    fault sampler (``share``, ``long_life``, ``max_iters``), the plan awaited; yields the Scheduler while
     it is still open and closes ``loop`` after it."""
     from uvm_sched import Scheduler
 
@@ -357,6 +358,32 @@ def test_the_fault_sampler_probes_learns_every_weight_touch_and_plans_sampled(cu
         cupti.lib.fake_cupti_clock_offset(0)
 
 
+def test_the_warmup_probes_until_no_list_is_open_then_plans(cupti):
+    nf.cupti_stop()
+    loop = FaultingLoop(cupti)
+    # warmup_iters 1 alone would plan at the second marker; each weight is touched three
+    # times an iteration, so the rule probes four iterations (the fourth closes every list)
+    # and plans at the fifth marker, though the loop runs on
+    with _warmed_up(loop, 1, 7, share=1.0) as s:
+        fs = s.stats()["fault_sampling"]
+        assert fs["settled"] and fs["probe_rounds"] == 4
+        assert fs["blocks_closed"] == fs["blocks_seen"] == loop.layers
+        smp = s.samples[s.samples["persistent"]]
+        assert {tuple(sorted(g["tick"])) for _, g in smp.groupby("block")} == loop.expected()
+
+
+def test_the_warmup_stops_probing_at_its_cap_with_lists_open(cupti):
+    nf.cupti_stop()
+    loop = FaultingLoop(cupti)
+    with _warmed_up(loop, 1, 7, share=1.0, max_iters=2) as s:
+        fs = s.stats()["fault_sampling"]
+        assert fs["settled"] and fs["probe_rounds"] == 2 and fs["max_iters"] == 2
+        assert fs["blocks_closed"] == 0 and fs["blocks_seen"] == loop.layers
+        assert s.samples["assumed"].any()  # the open lists' tails
+    with pytest.raises(ValueError, match="max_iters must be >= 1"):
+        FaultSampler(max_iters=0)
+
+
 def test_without_cupti_the_scheduler_plans_obliviously_and_says_why():
     code = textwrap.dedent("""
         import os
@@ -383,7 +410,7 @@ def test_without_cupti_the_scheduler_plans_obliviously_and_says_why():
 def test_a_warmup_too_short_to_close_the_lists_plans_their_tails_busy(cupti):
     nf.cupti_stop()
     loop = FaultingLoop(cupti)
-    with _warmed_up(loop, 2, 3, final_step=False, share=1.0) as s:
+    with _warmed_up(loop, 2, 3, final_step=False, share=1.0, max_iters=2) as s:
         fs = s.stats()["fault_sampling"]
         assert fs["blocks_closed"] == 0 and fs["blocks_seen"] == loop.layers
         smp = s.samples[s.samples["persistent"]]

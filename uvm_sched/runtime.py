@@ -47,7 +47,7 @@ import numpy as np
 from ._errors import Error, Warning as _Warning
 from ._runtime_clock import WATCHDOG_SLACK, Tuner, Watchdog  # noqa: F401 (SLACK: re-exported)
 from ._runtime_calib import Calibrator
-from ._runtime_faults import FaultSampler
+from ._runtime_faults import FaultSampler, warmed_up
 from ._runtime_kinds import Steps, spend_relearn, why_not
 from ._runtime_recording import MARK, Recording, live_ordinal, track_live
 from ._runtime_setup import (check_options, current_device, install_hook, rank,
@@ -281,8 +281,8 @@ class Scheduler:
             if self._job.done.is_set():
                 self._finish_learning()
             return  # (the loop runs on unplanned while the plan is made)
-        # with markers: learn after warmup_iters complete iterations (+ the one starting)
-        if rec.marks >= self.warmup_iters + 1:
+        # with markers: learn once warmed up (warmup_iters iterations; fault probes settled)
+        if warmed_up(self._touches, rec.marks, self.warmup_iters):
             self._submit()
         elif rec.marks == 0 and rec.alloc_events >= rec.next_try:
             rec.next_try = 2 * rec.alloc_events

@@ -19,6 +19,7 @@ import numpy as np
 
 from .._budget import resolve_budget
 from ._core import Problem, Schedule
+from ._known_view import known_view
 from ._lp_guided import schedule
 from ..trace._model import EventKind
 from ._plan import PLAN_VERSION, Plan, PlanError, trace_fingerprint
@@ -155,8 +156,12 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "auto", **opts: Any) -> Pla
         # the schedule's arrays (hundreds of bytes per event) are not needed to price it:
         # dropped before the simulator's own arrays are built (peak memory)
         del prob, info, sched, greedy, samples
-        out = _priced(trace, out, extra, budget_bytes, prof, truth_known,
-                      [a for a, _ in pat.iterations], mode == "oblivious")
+        # given samples: judged on the uses they show (Note [The samples' view])
+        known = None if truth_known or mode != "sampled" else \
+            known_view(trace, pat, opts["samples"])
+        out = _priced(trace if known is None else known, out, extra, budget_bytes, prof,
+                      truth_known or known is not None, [a for a, _ in pat.iterations],
+                      mode == "oblivious")
     pred["plan_time_s"] = time.perf_counter() - t0
     return out
 
@@ -207,6 +212,11 @@ def _candidates(pat, prob: Problem, info: dict, sched, greedy, act_opts) -> dict
     return out
 
 
+_JUDGES = ("simulator on the allocator events (ALLOC/FREE/markers)",
+           "simulator on the trace with its accesses",
+           "simulator on the allocator events with the given samples' touches")
+
+
 def _priced(trace, full: Plan, extra: dict, budget: int, prof, accesses: bool,
             starts, oblivious: bool) -> Plan:
     """The fastest of the full plan, the ``extra`` candidates (``{label: actions}``, in
@@ -232,8 +242,7 @@ def _priced(trace, full: Plan, extra: dict, budget: int, prof, accesses: bool,
         return full
     out = cands[best]
     out.meta["pricing"] = {"chosen": best, **{f"{k}_s": v for k, v in times.items()},
-                           "judge": "simulator on the trace with its accesses" if accesses else
-                           "simulator on the allocator events (ALLOC/FREE/markers)"}
+                           "judge": _JUDGES[bool(accesses) + bool(trace.meta.get("samples_view"))]}
     if best != "plan":
         out.meta["fallback"] = (
             f"{best}: the full plan was predicted at {times['plan']:.6g} s per iteration, "
