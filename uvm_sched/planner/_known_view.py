@@ -53,6 +53,8 @@ def known_view(trace, pattern, samples):
     bare = allocator_only(trace) if trace.has_accesses else trace
     starts = [int(a) for a, _ in pattern.iterations]
     base = _kept_reads_view(bare, starts)
+    if not (base.kind == EventKind.ACCESS).any():  # no block kept: no rows written there
+        base = _extremal(bare)
     c = base.columns
     bt = base.block_table()
     alloc_rows = np.flatnonzero(c["kind"] == EventKind.ALLOC)
@@ -137,3 +139,31 @@ def _one_unseen_use(df):
     out["read"] = (out["read"].to_numpy(bool) if "read" in out.columns
                    else np.zeros(len(out), bool)) | out["assumed"].to_numpy(bool)
     return out
+
+
+def _extremal(view):
+    """``view`` (allocator events only) with the oblivious use model written out: each block
+    written whole right after its ALLOC row, read whole right before its FREE row (what the
+    simulator assumes of a trace without ACCESS rows, explicit, since a trace with any ACCESS
+    row is judged by its ACCESS rows alone)."""
+    from ..trace import AccessMode, EventKind, Trace
+
+    c = view.columns
+    alloc = np.flatnonzero(c["kind"] == EventKind.ALLOC)
+    free = np.flatnonzero(c["kind"] == EventKind.FREE)
+    src = np.concatenate([alloc, free])
+    n = len(c["tick"])
+    key = np.concatenate([np.arange(n) * 2, alloc * 2 + 1, free * 2 - 1])
+    order = np.argsort(key, kind="stable")
+    cols = {}
+    for k, v in c.items():
+        add = v[src].copy()
+        if k == "kind":
+            add[:] = EventKind.ACCESS
+        elif k == "mode":
+            add = np.concatenate([np.full(len(alloc), AccessMode.WRITE, v.dtype),
+                                  np.full(len(free), AccessMode.READ, v.dtype)])
+        elif k in ("offset", "length"):
+            add[:] = -1
+        cols[k] = np.concatenate([v, add])[order]
+    return Trace(cols, tick_ns=view.tick_ns, meta=view.meta)
