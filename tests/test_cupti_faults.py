@@ -258,6 +258,46 @@ def test_a_probe_of_an_allocation_finds_its_block_each_iteration_or_is_skipped(h
     nf.probe_set(np.empty(0, nf.PROBE_DTYPE))
 
 
+def test_probes_of_allocations_keep_to_the_strict_fake_drivers_rules():
+    """The probe rows on the cuda backend over the strict fake driver (rules in
+    tests/native/PRECONDITIONS.md, quoting cuda.h of CUDA 13.0): every probe issued is one
+    cuMemPrefetchAsync the driver accepts -- of the block's own range, inside the managed
+    allocation (P3: "The memory range must refer to managed memory allocated via
+    cuMemAllocManaged"), to the host (CU_MEM_LOCATION_TYPE_HOST, a location P2 accepts),
+    flags 0 (P1: "flags for future use, must be zero now.") -- an of-allocation row on the
+    allocation's stream, a marker row on the legacy stream; a row whose event allocated another size, or whose
+    block is freed by its tick, makes no driver call."""
+    from native.fakecuda import backend
+
+    with backend("fake") as fake:
+        s = fake.app_stream(0)
+        w = native.malloc(2 * MiB, stream=s)
+        native.step()
+        # W at the marker; the block of event 0 after event 1; event 1's block (another
+        # size: skipped); event 0's block after event 3, its own free (gone: skipped)
+        nf.probe_set(np.array([(-1, w, 2 * MiB, 0, -1), (1, 0, MiB, 0, 0), (1, 0, MiB, 0, 1),
+                               (3, 0, MiB, 0, 0)], nf.PROBE_DTYPE))
+        fake.clear()
+        seen = []
+        for _ in range(3):
+            native.step()
+            a = native.malloc(MiB, stream=s)  # event 0
+            native.free(native.malloc(MiB // 2, stream=s))  # events 1, 2
+            seen.append(a)
+            native.free(a)  # event 3
+        nf.probe_set(np.empty(0, nf.PROBE_DTYPE))
+        calls = fake.calls()
+        pre = [c for c in calls if c["name"].startswith("cuMemPrefetchAsync")]
+        assert all(c["rc"] == 0 for c in calls), [c for c in calls if c["rc"]]
+        assert [(c["ptr"], c["bytes"]) for c in pre] == [
+            x for a in seen for x in ((w, 2 * MiB), (a, MiB))]
+        assert all(c["flags"] == 0 and c["loc.type"] == 2 for c in pre)  # 2: HOST
+        assert {c["stream"] for c in pre[0::2]} == {"s0"}  # the marker's: the legacy stream
+        assert len({c["stream"] for c in pre[1::2]} - {"s0"}) == 1  # the allocation's
+        assert nf.probe_stats()["probe_skipped"] == 2 * 3
+        native.free(w)
+
+
 # ---- the Scheduler's fault sampler ---------------------------------------------------------
 class FaultingLoop:
     """A training loop whose kernels touch its weights, on a GPU emulated for the fake
