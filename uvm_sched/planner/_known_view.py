@@ -33,7 +33,21 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["known_view"]
+__all__ = ["judged_view", "known_view"]
+
+
+def judged_view(trace, pattern, mode: str, samples) -> tuple:
+    """What a plan made in ``mode`` is priced on, and whether that holds accesses (``price``'s
+    ``accesses``): what the planner read. Sampled mode with samples drawn from ``trace`` read
+    its ground truth: the trace itself; with given touch-form ``samples``, the samples' view
+    (``known_view``); oblivious mode, and summary-form samples: the allocator events
+    (``trace``, whose ACCESS rows ``price`` then strips)."""
+    if mode != "sampled":
+        return trace, False
+    if samples is None:
+        return trace, True
+    known = known_view(trace, pattern, samples)
+    return (trace, False) if known is None else (known, True)
 
 
 def known_view(trace, pattern, samples):

@@ -19,7 +19,7 @@ import numpy as np
 
 from .._budget import resolve_budget
 from ._core import Problem, Schedule
-from ._known_view import known_view
+from ._known_view import judged_view
 from ._lp_guided import schedule
 from ..trace._model import EventKind
 from ._plan import PLAN_VERSION, Plan, PlanError, trace_fingerprint
@@ -149,19 +149,13 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "auto", **opts: Any) -> Pla
         meta["samples"] = _samples_meta(samples, opts)
     out = Plan(actions, meta)
     if opts.get("price", True):
-        # what the judge may know of the accesses: what the planner read (sampled mode with
-        # samples drawn from this trace read its ground truth; oblivious mode never does)
-        truth_known = mode == "sampled" and opts.get("samples") is None
         extra = _candidates(pat, prob, info, sched, greedy, act_opts)
         # the schedule's arrays (hundreds of bytes per event) are not needed to price it:
         # dropped before the simulator's own arrays are built (peak memory)
         del prob, info, sched, greedy, samples
-        # given samples: judged on the uses they show (Note [The samples' view])
-        known = None if truth_known or mode != "sampled" else \
-            known_view(trace, pat, opts["samples"])
-        out = _priced(trace if known is None else known, out, extra, budget_bytes, prof,
-                      truth_known or known is not None, [a for a, _ in pat.iterations],
-                      mode == "oblivious")
+        view, accesses = judged_view(trace, pat, mode, opts.get("samples"))
+        out = _priced(view, out, extra, budget_bytes, prof, accesses,
+                      [a for a, _ in pat.iterations], mode == "oblivious")
     pred["plan_time_s"] = time.perf_counter() - t0
     return out
 
