@@ -96,9 +96,9 @@ class Scheduler:
     else, from ``start()`` until the plan is armed, PyTorch's dispatch tracer
     (``integrations.torch.TouchRecorder``, ops on ``touch_device``; start, step and close
     the scheduler in the loop's thread: the tracer is a mode of that thread) or, with
-    ``sampler="cupti"``, CUPTI's GPU page faults (``_runtime_faults``,
-    ``stats()["fault_sampling"]``); ``samples`` holds what the plan was made with and
-    ``stats()["mode"]``/``["mode_reason"]`` say which mode ran and why.
+    ``sampler="cupti"``, CUPTI's GPU page faults (``_runtime_faults``: the warm-up then
+    lasts until its probes settle; ``stats()["fault_sampling"]``); ``samples`` holds what
+    the plan was made with; ``stats()["mode"]``/``["mode_reason"]`` say which ran and why.
 
     ``tune``: plans to try beside the configured one (``planner.tuning_candidates``): guards
     (ticks, or ``"auto"``; e.g. ``(16, 8)``: how far from an allocation or a free a block is
