@@ -5,11 +5,11 @@ Note [The samples' view]
 A plan made from samples the caller gives (the runtime's dispatch tracer, a fault-sampled
 warm-up, ``samples=``) is priced on what the planner knew: the trace's allocator events
 (ALLOC, FREE, markers; the ground-truth ACCESS rows, where the trace has any, are
-stripped) with, in every iteration, each sampled block touched at its sampled ticks
-(the observed rows; an open list's unknown tail, its ``assumed`` rows, as one read
-in it, ``_one_unseen_use``), and every other block used as the oblivious views have it (written at its
-ALLOC, read at its FREE; a never-freed block read once per iteration, ``_pricing``'s
-kept reads).
+stripped) with, in every iteration, each sampled block touched at its sampled ticks (the
+observed rows; an open list's unknown tail, its ``assumed`` rows, as one read in it,
+``_one_unseen_use``), and every other block used as the oblivious views have it (written
+at its ALLOC, read at its FREE; a never-freed block read once per iteration,
+``_pricing``'s kept reads).
 
 Why not the allocator-event views of oblivious mode: they hold none of the sampled uses, so
 no plan looks cheap there and a plan that acts on the uses the samples show is refuted by
