@@ -8,10 +8,11 @@ and more), with 1 or 4 gradient-accumulation steps, an EMA copy, or a frozen bac
 the layers without gradients or optimizer state). The probe rule has two settings, the
 share of the probe candidates probed per warm-up iteration and the cap on the warm-up's
 length (the rule stops earlier, at the first iteration that leaves no list open); both are
-swept over their plausible range, with the warm-up iterations the rule ran. For each: the plan's iteration time over demand paging's,
-the share of full sampling's saving it keeps ((demand - fault) / (demand - full)), and the
-probes' cost (bytes moved to the host during the whole warm-up, over the persistent bytes;
-and in the busiest warm-up iteration: probes and bytes, over the trace's peak). The probe
+swept over their plausible range, with the warm-up iterations the rule ran. For each: the
+plan's iteration time over demand paging's, the share of full sampling's saving it keeps
+((demand - fault) / (demand - full)), and the probes' cost (bytes moved to the host during
+the whole warm-up, over the persistent bytes; and in the busiest warm-up iteration: probes
+and bytes, over the trace's peak). The probe
 candidates are the persistent blocks and the long-lived non-persistent ones (activations
 kept for the backward pass, ``planner._faults.LONG_LIFE``).
 

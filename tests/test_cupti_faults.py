@@ -265,8 +265,8 @@ def test_probes_of_allocations_keep_to_the_strict_fake_drivers_rules():
     allocation (P3: "The memory range must refer to managed memory allocated via
     cuMemAllocManaged"), to the host (CU_MEM_LOCATION_TYPE_HOST, a location P2 accepts),
     flags 0 (P1: "flags for future use, must be zero now.") -- an of-allocation row on the
-    allocation's stream, a marker row on the legacy stream; a row whose event allocated another size, or whose
-    block is freed by its tick, makes no driver call."""
+    allocation's stream, a marker row on the legacy stream; a row whose event allocated
+    another size, or whose block is freed by its tick, makes no driver call."""
     from native.fakecuda import backend
 
     with backend("fake") as fake:
@@ -355,8 +355,8 @@ def _warmed_up(loop, warmup_iters: int, iterations: int, *, final_step: bool = T
                **touches):
     """A sampled Scheduler on the fake CUPTI through ``loop``'s warm-up: ``iterations``
     marked iterations (and a last marker where ``final_step``), ``touches`` set on its
-    fault sampler (``share``, ``long_life``, ``max_iters``), the plan awaited; yields the Scheduler while
-    it is still open and closes ``loop`` after it."""
+    fault sampler (``share``, ``long_life``, ``max_iters``), the plan awaited; yields the
+    Scheduler while it is still open and closes ``loop`` after it."""
     from uvm_sched import Scheduler
 
     try:
