@@ -150,26 +150,30 @@ def test_an_activation_is_probed_from_its_allocation_and_used_once_its_list_clos
     t, p = _hand_loop()
     assert p.stop_tick - p.start_tick == 10
     one = planner.fault_samples(t, p, max_iters=1, share=1.0)
-    # iteration 0 probes W at the marker and a right after its allocation: both first
-    # touches; W's tail is busy, a's list is open: a gets no samples (the oblivious rule)
+    # iteration 0 probes W at the marker (a first touch; its tail busy); a is known only
+    # from that iteration's allocator events: not probed yet, no samples (the oblivious rule)
     assert _ticks(one) == {(True, 0, False): [0], (True, 0, True): list(range(1, 10))}
+    assert one.attrs["probes"] == 1
     three = planner.fault_samples(t, p, max_iters=3, share=1.0)
+    # iterations 1 and 2 probe a right after its allocation, then after tick 0: its list
+    # (0, 2) is still open, so it is dropped; W's three touches are seen
     assert _ticks(three) == {(True, 0, False): [0, 7, 9]}
     assert (three.attrs["iterations"], three.attrs["open"]) == (3, 2)  # the cap stopped it
-    four = planner.fault_samples(t, p, max_iters=4, share=1.0)
-    # the fourth probe of each sees no fault before the free / the iteration's end: closed
-    assert _ticks(four) == {(False, 0, False): [0, 2, 7], (True, 0, False): [0, 7, 9]}
-    # the rule stops there: a larger cap runs no fifth iteration and learns the same
-    assert four.attrs["iterations"] == 4
+    five = planner.fault_samples(t, p, max_iters=5, share=1.0)
+    # W's fourth probe (iteration 3) and a's fourth (iteration 4) see no fault before the
+    # iteration's end / the free: both lists closed
+    assert _ticks(five) == {(False, 0, False): [0, 2, 7], (True, 0, False): [0, 7, 9]}
+    # the rule stops there: a larger cap runs no sixth iteration and learns the same
+    assert five.attrs["iterations"] == 5
     more = planner.fault_samples(t, p, max_iters=16, share=1.0)
-    assert more.attrs["iterations"] == 4 and _ticks(more) == _ticks(four)
-    assert more.attrs["probe_bytes"] == four.attrs["probe_bytes"]
-    assert (four.attrs["closed"], four.attrs["open"]) == (2, 0)
-    assert (four.attrs["persistent_blocks"], four.attrs["local_blocks"]) == (1, 1)
-    # every warm-up iteration probes both: 4 MiB + 8 MiB moved per iteration, 8 probes in all
-    assert (four.attrs["probes"], four.attrs["probes_per_iter"]) == (8, 2)
-    assert four.attrs["probe_bytes"] == 4 * (12 << 20)
-    assert four.attrs["probe_bytes_per_iter"] == 12 << 20
+    assert more.attrs["iterations"] == 5 and _ticks(more) == _ticks(five)
+    assert more.attrs["probe_bytes"] == five.attrs["probe_bytes"]
+    assert (five.attrs["closed"], five.attrs["open"]) == (2, 0)
+    assert (five.attrs["persistent_blocks"], five.attrs["local_blocks"]) == (1, 1)
+    # W probed in iterations 0..3 (4 MiB), a in 1..4 (8 MiB): 8 probes, at most 2 at once
+    assert (five.attrs["probes"], five.attrs["probes_per_iter"]) == (8, 2)
+    assert five.attrs["probe_bytes"] == 4 * (12 << 20)
+    assert five.attrs["probe_bytes_per_iter"] == 12 << 20
 
 
 def test_activations_rotate_with_the_persistent_blocks_and_short_lived_ones_are_not_probed():

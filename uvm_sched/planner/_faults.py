@@ -21,7 +21,8 @@ learns one more touch per block; a probe that sees no fault before the iteration
 complete: the block is idle after its last touch until the next iteration's first, or
 dead until its free). The first probe of a block moves it where nothing is known yet:
 at the iteration's start (the marker) for a persistent block, right after its
-allocation for a non-persistent one.
+allocation for a non-persistent one -- from the second warm-up iteration on: the runtime
+learns which allocator event names a long-lived block from the first iteration's events.
 
 * Candidates: the persistent blocks in allocation order, then the non-persistent blocks
   of the iteration allocated and freed in it and alive at least ``long_life`` (default
@@ -171,8 +172,8 @@ def fault_samples(trace, pattern=None, *, max_iters: int = MAX_WARMUP, share: fl
         seen = -2 if p_ else int(at) - 1
         first_seen = seen
         for i in range(int(max_iters)):
-            if i % n_groups != groups[j]:
-                continue
+            if i % n_groups != groups[j] or (not p_ and i == 0):
+                continue  # (a non-persistent candidate is known after the first iteration)
             if not p_ and seen >= ft:
                 break  # freed at the probe point: nothing can follow, no probe needed
             per_iter[i] += (1, int(size))
