@@ -57,7 +57,7 @@ def warmup_md(doc: dict) -> list[str]:
         return []
     lines = ["", "Warm-up probing per setting of its rule (Note [Fault probes]: every open "
              "list probed each iteration until none is open, at most the cap; "
-             f"`{FAULT}` is the default, cap 8, full share): the warm-up iterations the rule "
+             f"`{FAULT}` is the default, cap 16, full share): the warm-up iterations the rule "
              "ran, the bytes it moved to the host over the whole warm-up and in its busiest "
              "iteration (x the trace's peak; as many come back by faults), over all rows.", "",
              "| setting | warm-up iterations, median | max | bytes moved (x peak), median | "

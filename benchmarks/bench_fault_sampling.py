@@ -42,7 +42,7 @@ SHAPES = {  # name: (layers, accumulation steps, EMA copy, frozen share of layer
     "adamw-frozen-half": (8, 1, False, 0.5),
     "adamw-deep-accum2": (16, 2, False, 0.0),
 }
-SETTINGS = [(2, 1.0), (4, 1.0), (8, 1.0), (16, 1.0), (8, 0.5)]  # (cap: max_iters, share)
+SETTINGS = [(2, 1.0), (4, 1.0), (8, 1.0), (16, 1.0), (16, 0.5)]  # (cap: max_iters, share)
 
 
 def llm_trace(layers: int, accum: int, ema: bool, frozen: float, *, iters: int = 4,

@@ -80,7 +80,8 @@ MODES = (
     # the rule stops earlier where every list closes), and half the candidates per iteration
     ("fault, cap 2", "sampled", _fault_at(max_iters=2), "fault_samples"),
     ("fault, cap 4", "sampled", _fault_at(max_iters=4), "fault_samples"),
-    ("fault, cap 16", "sampled", _fault_at(max_iters=16), "fault_samples"),
+    ("fault, cap 8", "sampled", _fault_at(max_iters=8), "fault_samples"),
+    ("fault, cap 32", "sampled", _fault_at(max_iters=32), "fault_samples"),
     ("fault, share 0.5", "sampled", _fault_at(share=0.5), "fault_samples"),
 )
 PROBE_KEYS = ("iterations", "probes", "probe_bytes", "probes_per_iter", "probe_bytes_per_iter",

@@ -56,10 +56,11 @@ def test_quick_run_reports_the_warmup_rules_cost_per_setting(quick):
     (row,) = quick["rows"]
     m = row["modes"]
     got = {k: v["probe"] for k, v in m.items() if "probe" in v}
-    assert {"fault-sampled", "fault, cap 2", "fault, cap 16", "fault, share 0.5"} <= set(got)
-    assert got["fault, cap 2"]["iterations"] <= 2 and got["fault, cap 16"]["iterations"] <= 16
+    assert {"fault-sampled", "fault, cap 2", "fault, cap 32", "fault, share 0.5"} <= set(got)
+    assert got["fault, cap 2"]["iterations"] <= 2 and got["fault, cap 32"]["iterations"] <= 32
     # the cap only bounds the rule: a warm-up that closes every list under a cap stops there
-    for small, big in (("fault, cap 2", "fault, cap 4"), ("fault, cap 4", "fault, cap 16")):
+    for small, big in (("fault, cap 2", "fault, cap 4"), ("fault, cap 4", "fault, cap 8"),
+                       ("fault, cap 8", "fault, cap 32")):
         if got[small]["open"] == 0:
             assert got[big]["iterations"] == got[small]["iterations"]
         else:

@@ -87,8 +87,8 @@ __all__ = ["fault_samples", "probe_groups", "samples_from_faults"]
 # figures across 0 .. 0.25)
 LONG_LIFE = 0.1
 # the warm-up's cost cap, in probed iterations: the rule stops earlier where every list
-# closes (results/persistent.md shows the figures across 2 .. 16 and the iterations used)
-MAX_WARMUP = 8
+# closes (results/persistent.md shows the figures across 2 .. 32 and the iterations used)
+MAX_WARMUP = 16
 
 
 def probe_groups(n_blocks: int, share: float) -> np.ndarray:
