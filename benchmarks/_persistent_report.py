@@ -32,13 +32,7 @@ def summary_md(doc: dict) -> list[str]:
     if FAULT in s and s[FAULT].get("misses"):
         lines.append(f"\n{FAULT} beyond {TARGET}x of full sampling's saving: "
                      + ", ".join(s[FAULT]["misses"]))
-    probe = [r["probe"] | {"peak": r["peak_bytes"]} for r in doc["rows"] if "probe" in r]
-    if probe:
-        share = sorted(x["probe_bytes_per_iter"] / x["peak"] for x in probe)
-        lines.append(f"\n{FAULT}: warm-up probing (3 iterations, half the candidates each) "
-                     f"moves at most {share[len(share) // 2]:.2f}x the peak per warm-up "
-                     f"iteration at the median row, {share[-1]:.2f}x at the worst, and as "
-                     "much back by faults; per row in the `probes` column.")
+    lines += warmup_md(doc)
     if doc["infeasible"]:
         lines.append("\nInfeasible (below one tick's working set, no policy runs): " + ", ".join(
             f"{x['workload']} {x['hw']} {x['budget_pct']}%" for x in doc["infeasible"]))
@@ -54,14 +48,48 @@ def summary_md(doc: dict) -> list[str]:
     return lines
 
 
+def warmup_md(doc: dict) -> list[str]:
+    """The fault-sampled warm-up's cost and result per setting of its rule (the modes whose
+    samples carry ``planner.fault_samples``'s attrs)."""
+    s = doc["summary"]
+    labels = [m for m in doc["modes"] if any("probe" in r["modes"][m] for r in doc["rows"])]
+    if not labels:
+        return []
+    lines = ["", "Warm-up probing per setting of its rule (Note [Fault probes]: every open "
+             "list probed each iteration until none is open, at most the cap; "
+             f"`{FAULT}` is the default, cap 16, full share): the warm-up iterations the rule "
+             "ran, the bytes it moved to the host over the whole warm-up and in its busiest "
+             "iteration (x the trace's peak; as many come back by faults), over all rows.", "",
+             "| setting | warm-up iterations, median | max | bytes moved (x peak), median | "
+             "max | busiest iteration (x peak), max | lists left open, median | "
+             f"within {TARGET}x | slower than demand |", "|---|---|---|---|---|---|---|---|---|"]
+
+    def med(v):
+        v = sorted(v)
+        return v[len(v) // 2] if v else None
+
+    for m in labels:
+        xs = [r["modes"][m]["probe"] | {"peak": r["peak_bytes"]} for r in doc["rows"]
+              if "probe" in r["modes"][m]]
+        it = [x["iterations"] for x in xs]
+        tot = [x["probe_bytes"] / x["peak"] for x in xs]
+        busy = [x["probe_bytes_per_iter"] / x["peak"] for x in xs]
+        lines.append(f"| {m} | {med(it)} | {max(it)} | {_r(med(tot))} | {_r(max(tot))} | "
+                     f"{_r(max(busy))} | {med([x['open'] for x in xs])} | "
+                     f"{s[m]['within_target']} of {s[m]['heavy_rows']} | "
+                     f"{len(s[m]['slower_than_demand'])} |")
+    return lines
+
+
 def rows_md(doc: dict) -> list[str]:
     labels = doc["modes"]
     head = ("| workload | hw | budget | persistent | demand/ideal | best bound/ideal | "
             + " | ".join(labels) + " | probes |")
     lines = ["## Rows", "", "Per mode: plan/demand (saving); `*`: priced back to advice-only "
              "or no plan by the planner's own pricing. `probes` (the fault-sampled warm-up's "
-             "cost): probes / bytes moved to the host in the busiest warm-up iteration "
-             "(x the peak), persistent + non-persistent blocks probed, lists left open.",
+             "cost): warm-up iterations the rule ran; bytes moved to the host over the "
+             "warm-up (x the peak); probes / bytes in the busiest warm-up iteration "
+             "(x the peak); persistent + non-persistent blocks probed, lists left open.",
              "", head, "|" + "---|" * (7 + len(labels))]
     for r in doc["rows"]:
         cells = []
@@ -81,7 +109,8 @@ def _probe(r: dict) -> str:
     x = r.get("probe")
     if not x:
         return "-"
-    return (f"{x['probes_per_iter']} / {x['probe_bytes_per_iter'] / 2**20:,.0f} MiB "
+    return (f"{x['iterations']} it., {x['probe_bytes'] / r['peak_bytes']:.2f}x; "
+            f"{x['probes_per_iter']} / {x['probe_bytes_per_iter'] / 2**20:,.0f} MiB "
             f"({x['probe_bytes_per_iter'] / r['peak_bytes']:.2f}x), "
             f"{x['persistent_blocks']}+{x['local_blocks']}, open {x['open']}")
 

@@ -5,12 +5,14 @@ planning and demand paging, in the simulator.
 Workloads are generated where persistent state dominates: mixed-precision AdamW training
 (bf16 weights, fp32 master copy, Adam moments, a gradient buffer: 16 bytes per parameter
 and more), with 1 or 4 gradient-accumulation steps, an EMA copy, or a frozen backbone (half
-the layers without gradients or optimizer state). The probe rule has two constants, the
-share of the probe candidates probed per warm-up iteration and the warm-up's length; both are
-swept over their plausible range. For each: the plan's iteration time over demand paging's,
-the share of full sampling's saving it keeps ((demand - fault) / (demand - full)), and the
-probes' cost (bytes moved to the host during the whole warm-up, over the persistent bytes;
-and in the busiest warm-up iteration: probes and bytes, over the trace's peak). The probe
+the layers without gradients or optimizer state). The probe rule has two settings, the
+share of the probe candidates probed per warm-up iteration and the cap on the warm-up's
+length (the rule stops earlier, at the first iteration that leaves no list open); both are
+swept over their plausible range, with the warm-up iterations the rule ran. For each: the
+plan's iteration time over demand paging's, the share of full sampling's saving it keeps
+((demand - fault) / (demand - full)), and the probes' cost (bytes moved to the host during
+the whole warm-up, over the persistent bytes; and in the busiest warm-up iteration: probes
+and bytes, over the trace's peak). The probe
 candidates are the persistent blocks and the long-lived non-persistent ones (activations
 kept for the backward pass, ``planner._faults.LONG_LIFE``).
 
@@ -40,7 +42,7 @@ SHAPES = {  # name: (layers, accumulation steps, EMA copy, frozen share of layer
     "adamw-frozen-half": (8, 1, False, 0.5),
     "adamw-deep-accum2": (16, 2, False, 0.0),
 }
-SETTINGS = [(3, 0.5), (3, 1.0), (4, 1.0), (6, 0.5), (8, 0.25)]  # (warm-up iterations, share)
+SETTINGS = [(2, 1.0), (4, 1.0), (8, 1.0), (16, 1.0), (16, 0.5)]  # (cap: max_iters, share)
 
 
 def llm_trace(layers: int, accum: int, ema: bool, frozen: float, *, iters: int = 4,
@@ -100,11 +102,12 @@ def one(shape: str, hw: str, budget: str) -> dict:
            "peak_bytes": int(t.peak_bytes),
            "full_s": full, "persistent_bytes": pers, "n_persistent": n_pers, "fault": []}
     for w, share in SETTINGS:
-        fs = planner.fault_samples(t, p, warmup_iters=w, share=share)
+        fs = planner.fault_samples(t, p, max_iters=w, share=share)
         s = sim.simulate(t, "uvm-sched", hw, budget, mode="sampled",
                          plan_opts={"samples": fs}).iteration_time_s
         keep = (demand - s) / (demand - full) if demand > full else float("nan")
-        row["fault"].append({"warmup_iters": w, "share": share, "time_s": s,
+        row["fault"].append({"max_iters": w, "share": share, "time_s": s,
+                             "iterations": fs.attrs["iterations"],
                              "saving_kept": keep, "complete": fs.attrs["open"] == 0,
                              "open": fs.attrs["open"], "probe_bytes": fs.attrs["probe_bytes"],
                              "probes_per_iter": fs.attrs["probes_per_iter"],
@@ -114,11 +117,12 @@ def one(shape: str, hw: str, budget: str) -> dict:
 
 
 def _md(rows: list[dict], prov: dict) -> str:
-    head = " | ".join(f"fault w={w} s={s}" for w, s in SETTINGS)
+    head = " | ".join(f"fault cap={w} s={s}" for w, s in SETTINGS)
     out = ["# Fault-sampled planning vs full sampling", "", provenance_md(prov), "",
            "Iteration time over demand paging (lower is better); for fault sampling the share "
            "of full sampling's saving kept in brackets, `*` when every sampled block's touch "
-           "list closed. `w` = warm-up iterations, `s` = share of the probe candidates "
+           "list closed. `cap` = the most warm-up iterations probed (the rule stops at the first "
+           "iteration that leaves no list open), `s` = share of the probe candidates "
            "(persistent and long-lived non-persistent blocks) probed per iteration.", "",
            f"| shape | hw | budget | oblivious | full sampling | {head} |",
            "|---|---|---|---|---|" + "---|" * len(SETTINGS)]
@@ -128,8 +132,8 @@ def _md(rows: list[dict], prov: dict) -> str:
                  for f in r["fault"]]
         out.append(f"| {r['shape']} | {r['hw']} | {r['budget']} | {r['oblivious_s'] / d:.2f} | "
                    f"{r['full_s'] / d:.2f} | " + " | ".join(cells) + " |")
-    out += ["", "Probe cost: bytes moved to the host over the whole warm-up, over the "
-            "persistent bytes (as many come back by faults).", "",
+    out += ["", "Probe cost: warm-up iterations the rule ran; bytes moved to the host over the "
+            "whole warm-up, over the persistent bytes (as many come back by faults).", "",
             "| shape | persistent | " + head + " |", "|---|---|" + "---|" * len(SETTINGS)]
     seen = set()
     for r in rows:
@@ -137,7 +141,8 @@ def _md(rows: list[dict], prov: dict) -> str:
             continue
         seen.add(r["shape"])
         out.append(f"| {r['shape']} | {r['persistent_bytes'] / MiB:,.0f} MiB | " + " | ".join(
-            f"{f['probe_bytes'] / r['persistent_bytes']:.2f}x" for f in r["fault"]) + " |")
+            f"{f['iterations']} it., {f['probe_bytes'] / r['persistent_bytes']:.2f}x"
+            for f in r["fault"]) + " |")
     out += ["", "Per warm-up iteration (the busiest): probes / bytes moved to the host "
             "(x the trace's peak); probe candidates: persistent + long-lived non-persistent "
             "blocks.", "", "| shape | candidates | " + head + " |",
@@ -151,7 +156,7 @@ def _md(rows: list[dict], prov: dict) -> str:
         out.append(f"| {r['shape']} | {r['n_persistent']}+{f0['local_blocks']} | " + " | ".join(
             f"{f['probes_per_iter']} / {f['probe_bytes_per_iter'] / MiB:,.0f} MiB "
             f"({f['probe_bytes_per_iter'] / r['peak_bytes']:.2f}x)" for f in r["fault"]) + " |")
-    worse = [(r["shape"], r["hw"], r["budget"], f["warmup_iters"], f["share"]) for r in rows
+    worse = [(r["shape"], r["hw"], r["budget"], f["max_iters"], f["share"]) for r in rows
              for f in r["fault"] if f["time_s"] > r["demand_s"]]
     out += ["", f"Fault-sampled plans slower than demand paging: {len(worse)}"
             + (f" ({worse})" if worse else ""), ""]

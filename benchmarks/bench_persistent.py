@@ -56,10 +56,11 @@ def _fault_opts(trace, pattern, **kw) -> dict:
     return {"samples": planner.fault_samples(trace, pattern, **kw)}
 
 
-def _fault_at(long_life):
-    """``_fault_opts`` with the non-persistent blocks probed from ``long_life`` of the
-    iteration (None: persistent blocks only, the rule before issue 25's activations)."""
-    return lambda trace, pattern: _fault_opts(trace, pattern, long_life=long_life)
+def _fault_at(**kw):
+    """``_fault_opts`` with the rule's settings ``kw``: ``long_life`` (the non-persistent
+    blocks probed from that share of the iteration; None: persistent blocks only, the rule
+    before issue 25's activations), ``max_iters`` (the warm-up's cap), ``share``."""
+    return lambda trace, pattern: _fault_opts(trace, pattern, **kw)
 
 
 # label, planner mode, plan options (a dict, or a function of (trace, pattern)), and what
@@ -72,10 +73,19 @@ MODES = (
     ("sampled 0.01", "sampled", {"sample_rate": 0.01}, None),
     ("fault-sampled", "sampled", _fault_opts, "fault_samples"),
     # the constant of the rule across its range (planner._faults.LONG_LIFE is the default)
-    ("fault, persistent only", "sampled", _fault_at(None), "fault_samples"),
-    ("fault, long_life 0", "sampled", _fault_at(0.0), "fault_samples"),
-    ("fault, long_life 0.25", "sampled", _fault_at(0.25), "fault_samples"),
+    ("fault, persistent only", "sampled", _fault_at(long_life=None), "fault_samples"),
+    ("fault, long_life 0", "sampled", _fault_at(long_life=0.0), "fault_samples"),
+    ("fault, long_life 0.25", "sampled", _fault_at(long_life=0.25), "fault_samples"),
+    # the warm-up rule's cap across its range (planner._faults.MAX_WARMUP is the default;
+    # the rule stops earlier where every list closes), and half the candidates per iteration
+    ("fault, cap 2", "sampled", _fault_at(max_iters=2), "fault_samples"),
+    ("fault, cap 4", "sampled", _fault_at(max_iters=4), "fault_samples"),
+    ("fault, cap 8", "sampled", _fault_at(max_iters=8), "fault_samples"),
+    ("fault, cap 32", "sampled", _fault_at(max_iters=32), "fault_samples"),
+    ("fault, share 0.5", "sampled", _fault_at(share=0.5), "fault_samples"),
 )
+PROBE_KEYS = ("iterations", "probes", "probe_bytes", "probes_per_iter", "probe_bytes_per_iter",
+              "persistent_blocks", "local_blocks", "open", "closed")
 FAULT = "fault-sampled"  # the mode whose warm-up probing cost the tables show
 
 
@@ -135,10 +145,11 @@ def case(name: str, kind: str, trace, hw: str, budgets, modes, lp: dict,
         for label, mode, opts, _ in modes:
             t0 = time.perf_counter()
             o = opts(trace, pat) if callable(opts) else opts
-            if label == FAULT:  # the warm-up's probing cost (planner.fault_samples attrs)
-                row["probe"] = {k: int(o["samples"].attrs[k]) for k in (
-                    "probes", "probe_bytes", "probes_per_iter", "probe_bytes_per_iter",
-                    "persistent_blocks", "local_blocks", "open", "closed")}
+            # the warm-up's probing cost (planner.fault_samples attrs)
+            probe = {k: int(o["samples"].attrs[k]) for k in PROBE_KEYS} \
+                if "samples" in o and "probes" in o["samples"].attrs else None
+            if label == FAULT:
+                row["probe"] = probe
             p = plan(trace, B, hw, mode=mode, pattern=pat, **o)
             plan_s = time.perf_counter() - t0
             same = next((t for a, t in done if a.equals(p.actions)), None)
@@ -148,7 +159,8 @@ def case(name: str, kind: str, trace, hw: str, budgets, modes, lp: dict,
                 "time_s": t, "plan_over_demand": t / demand,
                 "saving": (demand - t) / (demand - ideal) if demand > ideal else 0.0,
                 "mode_ran": p.meta["mode"], "pricing": p.meta.get("pricing", {}).get("chosen"),
-                "plan_s": plan_s, "reused": same is not None}
+                "plan_s": plan_s, "reused": same is not None,
+                **({"probe": probe} if probe else {})}
         rows.append(row)
     return rows
 

@@ -50,6 +50,26 @@ def test_quick_run_figures_follow_their_definitions(quick):
         assert len(x["slower_than_demand"]) == int(slower)
 
 
+def test_quick_run_reports_the_warmup_rules_cost_per_setting(quick):
+    from _persistent_report import warmup_md
+
+    (row,) = quick["rows"]
+    m = row["modes"]
+    got = {k: v["probe"] for k, v in m.items() if "probe" in v}
+    assert {"fault-sampled", "fault, cap 2", "fault, cap 32", "fault, share 0.5"} <= set(got)
+    assert got["fault, cap 2"]["iterations"] <= 2 and got["fault, cap 32"]["iterations"] <= 32
+    # the cap only bounds the rule: a warm-up that closes every list under a cap stops there
+    for small, big in (("fault, cap 2", "fault, cap 4"), ("fault, cap 4", "fault, cap 8"),
+                       ("fault, cap 8", "fault, cap 32")):
+        if got[small]["open"] == 0:
+            assert got[big]["iterations"] == got[small]["iterations"]
+        else:
+            assert got[small]["iterations"] == int(small.split()[-1])
+    assert row["probe"] == got["fault-sampled"]
+    table = "\n".join(warmup_md(quick))
+    assert all(f"| {k} |" in table for k in got)
+
+
 def test_a_mode_whose_function_is_missing_is_listed_as_not_run(monkeypatch):
     from uvm_sched import planner
 

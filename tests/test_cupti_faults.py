@@ -17,6 +17,7 @@ from _planner_helpers import host_backend
 from native.fakecupti import FakeCupti, fake_cupti_path, private_copy
 from uvm_sched import native
 from uvm_sched import _native_faults as nf
+from uvm_sched._runtime_faults import FaultSampler
 
 host = pytest.fixture(host_backend)
 MiB = 1 << 20
@@ -257,6 +258,46 @@ def test_a_probe_of_an_allocation_finds_its_block_each_iteration_or_is_skipped(h
     nf.probe_set(np.empty(0, nf.PROBE_DTYPE))
 
 
+def test_probes_of_allocations_keep_to_the_strict_fake_drivers_rules():
+    """The probe rows on the cuda backend over the strict fake driver (rules in
+    tests/native/PRECONDITIONS.md, quoting cuda.h of CUDA 13.0): every probe issued is one
+    cuMemPrefetchAsync the driver accepts -- of the block's own range, inside the managed
+    allocation (P3: "The memory range must refer to managed memory allocated via
+    cuMemAllocManaged"), to the host (CU_MEM_LOCATION_TYPE_HOST, a location P2 accepts),
+    flags 0 (P1: "flags for future use, must be zero now.") -- an of-allocation row on the
+    allocation's stream, a marker row on the legacy stream; a row whose event allocated
+    another size, or whose block is freed by its tick, makes no driver call."""
+    from native.fakecuda import backend
+
+    with backend("fake") as fake:
+        s = fake.app_stream(0)
+        w = native.malloc(2 * MiB, stream=s)
+        native.step()
+        # W at the marker; the block of event 0 after event 1; event 1's block (another
+        # size: skipped); event 0's block after event 3, its own free (gone: skipped)
+        nf.probe_set(np.array([(-1, w, 2 * MiB, 0, -1), (1, 0, MiB, 0, 0), (1, 0, MiB, 0, 1),
+                               (3, 0, MiB, 0, 0)], nf.PROBE_DTYPE))
+        fake.clear()
+        seen = []
+        for _ in range(3):
+            native.step()
+            a = native.malloc(MiB, stream=s)  # event 0
+            native.free(native.malloc(MiB // 2, stream=s))  # events 1, 2
+            seen.append(a)
+            native.free(a)  # event 3
+        nf.probe_set(np.empty(0, nf.PROBE_DTYPE))
+        calls = fake.calls()
+        pre = [c for c in calls if c["name"].startswith("cuMemPrefetchAsync")]
+        assert all(c["rc"] == 0 for c in calls), [c for c in calls if c["rc"]]
+        assert [(c["ptr"], c["bytes"]) for c in pre] == [
+            x for a in seen for x in ((w, 2 * MiB), (a, MiB))]
+        assert all(c["flags"] == 0 and c["loc.type"] == 2 for c in pre)  # 2: HOST
+        assert {c["stream"] for c in pre[0::2]} == {"s0"}  # the marker's: the legacy stream
+        assert len({c["stream"] for c in pre[1::2]} - {"s0"}) == 1  # the allocation's
+        assert nf.probe_stats()["probe_skipped"] == 2 * 3
+        native.free(w)
+
+
 # ---- the Scheduler's fault sampler ---------------------------------------------------------
 class FaultingLoop:
     """A training loop whose kernels touch its weights, on a GPU emulated for the fake
@@ -314,8 +355,8 @@ def _warmed_up(loop, warmup_iters: int, iterations: int, *, final_step: bool = T
                **touches):
     """A sampled Scheduler on the fake CUPTI through ``loop``'s warm-up: ``iterations``
     marked iterations (and a last marker where ``final_step``), ``touches`` set on its
-    fault sampler (``share``, ``long_life``), the plan awaited; yields the Scheduler while
-    it is still open and closes ``loop`` after it."""
+    fault sampler (``share``, ``long_life``, ``max_iters``), the plan awaited; yields the
+    Scheduler while it is still open and closes ``loop`` after it."""
     from uvm_sched import Scheduler
 
     try:
@@ -357,6 +398,32 @@ def test_the_fault_sampler_probes_learns_every_weight_touch_and_plans_sampled(cu
         cupti.lib.fake_cupti_clock_offset(0)
 
 
+def test_the_warmup_probes_until_no_list_is_open_then_plans(cupti):
+    nf.cupti_stop()
+    loop = FaultingLoop(cupti)
+    # warmup_iters 1 alone would plan at the second marker; each weight is touched three
+    # times an iteration, so the rule probes four iterations (the fourth closes every list)
+    # and plans at the fifth marker, though the loop runs on
+    with _warmed_up(loop, 1, 7, share=1.0) as s:
+        fs = s.stats()["fault_sampling"]
+        assert fs["settled"] and fs["probe_rounds"] == 4
+        assert fs["blocks_closed"] == fs["blocks_seen"] == loop.layers
+        smp = s.samples[s.samples["persistent"]]
+        assert {tuple(sorted(g["tick"])) for _, g in smp.groupby("block")} == loop.expected()
+
+
+def test_the_warmup_stops_probing_at_its_cap_with_lists_open(cupti):
+    nf.cupti_stop()
+    loop = FaultingLoop(cupti)
+    with _warmed_up(loop, 1, 7, share=1.0, max_iters=2) as s:
+        fs = s.stats()["fault_sampling"]
+        assert fs["settled"] and fs["probe_rounds"] == 2 and fs["max_iters"] == 2
+        assert fs["blocks_closed"] == 0 and fs["blocks_seen"] == loop.layers
+        assert s.samples["assumed"].any()  # the open lists' tails
+    with pytest.raises(ValueError, match="max_iters must be >= 1"):
+        FaultSampler(max_iters=0)
+
+
 def test_without_cupti_the_scheduler_plans_obliviously_and_says_why():
     code = textwrap.dedent("""
         import os
@@ -383,7 +450,7 @@ def test_without_cupti_the_scheduler_plans_obliviously_and_says_why():
 def test_a_warmup_too_short_to_close_the_lists_plans_their_tails_busy(cupti):
     nf.cupti_stop()
     loop = FaultingLoop(cupti)
-    with _warmed_up(loop, 2, 3, final_step=False, share=1.0) as s:
+    with _warmed_up(loop, 2, 3, final_step=False, share=1.0, max_iters=2) as s:
         fs = s.stats()["fault_sampling"]
         assert fs["blocks_closed"] == 0 and fs["blocks_seen"] == loop.layers
         smp = s.samples[s.samples["persistent"]]

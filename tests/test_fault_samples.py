@@ -32,7 +32,7 @@ def test_each_probe_learns_the_next_touch_after_the_last_one_seen(loop):
     t, p = loop
     truth = _truth(t, p)
     for w in (1, 2, 3):
-        fs = planner.fault_samples(t, p, warmup_iters=w, share=1.0, long_life=None)
+        fs = planner.fault_samples(t, p, max_iters=w, share=1.0, long_life=None)
         seen = fs[~fs["assumed"]]
         for ordinal, ticks in truth.items():
             got = np.sort(seen.loc[seen["block"] == ordinal, "tick"].to_numpy())
@@ -43,7 +43,7 @@ def test_a_probe_that_sees_no_fault_closes_the_block_and_open_tails_are_busy(loo
     t, p = loop
     truth = _truth(t, p)
     most = max(len(v) for v in truth.values())
-    short = planner.fault_samples(t, p, warmup_iters=most, share=1.0, long_life=None)
+    short = planner.fault_samples(t, p, max_iters=most, share=1.0, long_life=None)
     assert short.attrs["open"] > 0
     T = p.stop_tick - p.start_tick
     for ordinal, ticks in truth.items():
@@ -52,7 +52,7 @@ def test_a_probe_that_sees_no_fault_closes_the_block_and_open_tails_are_busy(loo
         last = int(rows.loc[~rows["assumed"], "tick"].max())
         # open: every tick after the last observed touch is assumed busy; closed: none
         assert tail == (list(range(last + 1, T)) if len(ticks) >= most else [])
-    full = planner.fault_samples(t, p, warmup_iters=most + 1, share=1.0, long_life=None)
+    full = planner.fault_samples(t, p, max_iters=most + 1, share=1.0, long_life=None)
     assert full.attrs["open"] == 0 and not full["assumed"].any()
     assert len(full) == sum(len(v) for v in truth.values())
 
@@ -62,7 +62,7 @@ def test_the_share_rotates_and_bounds_the_probe_cost(loop):
     sizes = p.blocks[p.blocks["persistent"]]["size"].to_numpy()
     assert probe_groups(6, 0.5).tolist() == [0, 1, 0, 1, 0, 1]
     assert probe_groups(4, 1 / 3).tolist() == [0, 1, 2, 0]
-    half = planner.fault_samples(t, p, warmup_iters=2, share=0.5, long_life=None)
+    half = planner.fault_samples(t, p, max_iters=2, share=0.5, long_life=None)
     # two iterations, half the blocks each: every block probed exactly once
     assert half.attrs["probes"] == len(sizes)
     assert half.attrs["probe_bytes"] == int(sizes.sum())
@@ -73,7 +73,7 @@ def test_the_share_rotates_and_bounds_the_probe_cost(loop):
 
 def test_closed_fault_samples_plan_as_full_sampling_of_the_persistent_blocks(loop):
     t, p = loop
-    closed = planner.fault_samples(t, p, warmup_iters=4, share=1.0, long_life=None)
+    closed = planner.fault_samples(t, p, max_iters=4, share=1.0, long_life=None)
     assert closed.attrs["open"] == 0
     drawn = planner.draw_samples(t, p)
     persistent = drawn[drawn["persistent"]].drop(columns=["read", "touched_bytes"])
@@ -91,7 +91,7 @@ def test_closed_fault_samples_plan_as_full_sampling_of_the_persistent_blocks(loo
 def test_open_fault_samples_never_plan_slower_than_demand(loop):
     t, p = loop
     for w, share in ((1, 1.0), (2, 0.5), (3, 1.0)):
-        fs = planner.fault_samples(t, p, warmup_iters=w, share=share)
+        fs = planner.fault_samples(t, p, max_iters=w, share=share)
         for budget in ("75%", "50%"):
             fault = sim.simulate(t, "uvm-sched", budget=budget, mode="sampled",
                                  plan_opts={"samples": fs})
@@ -146,41 +146,51 @@ def _ticks(fs):
     return {k: sorted(g.tolist()) for k, g in by}
 
 
-def test_an_activation_is_probed_from_its_allocation_and_its_tail_read_at_its_free():
+def test_an_activation_is_probed_from_its_allocation_and_used_once_its_list_closes():
     t, p = _hand_loop()
     assert p.stop_tick - p.start_tick == 10
-    one = planner.fault_samples(t, p, warmup_iters=1, share=1.0)
-    # iteration 0 probes W at the marker and a right after its allocation: both first
-    # touches; W's tail is busy, a's gets the oblivious model's read at its free (tick 8)
-    assert _ticks(one) == {(False, 0, False): [0], (False, 0, True): [8],
-                           (True, 0, False): [0], (True, 0, True): list(range(1, 10))}
-    three = planner.fault_samples(t, p, warmup_iters=3, share=1.0)
-    assert _ticks(three) == {(False, 0, False): [0, 2, 7], (False, 0, True): [8],
-                             (True, 0, False): [0, 7, 9]}
-    four = planner.fault_samples(t, p, warmup_iters=4, share=1.0)
-    # the fourth probe of each sees no fault before the free / the iteration's end: closed
-    assert _ticks(four) == {(False, 0, False): [0, 2, 7], (True, 0, False): [0, 7, 9]}
-    assert (four.attrs["closed"], four.attrs["open"]) == (2, 0)
-    assert (four.attrs["persistent_blocks"], four.attrs["local_blocks"]) == (1, 1)
-    # every warm-up iteration probes both: 4 MiB + 8 MiB moved per iteration, 8 probes in all
-    assert (four.attrs["probes"], four.attrs["probes_per_iter"]) == (8, 2)
-    assert four.attrs["probe_bytes"] == 4 * (12 << 20)
-    assert four.attrs["probe_bytes_per_iter"] == 12 << 20
+    one = planner.fault_samples(t, p, max_iters=1, share=1.0)
+    # iteration 0 probes W at the marker (a first touch; its tail busy); a is known only
+    # from that iteration's allocator events: not probed yet, no samples (the oblivious rule)
+    assert _ticks(one) == {(True, 0, False): [0], (True, 0, True): list(range(1, 10))}
+    assert one.attrs["probes"] == 1
+    three = planner.fault_samples(t, p, max_iters=3, share=1.0)
+    # iterations 1 and 2 probe a right after its allocation, then after tick 0: its list
+    # (0, 2) is still open, so it is dropped; W's three touches are seen
+    assert _ticks(three) == {(True, 0, False): [0, 7, 9]}
+    assert (three.attrs["iterations"], three.attrs["open"]) == (3, 2)  # the cap stopped it
+    five = planner.fault_samples(t, p, max_iters=5, share=1.0)
+    # W's fourth probe (iteration 3) and a's fourth (iteration 4) see no fault before the
+    # iteration's end / the free: both lists closed
+    assert _ticks(five) == {(False, 0, False): [0, 2, 7], (True, 0, False): [0, 7, 9]}
+    # the rule stops there: a larger cap runs no sixth iteration and learns the same
+    assert five.attrs["iterations"] == 5
+    more = planner.fault_samples(t, p, max_iters=16, share=1.0)
+    assert more.attrs["iterations"] == 5 and _ticks(more) == _ticks(five)
+    assert more.attrs["probe_bytes"] == five.attrs["probe_bytes"]
+    assert (five.attrs["closed"], five.attrs["open"]) == (2, 0)
+    assert (five.attrs["persistent_blocks"], five.attrs["local_blocks"]) == (1, 1)
+    # W probed in iterations 0..3 (4 MiB), a in 1..4 (8 MiB): 8 probes, at most 2 at once
+    assert (five.attrs["probes"], five.attrs["probes_per_iter"]) == (8, 2)
+    assert five.attrs["probe_bytes"] == 4 * (12 << 20)
+    assert five.attrs["probe_bytes_per_iter"] == 12 << 20
 
 
 def test_activations_rotate_with_the_persistent_blocks_and_short_lived_ones_are_not_probed():
     t, p = _hand_loop()
-    half = planner.fault_samples(t, p, warmup_iters=2, share=0.5)
+    half = planner.fault_samples(t, p, max_iters=2, share=0.5)
     # groups: W (persistent first) 0, a 1; iteration 0 probes W, iteration 1 probes a
     assert (half.attrs["probes"], half.attrs["probes_per_iter"]) == (2, 1)
     assert half.attrs["probe_bytes_per_iter"] == 8 << 20
-    assert {k for k in _ticks(half) if not k[2]} == {(False, 0, False), (True, 0, False)}
+    # (a's list, one touch seen, is open: dropped; W's observed touch is kept)
+    assert {k for k in _ticks(half) if not k[2]} == {(True, 0, False)}
+    assert (half.attrs["open"], half.attrs["iterations"]) == (2, 2)
     # the scratch block (ordinal 1, alive within one tick) never gets a sample
     assert not ((~half["persistent"]) & (half["block"] == 1)).any()
     # long_life: a must live 8 of the 10 ticks; 0.9 leaves it out, None probes W alone
     assert planner.fault_samples(t, p, share=1.0, long_life=0.8).attrs["local_blocks"] == 1
     assert planner.fault_samples(t, p, share=1.0, long_life=0.9).attrs["local_blocks"] == 0
-    only_w = planner.fault_samples(t, p, warmup_iters=4, share=1.0, long_life=None)
+    only_w = planner.fault_samples(t, p, max_iters=4, share=1.0, long_life=None)
     assert only_w["persistent"].all() and only_w.attrs["local_blocks"] == 0
     with pytest.raises(ValueError, match="long_life must be in"):
         planner.fault_samples(t, p, long_life=1.5)

@@ -13,8 +13,12 @@ that event) -- is moved to the host right after its last observed touch (tick ``
 of the iteration; when none is seen yet: at the marker, or right after the allocation), so
 its next use faults. A probed block that shows no fault after its probe point in that
 iteration is closed (its touch list is complete) and probed no more; so is a
-non-persistent one whose last observed touch is just before its free. When the warm-up
-ends the probes are cleared and CUPTI is stopped.
+non-persistent one whose last observed touch is just before its free. The warm-up's
+length follows the rule (``settled``): probing goes on while some candidate's list is open
+and stops at the marker after which none is (from the second marker: the non-persistent
+candidates are known from the first iteration on), or after ``max_iters`` probed
+iterations (the cost cap); the probe table is then emptied, and the Scheduler, which
+waits for ``warmed_up``, plans. When the warm-up ends CUPTI is stopped.
 
 Clocks (the rule written down): a fault's time is CUPTI's ``start`` ("when CUDA driver
 started processing the fault"). Clock pairs (CUPTI ns, CLOCK_MONOTONIC ns) read at start and
@@ -34,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from ._runtime_recording import ALLOC, FREE, MARK
-from .planner._faults import LONG_LIFE
+from .planner._faults import LONG_LIFE, MAX_WARMUP
 
 logger = logging.getLogger("uvm_sched.runtime")
 
@@ -47,14 +51,18 @@ class FaultSampler:
     (each drained batch while recording) and ``report`` (for ``stats()``)."""
 
 
-    def __init__(self, device: int = 0, share: float = 0.5, path: str | None = None,
-                 long_life: float | None = LONG_LIFE) -> None:
+    def __init__(self, device: int = 0, share: float = 1.0, path: str | None = None,
+                 long_life: float | None = LONG_LIFE, max_iters: int = MAX_WARMUP) -> None:
         from .planner._faults import long_lived, probe_groups
 
         probe_groups(1, share)  # checks share now
         if long_life is not None:
             long_lived([], [], 1, long_life)  # and long_life
+        if int(max_iters) < 1:
+            raise ValueError(f"max_iters must be >= 1 (the warm-up's cap in probed "
+                             f"iterations), got {max_iters}")
         self.device, self.share, self.path = int(device), float(share), path
+        self.max_iters = int(max_iters)
         self.long_life = long_life
         self.unavailable: str | None = None  # why CUPTI could not be used
         self.on = False
@@ -78,6 +86,7 @@ class FaultSampler:
         self._l_probed: dict[int, int] = {}
         self._l_closed: set[int] = set()
         self._l_shape: dict[int, tuple[int, int]] = {}
+        self._settled = False  # the warm-up's probing is over (module doc)
         self.collected = {"faults": 0, "faults_in_iterations": 0, "probe_rounds": 0,
                           "probes_set": 0, "probe_bytes_set": 0, "local_probes_set": 0}
 
@@ -108,6 +117,13 @@ class FaultSampler:
         self.on = False
 
     device_type = "cupti"  # what the worker reads to take the fault path
+
+    @property
+    def settled(self) -> bool:
+        """Whether the warm-up's probing is over (module doc): no candidate's list is
+        open, or ``max_iters`` iterations were probed; True without CUPTI (nothing to
+        learn by waiting)."""
+        return self.unavailable is not None or self._settled
 
     @property
     def clocks(self) -> tuple[np.ndarray, np.ndarray, tuple[list[int], list[int]]] | None:
@@ -206,6 +222,12 @@ class FaultSampler:
         cand = live[(live["tick"] < prev) | (len(self._marks) == 1)]
         cand = cand[~np.isin(cand["arg"], np.fromiter(self._closed, np.int64))]
         rnd = len(self._marks) - 1
+        if self._settled or rnd >= self.max_iters or (rnd and not len(cand) and not local):
+            # the rule stops: the cap is reached, or no list is open (module doc)
+            self._settled = True
+            self._probed, self._l_probed = {}, {}
+            nf.probe_set(np.empty(0, nf.PROBE_DTYPE))
+            return
         # one rotation over both kinds: the persistent candidates first (as in fault_samples)
         g = probe_groups(len(cand) + len(local), self.share)
         mine = g == rnd % (int(g.max(initial=0)) + 1)
@@ -291,8 +313,17 @@ class FaultSampler:
                                "blocks_seen": len(self._last), "blocks_closed": len(self._closed),
                                "local_blocks_seen": len(self._l_last),
                                "local_blocks_closed": len(self._l_closed & set(self._l_last)),
-                               "share": self.share, "long_life": self.long_life}
+                               "share": self.share, "long_life": self.long_life,
+                               "max_iters": self.max_iters, "settled": self.settled}
         if self.unavailable is None:
             out.update(nf.probe_stats())
             out["cupti"] = nf.cupti_stats()
         return out
+
+
+def warmed_up(touches: Any, marks: int, warmup_iters: int) -> bool:
+    """Whether a Scheduler's warm-up is over at ``marks`` markers: ``warmup_iters``
+    complete iterations (and the one starting), and, with a fault sampler (``touches``),
+    its probing settled (``FaultSampler.settled``: no list open, or its cap)."""
+    return marks >= warmup_iters + 1 and (not isinstance(touches, FaultSampler)
+                                          or touches.settled)

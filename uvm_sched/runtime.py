@@ -47,7 +47,7 @@ import numpy as np
 from ._errors import Error, Warning as _Warning
 from ._runtime_clock import WATCHDOG_SLACK, Tuner, Watchdog  # noqa: F401 (SLACK: re-exported)
 from ._runtime_calib import Calibrator
-from ._runtime_faults import FaultSampler
+from ._runtime_faults import FaultSampler, warmed_up
 from ._runtime_kinds import Steps, spend_relearn, why_not
 from ._runtime_recording import MARK, Recording, live_ordinal, track_live
 from ._runtime_setup import (check_options, current_device, install_hook, rank,
@@ -96,9 +96,9 @@ class Scheduler:
     else, from ``start()`` until the plan is armed, PyTorch's dispatch tracer
     (``integrations.torch.TouchRecorder``, ops on ``touch_device``; start, step and close
     the scheduler in the loop's thread: the tracer is a mode of that thread) or, with
-    ``sampler="cupti"``, CUPTI's GPU page faults (``_runtime_faults``,
-    ``stats()["fault_sampling"]``); ``samples`` holds what the plan was made with and
-    ``stats()["mode"]``/``["mode_reason"]`` say which mode ran and why.
+    ``sampler="cupti"``, CUPTI's GPU page faults (``_runtime_faults``: the warm-up then
+    lasts until its probes settle; ``stats()["fault_sampling"]``); ``samples`` holds what
+    the plan was made with; ``stats()["mode"]``/``["mode_reason"]`` say which ran and why.
 
     ``tune``: plans to try beside the configured one (``planner.tuning_candidates``): guards
     (ticks, or ``"auto"``; e.g. ``(16, 8)``: how far from an allocation or a free a block is
@@ -281,8 +281,8 @@ class Scheduler:
             if self._job.done.is_set():
                 self._finish_learning()
             return  # (the loop runs on unplanned while the plan is made)
-        # with markers: learn after warmup_iters complete iterations (+ the one starting)
-        if rec.marks >= self.warmup_iters + 1:
+        # with markers: learn once warmed up (warmup_iters iterations; fault probes settled)
+        if warmed_up(self._touches, rec.marks, self.warmup_iters):
             self._submit()
         elif rec.marks == 0 and rec.alloc_events >= rec.next_try:
             rec.next_try = 2 * rec.alloc_events

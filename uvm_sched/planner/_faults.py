@@ -21,7 +21,8 @@ learns one more touch per block; a probe that sees no fault before the iteration
 complete: the block is idle after its last touch until the next iteration's first, or
 dead until its free). The first probe of a block moves it where nothing is known yet:
 at the iteration's start (the marker) for a persistent block, right after its
-allocation for a non-persistent one.
+allocation for a non-persistent one -- from the second warm-up iteration on: the runtime
+learns which allocator event names a long-lived block from the first iteration's events.
 
 * Candidates: the persistent blocks in allocation order, then the non-persistent blocks
   of the iteration allocated and freed in it and alive at least ``long_life`` (default
@@ -32,10 +33,20 @@ allocation for a non-persistent one.
   by the probe's tick). Shorter-lived blocks are not probed: no idle stretch between their
   touches is worth a plan action, and a probe costs a round trip of the block.
 * Rotation: the candidates are split into ``ceil(1 / share)`` groups (candidate j in
-  group ``j mod groups``); warm-up iteration i probes group ``i mod groups``.
+  group ``j mod groups``); warm-up iteration i probes group ``i mod groups``. The default
+  share is 1: every open candidate each iteration. The probes a block needs do not depend
+  on the share (one per touch, and one that closes its list), so a full share learns the
+  same in the fewest iterations; a smaller share only spreads the bytes over more of them.
+* Length (the rule, not a constant count): the warm-up probes while some probed block's
+  list is still open -- each iteration then reveals one more use of it -- and stops after
+  the first iteration that leaves none open (``iterations``; a warm-up iteration with
+  nothing left to probe is not run), or at the cost cap of ``max_iters`` probed iterations
+  (default ``MAX_WARMUP``); the lists still open then keep their unknown tails (below).
+  The Scheduler's warm-up lasts at least its ``warmup_iters`` and until the sampler's
+  rule stops (``_runtime_faults.warmed_up``); the loop runs unplanned meanwhile.
 * Cost (bounded, reported): each probe migrates the block once to the host and back by
   faults, ``probe_bytes`` = the sum of the probed blocks' sizes per probe; at most
-  ``warmup_iters x share`` probes per block, and per warm-up iteration at most one per
+  ``max_iters x share`` probes per block, and per warm-up iteration at most one per
   candidate of its group (``probes_per_iter``, ``probe_bytes_per_iter``: the largest).
 * Ticks: a fault at allocator-event tick k of an iteration is a touch at tick k (the
   runtime maps CUPTI timestamps to ticks by the ring's clock, ``_runtime_faults``).
@@ -44,14 +55,18 @@ What the planner is given: the touches observed, exact up to each block's last o
 one (each probe reveals the *next* touch, so none hides between two observed ones), and,
 for a block not closed by the end of the warm-up, its unknown tail -- the ticks after its
 last observed touch, to the iteration's end -- marked busy (``busy_tails``, rows
-``assumed``): idle where the probes showed it idle, resident where nothing is known. An
-open non-persistent block's tail gets the oblivious use model instead, a read at its free
-(measured: busy tails to the free kept the zoo's activations resident and made
-fault-sampled plans up to 3x slower than the persistent-only rule on BERT and GPT-2, whose
-activations the oblivious model already plans well). Assumed ticks are not certain uses:
-the planner's budget check counts observed touches only. Faults of non-persistent blocks
-that were not probed are dropped (their first touch alone would read as a complete list):
-they keep the oblivious rule.
+``assumed``): idle where the probes showed it idle, resident where nothing is known. A
+non-persistent block whose list is still open is given no samples at all: it keeps the
+oblivious rule, as if unprobed. Measured (results/persistent.md): busy tails to the free
+kept the zoo's activations resident and made fault-sampled plans up to 3x slower than the
+persistent-only rule on BERT and GPT-2, whose activations the oblivious model already
+plans well; the earlier compromise, the partial list with one read at the free, called the
+stretch after the last observed touch idle, and a U-Net's skip connection is read in it
+(its decoder reads the encoder's activation): U-Net at 30% of the peak on h200-pcie5 0.48x
+demand paging against 0.28x with activations unprobed, 0.25x with open lists dropped.
+Assumed ticks are not certain uses: the planner's budget check counts observed touches
+only. Faults of non-persistent blocks that were not probed are dropped (their first touch
+alone would read as a complete list): they keep the oblivious rule.
 
 Limitations. Blocks are probed whole (a touch of a page already faulted back in that
 iteration is not seen, so a block is seen at page-first-touch granularity: here, the
@@ -71,6 +86,9 @@ __all__ = ["fault_samples", "probe_groups", "samples_from_faults"]
 # touches, and each probe costs a round trip of the block (results/persistent.md shows the
 # figures across 0 .. 0.25)
 LONG_LIFE = 0.1
+# the warm-up's cost cap, in probed iterations: the rule stops earlier where every list
+# closes (results/persistent.md shows the figures across 2 .. 32 and the iterations used)
+MAX_WARMUP = 16
 
 
 def probe_groups(n_blocks: int, share: float) -> np.ndarray:
@@ -93,11 +111,12 @@ def long_lived(alloc_tick, free_tick, n_ticks: int, long_life: float) -> np.ndar
     return (a >= 0) & (f >= 0) & (f - a >= max(1.0, long_life * int(n_ticks)))
 
 
-def fault_samples(trace, pattern=None, *, warmup_iters: int = 3, share: float = 0.5,
+def fault_samples(trace, pattern=None, *, max_iters: int = MAX_WARMUP, share: float = 1.0,
                   long_life: float | None = LONG_LIFE):
-    """The touch-form samples (``planner._sampling`` doc) that a fault-sampled warm-up of
-    ``warmup_iters`` iterations probing ``share`` of the probe candidates per iteration
-    would collect (Note [Fault probes]), from ``trace``'s ground-truth ACCESS rows of the
+    """The touch-form samples (``planner._sampling`` doc) that a fault-sampled warm-up
+    probing ``share`` of the probe candidates per iteration would collect under the rule of
+    Note [Fault probes] (until no list is open, at most ``max_iters`` probed iterations),
+    from ``trace``'s ground-truth ACCESS rows of the
     representative iteration (``pattern``, default ``pattern.analyze(trace)``).
     Candidates: the persistent blocks, then the non-persistent ones alive at least
     ``long_life`` of the iteration's ticks (``long_lived``; None: persistent blocks only).
@@ -105,6 +124,7 @@ def fault_samples(trace, pattern=None, *, warmup_iters: int = 3, share: float = 
     Returns a DataFrame (iteration, block, persistent, tick, assumed: ticks in allocator
     events from the iteration's start; ``assumed`` rows are the busy tails of blocks not
     closed, ``busy_tails``; the idle stretches between rows are known) with ``attrs``:
+    ``iterations`` (warm-up iterations the rule ran: the last that probed anything),
     ``probes`` (block probes made over the warm-up), ``probe_bytes`` (bytes moved to the
     host by them; as many come back by faults), ``probes_per_iter`` / ``probe_bytes_per_iter``
     (the most in one warm-up iteration), ``closed`` / ``open`` (sampled blocks whose touch
@@ -115,8 +135,9 @@ def fault_samples(trace, pattern=None, *, warmup_iters: int = 3, share: float = 
 
     from ..trace import EventKind
 
-    if int(warmup_iters) < 1:
-        raise ValueError(f"warmup_iters must be >= 1, got {warmup_iters}")
+    if int(max_iters) < 1:
+        raise ValueError(f"max_iters must be >= 1 (the warm-up's cap in probed iterations), "
+                         f"got {max_iters}")
     if not trace.has_accesses:
         raise ValueError("fault_samples simulates faults from the trace's ACCESS rows: this "
                          "trace has none (record it with accesses, or use oblivious mode)")
@@ -138,7 +159,7 @@ def fault_samples(trace, pattern=None, *, warmup_iters: int = 3, share: float = 
     bid, tick = bid[order], tick[order]
     n_groups = int(groups.max(initial=0)) + 1
     out_b, out_p, out_t = [], [], []
-    per_iter = np.zeros((int(warmup_iters), 2), np.int64)  # probes, bytes per iteration
+    per_iter = np.zeros((int(max_iters), 2), np.int64)  # probes, bytes per iteration
     closed_set: set[tuple[bool, int]] = set()
     for j, (b, ordinal, size, p_, at, ft) in enumerate(zip(
             blocks.index.to_numpy(), blocks["ordinal"].to_numpy(np.int64),
@@ -150,9 +171,9 @@ def fault_samples(trace, pattern=None, *, warmup_iters: int = 3, share: float = 
         # the marker (persistent) or right after the block's allocation (non-persistent)
         seen = -2 if p_ else int(at) - 1
         first_seen = seen
-        for i in range(int(warmup_iters)):
-            if i % n_groups != groups[j]:
-                continue
+        for i in range(int(max_iters)):
+            if i % n_groups != groups[j] or (not p_ and i == 0):
+                continue  # (a non-persistent candidate is known after the first iteration)
             if not p_ and seen >= ft:
                 break  # freed at the probe point: nothing can follow, no probe needed
             per_iter[i] += (1, int(size))
@@ -173,11 +194,10 @@ def fault_samples(trace, pattern=None, *, warmup_iters: int = 3, share: float = 
                        "block": np.asarray(out_b, np.int64),
                        "persistent": np.asarray(out_p, bool),
                        "tick": np.asarray(out_t, np.int64)})
-    ends = {(False, int(o)): int(f)
-            for o, f in zip(pb.loc[local, "ordinal"], pb.loc[local, "free_tick"])}
-    df = busy_tails(df, stop - start, sampled - closed_set, ends)
+    df = busy_tails(df, stop - start, sampled - closed_set)
     closed = len(sampled & closed_set)
-    df.attrs.update(probes=int(per_iter[:, 0].sum()), probe_bytes=int(per_iter[:, 1].sum()),
+    df.attrs.update(iterations=int(np.flatnonzero(per_iter[:, 0]).max(initial=-1)) + 1,
+                    probes=int(per_iter[:, 0].sum()), probe_bytes=int(per_iter[:, 1].sum()),
                     probes_per_iter=int(per_iter[:, 0].max()),
                     probe_bytes_per_iter=int(per_iter[:, 1].max()),
                     closed=closed, open=len(sampled) - closed, persistent_blocks=int(pers.sum()),
@@ -185,35 +205,34 @@ def fault_samples(trace, pattern=None, *, warmup_iters: int = 3, share: float = 
     return df
 
 
-def busy_tails(samples, n_ticks: int, open_blocks, ends=None):
-    """``samples`` (touch form) with the tail of each open block's touch list added as rows
-    with ``assumed=True`` (observed rows: False): for a persistent block every tick after
-    its last observed touch, to the iteration's last; for a non-persistent one a use at its
-    free (``ends[(False, ordinal)]``). ``open_blocks``: (persistent, ordinal) pairs. Why:
-    probes reveal touches in order, so a list is exact up to its last observed touch and
-    unknown after it; the planner then trusts the idle stretches between observed touches
-    and, where nothing is known, keeps a persistent block resident and gives a
-    non-persistent one the oblivious use model's read at its free -- what it had without
-    samples, so probing it never plans it worse (Note [Fault probes])."""
+def busy_tails(samples, n_ticks: int, open_blocks):
+    """``samples`` (touch form) with the tail of each open persistent block's touch list
+    added as rows with ``assumed=True`` (observed rows: False), every tick after its last
+    observed touch to the iteration's last, and the rows of each open non-persistent block
+    dropped (it keeps the oblivious rule). ``open_blocks``: (persistent, ordinal) pairs.
+    Why: probes reveal touches in order, so a list is exact up to its last observed touch
+    and unknown after it; the planner then trusts the idle stretches between observed
+    touches and, where nothing is known, keeps a persistent block resident; an activation's
+    partial list is not used at all -- its unknown tail has no model better than the
+    oblivious rule's (Note [Fault probes])."""
     import pandas as pd
 
     samples = samples.assign(assumed=False)
-    ends = ends or {}
     extra = []
     pers, blk = samples["persistent"].to_numpy(bool), samples["block"].to_numpy()
+    drop = np.zeros(len(samples), bool)
     for p_, b in sorted(open_blocks):
         rows = (pers == p_) & (blk == b)
         if not rows.any():
             continue
+        if not p_:
+            drop |= rows
+            continue
         last = int(samples.loc[rows, "tick"].max())
-        if p_:
-            ticks = np.arange(last + 1, int(n_ticks), dtype=np.int64)
-        else:  # the oblivious use model's read at the free (what it had without samples)
-            end = min(int(n_ticks) - 1, ends.get((False, b), int(n_ticks) - 1))
-            ticks = np.arange(end, end + 1 if end > last else end, dtype=np.int64)
-        extra.append(pd.DataFrame({"iteration": 0, "block": np.int64(b), "persistent": bool(p_),
-                                   "tick": ticks, "assumed": True}))
-    out = pd.concat([samples, *extra], ignore_index=True) if extra else samples
+        extra.append(pd.DataFrame({"iteration": 0, "block": np.int64(b), "persistent": True,
+                                   "tick": np.arange(last + 1, int(n_ticks), dtype=np.int64),
+                                   "assumed": True}))
+    out = pd.concat([samples[~drop], *extra], ignore_index=True)
     out.attrs.update(samples.attrs)
     return out
 
@@ -234,7 +253,7 @@ def samples_from_faults(trace, addresses, pattern, ticks, fault_addrs, *, k0: in
     events (from the iteration's start) of the non-persistent blocks the warm-up probed,
     and of those it did not close; the faults of other non-persistent blocks are dropped
     (a first touch alone would pass for a complete list: those blocks keep the oblivious
-    rule, as in ``fault_samples``), open ones' tails are busy to their free.
+    rule, as in ``fault_samples``), open ones are dropped too (``busy_tails``).
     O((B + F) log B) for B blocks and F faults, plus O(B) per fault whose address lies in
     a block reused at another size (rare).
     """
@@ -281,7 +300,5 @@ def samples_from_faults(trace, addresses, pattern, ticks, fault_addrs, *, k0: in
     probed = l_ord[np.isin(l_ev, np.asarray(local[0], np.int64))]
     out = out[out["persistent"].to_numpy(bool) | np.isin(out["block"].to_numpy(), probed)]
     l_open = l_ord[np.isin(l_ev, np.asarray(local[1], np.int64))]
-    ends = {(False, int(o)): int(f) for o, f in zip(l_ord, lb["free_tick"].to_numpy(np.int64))}
     return busy_tails(out.reset_index(drop=True), int(pattern.stop_tick - pattern.start_tick),
-                      {(True, o) for o in opened.tolist()} | {(False, int(o)) for o in l_open},
-                      ends)
+                      {(True, o) for o in opened.tolist()} | {(False, int(o)) for o in l_open})

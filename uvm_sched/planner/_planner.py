@@ -19,6 +19,7 @@ import numpy as np
 
 from .._budget import resolve_budget
 from ._core import Problem, Schedule
+from ._known_view import judged_view
 from ._lp_guided import schedule
 from ..trace._model import EventKind
 from ._plan import PLAN_VERSION, Plan, PlanError, trace_fingerprint
@@ -148,14 +149,12 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "auto", **opts: Any) -> Pla
         meta["samples"] = _samples_meta(samples, opts)
     out = Plan(actions, meta)
     if opts.get("price", True):
-        # what the judge may know of the accesses: what the planner read (sampled mode with
-        # samples drawn from this trace read its ground truth; oblivious mode never does)
-        truth_known = mode == "sampled" and opts.get("samples") is None
         extra = _candidates(pat, prob, info, sched, greedy, act_opts)
         # the schedule's arrays (hundreds of bytes per event) are not needed to price it:
         # dropped before the simulator's own arrays are built (peak memory)
         del prob, info, sched, greedy, samples
-        out = _priced(trace, out, extra, budget_bytes, prof, truth_known,
+        view, accesses = judged_view(trace, pat, mode, opts.get("samples"))
+        out = _priced(view, out, extra, budget_bytes, prof, accesses,
                       [a for a, _ in pat.iterations], mode == "oblivious")
     pred["plan_time_s"] = time.perf_counter() - t0
     return out
@@ -207,6 +206,11 @@ def _candidates(pat, prob: Problem, info: dict, sched, greedy, act_opts) -> dict
     return out
 
 
+_JUDGES = ("simulator on the allocator events (ALLOC/FREE/markers)",
+           "simulator on the trace with its accesses",
+           "simulator on the allocator events with the given samples' touches")
+
+
 def _priced(trace, full: Plan, extra: dict, budget: int, prof, accesses: bool,
             starts, oblivious: bool) -> Plan:
     """The fastest of the full plan, the ``extra`` candidates (``{label: actions}``, in
@@ -232,8 +236,7 @@ def _priced(trace, full: Plan, extra: dict, budget: int, prof, accesses: bool,
         return full
     out = cands[best]
     out.meta["pricing"] = {"chosen": best, **{f"{k}_s": v for k, v in times.items()},
-                           "judge": "simulator on the trace with its accesses" if accesses else
-                           "simulator on the allocator events (ALLOC/FREE/markers)"}
+                           "judge": _JUDGES[bool(accesses) + bool(trace.meta.get("samples_view"))]}
     if best != "plan":
         out.meta["fallback"] = (
             f"{best}: the full plan was predicted at {times['plan']:.6g} s per iteration, "
