@@ -152,11 +152,14 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "auto", **opts: Any) -> Pla
         # samples drawn from this trace read its ground truth; oblivious mode never does)
         truth_known = mode == "sampled" and opts.get("samples") is None
         extra = _candidates(pat, prob, info, sched, greedy, act_opts)
+        if opts.get("price") is _AS_CANDIDATES:  # _oblivious_actions: the tables, unpriced
+            tables: Any = {mode: out.actions, f"{mode} advice-only": extra["advice-only"]}
+            return tables
         # the schedule's arrays (hundreds of bytes per event) are not needed to price it:
         # dropped before the simulator's own arrays are built (peak memory)
         del prob, info, sched, greedy, samples
         if truth_known:
-            extra["oblivious"] = _oblivious_actions(trace, budget_bytes, prof, pat, opts)
+            extra.update(_oblivious_actions(trace, budget_bytes, prof, pat, opts))
         out = _priced(trace, out, extra, budget_bytes, prof, truth_known,
                       [a for a, _ in pat.iterations], mode == "oblivious")
     pred["plan_time_s"] = time.perf_counter() - t0
@@ -217,28 +220,34 @@ def _candidates(pat, prob: Problem, info: dict, sched, greedy, act_opts) -> dict
 # yet its schedule is built by the same heuristic (guards, selection, populates), so it
 # can lose where the oblivious one wins (benchmarks/results/robust.md: 225 of 3,837
 # generated rows, most at 90% and 75% of peak on CNNs with long concat chains and U-Nets,
-# up to 1.9x). So the oblivious plan is priced beside the sampled one's candidates, and the
-# faster is emitted: sampled mode is never slower than oblivious mode where it can tell.
-# Samples given by a caller (the runtime's fault samples) do not make the trace's accesses
-# known, and the candidate is not added there.
+# up to 1.9x). So the oblivious plan and its advice alone (either may be what oblivious
+# mode emits; no plan is a candidate already) are priced beside the sampled one's
+# candidates, and the fastest is emitted: sampled mode is never slower than oblivious mode
+# where it can tell. Samples given by a caller (the runtime's fault samples) do not make
+# the trace's accesses known, and the candidates are not added there.
 
 
-def _oblivious_actions(trace, budget: int, prof, pat, opts: dict):
-    """The action table oblivious mode plans for ``trace`` with the same options (the
-    sampling and LP options dropped; unpriced: the caller prices it), Note [The oblivious
-    plan as a candidate]."""
+_AS_CANDIDATES = object()  # plan(price=...) from _oblivious_actions: return the tables
+
+
+def _oblivious_actions(trace, budget: int, prof, pat, opts: dict) -> dict:
+    """``{"oblivious": table, "oblivious advice-only": table}``: the actions oblivious mode
+    plans for ``trace`` with the same options (the sampling and LP options dropped) and its
+    advice alone -- each a choice its own pricing may make -- unpriced: the caller prices
+    them (Note [The oblivious plan as a candidate])."""
     drop = set(_SAMPLE_OPTS) | {"pattern", "price", "method", "lp_max_columns",
                                 "lp_time_limit_s"}
     keep = {k: v for k, v in opts.items() if k not in drop}
-    return plan(trace, budget, prof, mode="oblivious", pattern=pat, price=False,
-                **keep).actions
+    tables: Any = plan(trace, budget, prof, mode="oblivious", pattern=pat,
+                       price=_AS_CANDIDATES, **keep)
+    return tables
 
 
 def _priced(trace, full: Plan, extra: dict, budget: int, prof, accesses: bool,
             starts, oblivious: bool) -> Plan:
     """The fastest of the full plan, the ``extra`` candidates (``{label: actions}``, in
     order: the greedy plan beside an LP-guided one, its advice alone, the oblivious plan
-    where the accesses are known) and no plan, judged
+    and its advice alone where the accesses are known) and no plan, judged
     by the simulator on the trace's allocator events (``_pricing``); the choice is noted
     in its meta (``oblivious``: the plan was made without samples)."""
     from ..sim import BudgetError
@@ -576,6 +585,7 @@ def _actions(prob: Problem, info: dict, sched, prof, discard: bool, discard_min:
         # traffic); without it the first touch faults once per VA block.
         m = (~pers) & (prob.alloc_event >= 0)
         m[remote] = False
+        m &= ~_populates_that_evict(prob, sched)
         idx = np.flatnonzero(m)
         populated_at[idx] = prob.alloc_event[idx] % E
         put(prob.alloc_event[idx], "prefetch_to_device", idx, _RANK["populate"])
@@ -611,6 +621,37 @@ def _actions(prob: Problem, info: dict, sched, prof, discard: bool, discard_min:
     return pd.DataFrame({"tick": ticks, "action": names, "block": ordinal[idx],
                          "persistent": pers[idx], "offset": np.zeros(len(idx), np.int64),
                          "bytes": size[idx]})
+
+
+# Note [Populates that evict]
+# ---------------------------
+# A populate claims a fresh block's memory at its ALLOC; the allocator events do not say
+# when the block is first touched (in generated workloads up to ~10 ticks later). Where the
+# schedule leaves a tick over budget, a populate there makes the driver evict, at once and
+# least recently migrated first, what the next ticks read; demand paging claims the memory
+# at the first touch, after the FREEs in between made room, and at 90% of peak evicts
+# little. Where the schedule moves blocks, its evictions make room for its populates and
+# the driver's eviction of the rest is what the plan counted on (GPT-2 at 50% of peak:
+# skipping the populates at its 3 over-budget ticks cost 2.73x -> 3.12x ideal). Where it
+# moves nothing -- no gap the link can serve -- the excess is the driver's alone, and the
+# populates at the ticks over budget are left out: the block faults in at its first touch
+# as without a plan. Measured on bench_robust's repro set (75 rows, 25 of them slower than
+# demand): 25 -> 15 oblivious rows slower than demand; 3 rows got slower (mlp-s28 gh200-c2c
+# 90%: 1.00x -> 1.24x demand, a first touch at the ALLOC's own tick). No constant.
+
+
+def _populates_that_evict(prob: Problem, sched) -> np.ndarray:
+    """(n,) bool: the blocks whose populate is left out (Note [Populates that evict]):
+    allocated at a tick the schedule leaves over budget, when the schedule moves no block;
+    none where the schedule holds no per-tick excess (the advice-only candidate)."""
+    out = np.zeros(len(prob.size), bool)
+    over = sched.over_budget
+    if over is None or sched.evictions or not len(over):
+        return out
+    lf = prob.live_from.astype(np.int64)
+    ok = (prob.alloc_event >= 0) & (lf >= 0) & (lf < len(over))
+    out[ok] = over[lf[ok]] > 0
+    return out
 
 
 def _coarse_cost(prob: Problem) -> dict:
