@@ -223,3 +223,12 @@ def test_populates_left_out_only_where_the_schedule_moves_nothing_and_is_over_bu
             assert fresh <= populated, f"{budget}: {len(fresh - populated)} not populated"
         else:
             assert 0 < len(fresh - populated) < len(fresh), (budget, len(populated), len(fresh))
+
+
+# Sampled mode judged on the trace with its own accesses sees all that not acting costs:
+# its pricing takes no candidate slower than no plan for a tie with it (gru-s245 at 60% of
+# peak on h200-pcie5: the sampled advice-only, 1.86x demand paging, was emitted).
+def test_sampled_plan_judged_on_its_own_accesses_is_not_slower_than_demand():
+    tr = zoo.record_random(245, iters=3)  # the bench's case: its family drawn from the seed
+    r, p = _ratio(tr, tr, "60%", "h200-pcie5", "sampled")
+    assert r <= SLACK, f"sampled plan {r:.3f}x demand paging ({p.meta.get('pricing')})"
