@@ -19,7 +19,8 @@ priced by the worse of its two ratios to no plan: the choice must be safe
 under both (and a third view refutes, Note [One unseen use]). A view's accesses are fewer than the real ones, so demand paging looks
 cheaper there than it is: a view refutes a candidate only where no plan's own stall in it
 is at least the candidate's excess over no plan (else the view cannot see enough of what
-not acting costs to tell); a candidate no view can refute ties with no plan, Note [A tie
+not acting costs to tell; the trace with its own accesses sees all of it, and refutes
+any candidate slower than no plan); a candidate no view can refute ties with no plan, Note [A tie
 acts less]); in sampled mode with samples drawn from the trace itself, the trace as it is
 (the samples are its accesses) -- under three candidates, and the fastest is emitted:
 
@@ -54,7 +55,10 @@ demand paging.) The populate losses at 90% are not caught: every view writes a b
 its ALLOC, which is the populate's own assumption, and the kept reads show the populates
 faster than no plan there (they change which blocks the driver evicts); a view that moves
 each freed block's first write to its middle tick refuted none of them either (finetune-s0,
--s3, -s59, encdec-s0, moe-s56, unet-s37 at 90%: unchanged), so it is not here.
+-s3, -s59, encdec-s0, moe-s56, unet-s37 at 90%: unchanged), so it is not here; nor does
+any view show a plan without its populates faster. The planner leaves the populates out
+where its schedule moves nothing and leaves ticks over budget (``_planner``, Note
+[Populates that evict]).
 
 ``plan.meta["pricing"]`` holds the three predicted iteration times (s) and the choice; when
 it is not the full plan, ``plan.meta["fallback"]`` says why in words. No constant is
