@@ -46,8 +46,7 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "auto", **opts: Any) -> Pla
     ``hw``: a profile name, path or ``HardwareProfile``. ``mode``: ``"auto"`` (default:
     sampled when ``samples`` are given or the trace carries accesses, else oblivious;
     ``resolve_mode``), ``"oblivious"`` or ``"sampled"``; ``meta["mode"]`` is the mode that
-    ran, ``meta["mode_reason"]`` why. Options: ``pattern`` (a precomputed
-    ``pattern.analyze(trace)``),
+    ran, ``meta["mode_reason"]`` why. Options: ``pattern`` (precomputed ``pattern.analyze(trace)``),
     ``guard`` (ticks, or ``"auto"``: 32, 16, 8, 4 and 2 ticks, the widest preferred per gap),
     ``samples`` (a sample frame, sampled mode; rows with ``assumed`` True -- a fault-sampled
     block's unknown tail -- are planned for but not counted as certain uses by the budget
@@ -56,13 +55,12 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "auto", **opts: Any) -> Pla
     ``complete_touches`` (bool: trust idle stretches between observed touches; default True
     for given samples and for a draw at ``sample_rate=1``), ``discard``
     (default True), ``discard_min_bytes`` (default just above 1 MiB: smaller blocks share
-    pages), ``populate`` (default True: prefetch
-    each allocation of the iteration as it is made), ``remote_fallback`` (True/False/``"auto"``,
+    pages), ``populate`` (default True: prefetch each allocation of the iteration as it is
+    made, Note [Populates that evict]), ``remote_fallback`` (True/False/``"auto"``,
     default ``"auto"``: when eviction leaves more than 15% of the budget over it, map
     persistent blocks with unknown uses host-resident where that is cheaper than the
-    excess), ``rounds`` (6), ``price`` (default True: the plan is priced against acting
-    less -- the same plan without its evictions/prefetches, and no plan -- by simulating each
-    on the trace's allocator events, and the fastest is returned; see ``_pricing``),
+    excess), ``rounds`` (6), ``price`` (default True: the fastest of the plan, its advice
+    alone and no plan is returned, ``_pricing``; Note [The oblivious plan as a candidate]),
     ``method`` (``"greedy"``, default, or ``"lp"``: offline, sampled mode only, the LP
     bound's optimum seeds the selection and the greedy plan is priced beside it; options
     ``lp_max_columns``, ``lp_time_limit_s`` (s); ``meta["lp"]``; ``_lp_guided``).
@@ -153,15 +151,12 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "auto", **opts: Any) -> Pla
         truth_known = mode == "sampled" and opts.get("samples") is None
         extra = _candidates(pat, prob, info, sched, greedy, act_opts)
         if opts.get("price") is _AS_CANDIDATES:  # _oblivious_actions: the tables, unpriced
-            tables: Any = {mode: out.actions, f"{mode} advice-only": extra["advice-only"]}
-            return tables
+            return _as_tables(mode, out, extra)
         # the schedule's arrays (hundreds of bytes per event) are not needed to price it:
         # dropped before the simulator's own arrays are built (peak memory)
         del prob, info, sched, greedy, samples
-        if truth_known:
-            extra.update(_oblivious_actions(trace, budget_bytes, prof, pat, opts))
         out = _priced(trace, out, extra, budget_bytes, prof, truth_known,
-                      [a for a, _ in pat.iterations], mode == "oblivious")
+                      [a for a, _ in pat.iterations], mode == "oblivious", (pat, opts))
     pred["plan_time_s"] = time.perf_counter() - t0
     return out
 
@@ -230,6 +225,11 @@ def _candidates(pat, prob: Problem, info: dict, sched, greedy, act_opts) -> dict
 _AS_CANDIDATES = object()  # plan(price=...) from _oblivious_actions: return the tables
 
 
+def _as_tables(mode: str, out: Plan, extra: dict) -> Any:
+    """What ``plan(price=_AS_CANDIDATES)`` returns: the plan's table and its advice alone."""
+    return {mode: out.actions, f"{mode} advice-only": extra["advice-only"]}
+
+
 def _oblivious_actions(trace, budget: int, prof, pat, opts: dict) -> dict:
     """``{"oblivious": table, "oblivious advice-only": table}``: the actions oblivious mode
     plans for ``trace`` with the same options (the sampling and LP options dropped) and its
@@ -244,12 +244,14 @@ def _oblivious_actions(trace, budget: int, prof, pat, opts: dict) -> dict:
 
 
 def _priced(trace, full: Plan, extra: dict, budget: int, prof, accesses: bool,
-            starts, oblivious: bool) -> Plan:
+            starts, oblivious: bool, source=None) -> Plan:
     """The fastest of the full plan, the ``extra`` candidates (``{label: actions}``, in
     order: the greedy plan beside an LP-guided one, its advice alone, the oblivious plan
     and its advice alone where the accesses are known) and no plan, judged
     by the simulator on the trace's allocator events (``_pricing``); the choice is noted
-    in its meta (``oblivious``: the plan was made without samples)."""
+    in its meta (``oblivious``: the plan was made without samples). ``source``: the
+    pattern and options the plan was made from; with ``accesses``, the oblivious plan's
+    tables are priced too (Note [The oblivious plan as a candidate])."""
     from ..sim import BudgetError
     from ._pricing import price
 
@@ -259,6 +261,8 @@ def _priced(trace, full: Plan, extra: dict, budget: int, prof, accesses: bool,
         full.meta["pricing"] = {"chosen": "plan", "unpriced": "the trace has no clock, so "
                                 "the plan cannot be timed against no plan"}
         return full
+    if accesses and source is not None:
+        extra = {**extra, **_oblivious_actions(trace, budget, prof, *source)}
     cands = {"plan": full, **{k: Plan(a, dict(full.meta)) for k, a in extra.items()},
              "none": Plan(extra["advice-only"].iloc[:0], dict(full.meta))}
     try:
