@@ -46,9 +46,10 @@ PLANS = (("oblivious", "oblivious", False), ("oblivious, allocator-only", "obliv
 SLOWER = 1.01  # plan / demand above this counts as slower (the issue's bound)
 
 
-def run_case(seed: int, hws=DEFAULT_HW, budgets=DEFAULT_BUDGETS) -> list[dict]:
+def run_case(seed: int, hws=DEFAULT_HW, budgets=DEFAULT_BUDGETS, only=None) -> list[dict]:
     """All rows of one generated case: one per (hw, budget, plan); figures in s. Each row
     carries the case's time split (``time_s``: recording, baselines, planning, judging).
+    ``only``: a set of (hw, budget %) pairs, the rows to run (default all).
 
     The oblivious plan of the full trace is the oblivious plan of its allocator-only twin by
     construction (oblivious mode never reads the accesses, and its pricing strips them:
@@ -64,11 +65,15 @@ def run_case(seed: int, hws=DEFAULT_HW, budgets=DEFAULT_BUDGETS) -> list[dict]:
     clock["record"] = time.perf_counter() - t0
     rows = []
     for hw in hws:
+        if only is not None and not any(h == hw for h, _ in only):
+            continue
         cache: dict = {}
         t1 = time.perf_counter()
         ideal = sim.simulate(tr, "ideal", hw, None, _cache=cache).iteration_time_s
         clock["baselines"] += time.perf_counter() - t1
         for pct in budgets:
+            if only is not None and (hw, pct) not in only:
+                continue
             b = f"{pct}%"
             base = {"case": tr.meta["name"], "family": tr.meta["family"], "seed": seed,
                     "hw": hw, "budget_pct": pct, "peak_bytes": int(tr.peak_bytes),
@@ -203,6 +208,31 @@ def _time_split(rows: list[dict]) -> list[str]:
     return out
 
 
+def repro_rows(rows: list[dict], n: int) -> dict[int, set]:
+    """A fast before/after set drawn from a finished run's ``rows``: ``n`` (case, hw,
+    budget) rows whose oblivious plan is slower than demand, ``n`` where the sampled plan
+    is slower than the oblivious one, and ``n`` that pass both, each spread evenly over
+    the rows sorted by (family, seed, hw, budget) so that every family is in it; returns
+    ``{seed: {(hw, budget %)}}``."""
+    import numpy as np
+
+    key = lambda r: (r["family"], r["seed"], r["hw"], r["budget_pct"])  # noqa: E731
+    obl = {key(r): r for r in rows if r.get("plan") == "oblivious" and r.get("plan_s")}
+    smp = {key(r): r for r in rows if r.get("plan") == "sampled" and r.get("plan_s")}
+    slow = sorted(k for k, r in obl.items() if r["plan_s"] > SLOWER * r["demand_s"])
+    worse = sorted(k for k, r in smp.items() if k in obl
+                   and r["plan_s"] > SLOWER * obl[k]["plan_s"])
+    bad = set(slow) | set(worse)
+    good = sorted(k for k in obl if k not in bad)
+    pick: dict[int, set] = {}
+    for ks in (slow, worse, good):
+        for i in np.unique(np.linspace(0, len(ks) - 1, min(n, len(ks))).astype(int)) \
+                if ks else []:
+            fam, seed, hw, pct = ks[i]
+            pick.setdefault(seed, set()).add((hw, pct))
+    return pick
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -216,6 +246,10 @@ def main(argv=None) -> int:
     ap.add_argument("--name", default="robust")
     ap.add_argument("--resume", action="store_true", help="skip seeds already in <name>.jsonl")
     ap.add_argument("--report-only", action="store_true")
+    ap.add_argument("--repro", type=int, default=0, metavar="N",
+                    help="run only N rows slower than demand, N sampled-slower-than-oblivious "
+                         "and N passing rows of results/robust.jsonl (a finished run; "
+                         "repro_rows), into <name>.jsonl: a before/after set in minutes")
     a = ap.parse_args(argv)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -224,23 +258,31 @@ def main(argv=None) -> int:
     budgets = tuple(int(x) for x in a.budgets.split(","))
     rows = [json.loads(x) for x in jl.read_text().splitlines()] if jl.exists() and \
         (a.resume or a.report_only) else []
+    only: dict = {}
+    if a.repro:
+        src = RESULTS / "robust.jsonl"
+        if src == jl:
+            ap.error("--repro reads robust.jsonl: give another --name for its rows")
+        only = repro_rows([json.loads(x) for x in src.read_text().splitlines()], a.repro)
     if not a.report_only:
         done = {r["seed"] for r in rows}
-        seeds = [s for s in range(a.seed0, a.seed0 + a.cases) if s not in done]
+        seeds = sorted(only) if a.repro else range(a.seed0, a.seed0 + a.cases)
+        seeds = [s for s in seeds if s not in done]
         mode = "a" if a.resume else "w"
         with open(jl, mode) as f:
             if a.jobs > 1:
                 from concurrent.futures import ProcessPoolExecutor
 
                 with ProcessPoolExecutor(a.jobs) as ex:
-                    it = ex.map(run_case, seeds, [hws] * len(seeds), [budgets] * len(seeds))
+                    it = ex.map(run_case, seeds, [hws] * len(seeds), [budgets] * len(seeds),
+                                [only.get(s) for s in seeds])
                     for s, rs in zip(seeds, it):
                         _emit(f, rows, rs, s)
             else:
                 for s in seeds:
-                    _emit(f, rows, run_case(s, hws, budgets), s)
+                    _emit(f, rows, run_case(s, hws, budgets, only.get(s)), s)
     prov = provenance(argv)
-    prov["cases_requested"] = a.cases
+    prov["cases_requested"] = len(only) if a.repro else a.cases
     (out / f"{a.name}.md").write_text(report(rows, prov))
     print(f"wrote {out / (a.name + '.md')} ({len({r['seed'] for r in rows})} cases)")
     return 0

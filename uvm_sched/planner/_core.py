@@ -194,6 +194,9 @@ class Schedule:
     prefetches: list  # (event_unrolled, block, size)
     remote: list  # blocks mapped host-resident for the whole iteration
     predicted: dict[str, Any]
+    # (T,) bytes over the budget at each tick of the iteration with this schedule (None:
+    # not computed; the populates' rule, ``_planner``, Note [Populates that evict])
+    over_budget: np.ndarray | None = None
 
 
 class _Gap:
@@ -287,7 +290,8 @@ def build_schedule(p: Problem, budget: int, *, guards=(4,), rounds: int = 6,
     chosen, remote, resident = _remote_fallback(tl, chosen, saved)
     evictions, prefetches = _issue_points(tl, chosen)
     out = Schedule(evictions, prefetches, remote,
-                   _prediction(tl, chosen, remote, resident, len(gaps)))
+                   _prediction(tl, chosen, remote, resident, len(gaps)),
+                   np.maximum(resident - budget, 0))
     # siblings list each other (a reference cycle): emptied here, the gaps are freed on
     # return instead of at the collector's next full pass (~150 bytes per event held)
     for g in gaps:

@@ -19,7 +19,8 @@ priced by the worse of its two ratios to no plan: the choice must be safe
 under both (and a third view refutes, Note [One unseen use]). A view's accesses are fewer than the real ones, so demand paging looks
 cheaper there than it is: a view refutes a candidate only where no plan's own stall in it
 is at least the candidate's excess over no plan (else the view cannot see enough of what
-not acting costs to tell); a candidate no view can refute ties with no plan, Note [A tie
+not acting costs to tell; the trace with its own accesses sees all of it, and refutes
+any candidate slower than no plan); a candidate no view can refute ties with no plan, Note [A tie
 acts less]); in sampled mode with samples drawn from the trace itself, the trace as it is
 (the samples are its accesses) -- under three candidates, and the fastest is emitted:
 
@@ -54,7 +55,10 @@ demand paging.) The populate losses at 90% are not caught: every view writes a b
 its ALLOC, which is the populate's own assumption, and the kept reads show the populates
 faster than no plan there (they change which blocks the driver evicts); a view that moves
 each freed block's first write to its middle tick refuted none of them either (finetune-s0,
--s3, -s59, encdec-s0, moe-s56, unet-s37 at 90%: unchanged), so it is not here.
+-s3, -s59, encdec-s0, moe-s56, unet-s37 at 90%: unchanged), so it is not here; nor does
+any view show a plan without its populates faster. The planner leaves the populates out
+where its schedule moves nothing and leaves ticks over budget (``_planner``, Note
+[Populates that evict]).
 
 ``plan.meta["pricing"]`` holds the three predicted iteration times (s) and the choice; when
 it is not the full plan, ``plan.meta["fallback"]`` says why in words. No constant is
@@ -198,8 +202,11 @@ def price(trace, candidates: dict, budget: int, prof, *, accesses: bool = False,
 
     def ratio(r, label):
         t, (t0, stall0) = r[label][0], r["none"]
-        if t0 <= 0 or (t > t0 and stall0 < t - t0):
-            return 1.0  # this view sees too little of what not acting costs to refute it
+        if t0 <= 0 or (not accesses and t > t0 and stall0 < t - t0):
+            # this view sees too little of what not acting costs to refute it; the trace
+            # with its own accesses sees all of it (gru-s245 at 60% of peak on h200-pcie5:
+            # the sampled advice-only, 1.86x no plan, was taken for a tie with it)
+            return 1.0
         return t / t0
 
     base = runs[0]["none"][0]
