@@ -501,6 +501,12 @@ static void test_planned_insertion(const char *backend) {
           "the stretch ran planned: %llu, %llu, %llu", (unsigned long long)stat_of("insertions"),
           (unsigned long long)stat_of("insertions_planned"),
           (unsigned long long)stat_of("insertion_mismatches"));
+    uvm_event rec[64];
+    size_t nrec = uvm_sched_drain(rec, 64), planned = 0;
+    for (size_t i = 0; i < nrec; i++)
+        if (rec[i].kind == UVM_EV_RESUME)
+            planned += rec[i].addr == 1 && rec[i].size == 4 && rec[i].arg == 1;
+    CHECK(planned == 1, "one RESUME record saying planned, 4 events at event 1 (%zu)", planned);
     CHECK(stat_of("actions_issued") == 5 && stat_of("bytes_prefetched_h2d") == 16u << 20,
           "X and Y prefetched, then the iteration's A: %llu issued, %llu bytes",
           (unsigned long long)stat_of("actions_issued"),

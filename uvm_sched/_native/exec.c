@@ -51,8 +51,9 @@
  * from the allocation as event 0) while seeking as above; its allocations are checked as
  * the iteration's are, and at the first that differs nothing more fires (a wrong guess:
  * the stretch runs unplanned, as without the table).  The stretch counts as planned
- * (insertions_planned) when it resumes having had exactly the table's events and
- * allocations, all matched; any other end counts in insertion_mismatches.
+ * (insertions_planned; its RESUME record's addr 1) when it resumes having had exactly the
+ * table's events and allocations, all matched; any other end counts in
+ * insertion_mismatches.
  * Arming mid-iteration (uvm_exec_arm_at, phase k > 0): the executor counts on from event
  * k of the iteration, told the addresses of its allocations already made.
  * Every issued, skipped, failed or unsupported action is also written to the event ring
@@ -236,15 +237,15 @@ static void seek(uvm_exec *x) {
      * (the same point); a step with events missing shows the start's level first */
     if (x->may_resume && level == x->resume_level && (!at_start || x->resume_ev == 0)) {
         uint64_t inserted = x->ev_in_iter - x->resume_ev;
-        if (x->in_ins)
-            end_insertion(x, !x->diverged && inserted == x->period &&
-                                 x->allocs_in_iter - x->resume_allocs == x->n_allocs);
+        bool planned = x->in_ins && !x->diverged && inserted == x->period &&
+                       x->allocs_in_iter - x->resume_allocs == x->n_allocs;
+        if (x->in_ins) end_insertion(x, planned);
         x->ev_in_iter = x->resume_ev;
         x->allocs_in_iter = x->resume_allocs;
         x->diverged = x->seeking = x->may_resume = false;
         x->resumed = true;
         x->st.insertions++;
-        uvm_trace(UVM_EV_RESUME, 0, inserted, 0, x->device, (int64_t)x->resume_ev);
+        uvm_trace(UVM_EV_RESUME, planned, inserted, 0, x->device, (int64_t)x->resume_ev);
         return;
     }
     if (at_start)
