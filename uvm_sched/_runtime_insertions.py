@@ -40,20 +40,24 @@ class Insertions:
     """Stretches inserted into the learned iteration: seen, planned, given to the executor."""
 
     def __init__(self) -> None:
+        self.planned = 0  # stretches the executor ran whole by their table
+        self.unplanned = 0  # stretches run without (no table yet, or one that differed)
+        self.key: tuple | None = None  # the stretch whose table the executor holds
+        self._clear()
+
+    def _clear(self) -> None:
         self.seen: dict[tuple, int] = {}  # (event of the iteration, events, string) -> times
         self.job: Any = None  # the _learn.Job in flight
         self._job_of: tuple | None = None  # (key, stretch, blocks alive at it)
-        self.key: tuple | None = None  # the stretch whose table the executor holds
         self.failed: dict[tuple, str] = {}  # key -> why no plan
-        self.planned = 0  # stretches the executor ran whole by their table
-        self.unplanned = 0  # stretches run without (no table yet, or one that differed)
         self._tail: np.ndarray | None = None  # the last allocator events of earlier batches
 
     def reset(self) -> None:
         """A new main plan: the stretch's table (made beside the old one) goes with it."""
         if self.key is not None:
             _set(None, np.zeros(0, np.uint64), 0, 0)
-        self.__init__()  # type: ignore[misc]  # (the counts start again with the plan)
+            self.key = None
+        self._clear()
 
     def step(self, s: Any, ev: np.ndarray, live0: np.ndarray | None) -> None:
         """After each drained batch ``ev`` while ``s`` is armed on the learned period:
@@ -72,7 +76,7 @@ class Insertions:
                 continue
             self.unplanned += 1
             n, at = int(evs["size"][r]), int(evs["arg"][r])
-            idx = np.flatnonzero(is_af[:r])[-n:] if n else []
+            idx = np.flatnonzero(is_af[:r])[-n:] if n else np.zeros(0, np.int64)
             if not n or len(idx) < n or int(evs["kind"][idx[0]]) != ALLOC:
                 continue  # (its start is in a batch no longer kept)
             stretch = evs[idx]
