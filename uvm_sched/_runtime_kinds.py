@@ -27,7 +27,9 @@ time: the kind that varies most -- per-batch shapes, every batch padded to its o
 a partial batch) get plans of their own once enough of their steps are seen, armed at the
 markers where their steps are expected (``_runtime_kindplans``: how a step's kind is
 guessed before its events come, and why a wrong guess costs that step its plan, nothing
-more: it is never a divergence).
+more: it is never a divergence). Without markers, a stretch the executor finds inserted
+into the learned iteration again and again (an eval batch) gets one the same way
+(``_runtime_insertions``).
 """
 from __future__ import annotations
 
