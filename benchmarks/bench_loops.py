@@ -22,8 +22,9 @@ compiled model, and the fixed-shape loop) with and without step markers:
   ``Scheduler(budget="50%", watchdog_iters=0)``: with markers, the share of steps after
   the first plan that ran armed (``stats()["armed_share"]``); without, the executor's
   iterations that ran without a divergence (or went on in phase after events inserted
-  into them) over those iterations and the inserted stretches (an eval batch: run
-  unplanned), ``_runtime_replay``'s ``executor_clean_share``.
+  into them) and the inserted stretches run whole by a plan of their own (an eval batch
+  met again: ``_runtime_insertions``) over those iterations and all the inserted
+  stretches, ``_runtime_replay``'s ``executor_clean_share``.
 
     python benchmarks/bench_loops.py                 # every shape, 16 steps (~3 min)
     python benchmarks/bench_loops.py --shapes fixed,dynamic_padding --steps 10
@@ -148,8 +149,9 @@ def write(rows: list[dict], twins: list[dict], ranged: list[dict], prov: dict) -
              "plans) and simulated on the whole loop; plan/demand below 1 is faster. armed: "
              "with markers the share of steps after the first plan that ran armed, without "
              "markers the executor's iterations run without a divergence (or gone on in "
-             "phase after events inserted into them: an eval batch) over those iterations "
-             "and the inserted stretches.", "",
+             "phase after events inserted into them: an eval batch) and the inserted "
+             "stretches run by a plan of their own (an eval batch met again) over those "
+             "iterations and all the inserted stretches.", "",
              "| shape | markers | found/true | found | " + " | ".join(f"plan/demand {c}"
                                                             for c in cols) + " | armed |",
              "|---|---|---:|---|" + "---:|" * len(cols) + "---:|"]

@@ -200,16 +200,49 @@ def test_without_markers_a_step_with_events_missing_is_found_in_phase_again(host
 def test_without_markers_an_eval_batch_is_an_insertion_the_iteration_goes_on_after(host, k):
     st, truth = _replay("eval_every", markers=False, steps=16, k=k)
     assert st["sync"] == "period" and st["relearns"] == 0 and st["state"] == "armed"
-    # every eval batch after the plan was armed: run unplanned, then the iteration it
-    # interrupted goes on in phase (nothing diverges on, nothing is re-armed)
+    # every eval batch after the plan was armed: the iteration it interrupted goes on in
+    # phase after it (nothing diverges on, nothing is re-armed)
     evals = [i for i, kind in enumerate(truth.kinds) if kind == "eval"]
     assert 1 <= st["insertions"] <= len(evals) and st["native"]["insertions"] == st["insertions"]
     assert st["iterations_diverged"] == 0 and st["period_resyncs"] == 0, st
-    # every train step after the plan armed: only the eval batches ran unplanned
+    # every train step after the plan armed, and the eval batches run by their own plan
     assert st["executor_clean_share"] == pytest.approx(
-        st["iterations_armed"] / (st["iterations_armed"] + st["insertions"]))
-    if k >= 5:
-        assert st["executor_clean_share"] >= 0.8
+        (st["iterations_armed"] + st["insertions_planned"])
+        / (st["iterations_armed"] + st["insertions"]))
+    assert st["executor_clean_share"] >= 0.8
+
+
+@pytest.mark.parametrize("k", [2, 3, 5])
+def test_without_markers_an_eval_batch_met_again_runs_a_plan_of_its_own(host, k):
+    st, _ = _replay("eval_every", markers=False, steps=16, k=k)
+    ip = st["insertion_plans"]
+    # planned once met twice (the same events at the same point), run by it from the next
+    assert ip["table"] and not ip["failed"] and ip["unplanned"] == 2, ip
+    assert st["insertions_planned"] == st["insertions"] - 2 >= 1
+    assert st["native"]["insertions_planned"] == st["insertions_planned"]
+    assert st["native"]["insertion_mismatches"] == 0
+
+
+@pytest.mark.parametrize("shape", ["missing_events", "partial_last", "dynamic_padding"])
+def test_without_markers_a_stretch_met_once_gets_no_plan(host, shape):
+    st, _ = _replay(shape, markers=False, steps=16)
+    assert not st["insertion_plans"]["table"] and st["insertions_planned"] == 0, st
+    assert st["native"]["insertion_mismatches"] == 0
+
+
+def test_a_planned_stretch_that_differs_fires_nothing_more_and_the_iteration_goes_on(
+        host, monkeypatch):
+    import uvm_sched._runtime_insertions as ins
+
+    # every allocation of the stretch's table but its first of another size: a wrong guess
+    # at every eval batch it is armed for
+    real = ins._set
+    monkeypatch.setattr(ins, "_set", lambda t, sizes, n, at: real(
+        t, np.concatenate([sizes[:1], sizes[1:] + 1]), n, at))
+    st, _ = _replay("eval_every", markers=False, steps=16, k=2)
+    assert st["native"]["insertion_mismatches"] == st["insertions"] - 2 >= 1
+    assert st["insertions_planned"] == 0 and st["relearns"] == 0 and st["state"] == "armed"
+    assert st["iterations_diverged"] == 0, st
 
 
 def _plain_period(monkeypatch):

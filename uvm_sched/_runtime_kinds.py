@@ -27,7 +27,9 @@ time: the kind that varies most -- per-batch shapes, every batch padded to its o
 a partial batch) get plans of their own once enough of their steps are seen, armed at the
 markers where their steps are expected (``_runtime_kindplans``: how a step's kind is
 guessed before its events come, and why a wrong guess costs that step its plan, nothing
-more: it is never a divergence).
+more: it is never a divergence). Without markers, a stretch the executor finds inserted
+into the learned iteration again and again (an eval batch) gets one the same way
+(``_runtime_insertions``).
 """
 from __future__ import annotations
 
@@ -38,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from ._runtime_recording import ALLOC, DIVERGENCE, FREE, ITER, MARK, RESUME, track_live
+from ._runtime_insertions import Insertions
 from ._runtime_kindplans import KindPlans
 from ._runtime_resync import PeriodResync
 from ._runtime_states import State
@@ -107,6 +110,8 @@ class Steps:
         self._live_open: np.ndarray | None = None  # the blocks alive at its MARK
         self.plans = KindPlans()  # the other kinds' plans (_runtime_kindplans)
         self.resync = PeriodResync()  # a period-synced plan back in phase (_runtime_resync)
+        self.inserts = Insertions()  # stretches inserted into its iteration, planned
+        self._live0: np.ndarray | None = None  # the blocks alive before the batch fed
 
     def new_plan(self, known: dict[Key, str], at_marker: bool,
                  start_level: int | None = None) -> None:
@@ -118,6 +123,7 @@ class Steps:
         self.new_kinds = {}
         self.bad_in_row = 0
         self.plans.reset()  # the other kinds' plans were made beside the plan it replaces
+        self.inserts.reset()
         self.armed_key = self._guess = None
         if not at_marker and self._open:
             self._why = "the plan was armed during it"
@@ -129,6 +135,7 @@ class Steps:
         """``live0``/``live1``: the blocks alive before and after the batch (for the other
         kinds' plans: what was alive at a step's MARK; None: not kept)."""
         k = ev["kind"]
+        self._live0 = live0
         marks = np.flatnonzero(k == MARK)
         start = 0
         keep = bool(self.known) and live0 is not None
@@ -165,6 +172,7 @@ class Steps:
             self.plans.step(s, ev)
         else:
             self.resync.step(s, ev)
+            self.inserts.step(s, ev, self._live0)
 
     def reset_run(self) -> None:
         """A fresh recording: no divergences in a row."""
@@ -240,8 +248,9 @@ class Steps:
         ``not_armed`` (reason -> steps); synced on the learned period, the executor's
         ``iterations_diverged`` (with a divergence it did not resume after, the one under
         way included) and
-        ``insertions`` (stretches of events inserted into an iteration, run unplanned,
-        after which it went on: native ``sync="period_resync"``)."""
+        ``insertions`` (stretches of events inserted into an iteration, after which it
+        went on: native ``sync="period_resync"``), of them ``insertions_planned`` (run
+        whole by a plan of their own: ``_runtime_insertions``), and ``insertion_plans``."""
         n = max(self.after_plan, 0)
         return {"steps_armed": sum(r["armed"] for r in self.kinds.values()),
                 "armed_share": self.armed_after_plan / n if n else None,
@@ -249,7 +258,8 @@ class Steps:
                 "not_armed": dict(self.not_armed), "kind_plans": self.plans.report(),
                 "period_resyncs": self.resync.resyncs,
                 "iterations_diverged": self.iters_diverged + (self._iter_div > 0),
-                "insertions": self.insertions}
+                "insertions": self.insertions, "insertions_planned": self.inserts.planned,
+                "insertion_plans": self.inserts.report()}
 
     def predict(self) -> Any:
         """The kind of the step now open, guessed from the steps' sequence of kinds: a kind

@@ -25,8 +25,9 @@ def replay_loop(trace, *, poll_every: int = 64, timeout_s: float = 300.0,
     """Replay ``trace``'s allocator events and marks under ``Scheduler(**scheduler_opts)``
     (``hook`` is off: the marks are the steps) and return its ``stats()`` at the end, plus
     ``executor_clean_share``: the executor's iterations that ran without a divergence (or
-    went on in phase after events inserted into them) over those it ran and the stretches
-    inserted (each run unplanned: an eval batch) -- the armed share of a loop without
+    went on in phase after events inserted into them) and the stretches inserted that ran
+    whole by a plan of their own (an eval batch: ``_runtime_insertions``) over those
+    iterations and all the stretches inserted -- the armed share of a loop without
     markers (None when it ran none). Raises
     ``TimeoutError`` when a plan takes longer than ``timeout_s`` seconds."""
     from . import native
@@ -58,10 +59,11 @@ def replay_loop(trace, *, poll_every: int = 64, timeout_s: float = 300.0,
             if s._job is not None and not s.wait_planned(timeout_s) and s._job is not None:
                 raise TimeoutError(f"no plan after {timeout_s:,.0f} s at allocator event "
                                    f"{n_ev:,} of {trace.meta.get('name', 'the trace')!r}")
-            kind_job = s._steps.plans.job  # a plan of another kind (eval, partial batch)
-            if kind_job is not None and not kind_job.done.wait(timeout_s):
-                raise TimeoutError(f"no kind plan after {timeout_s:,.0f} s at allocator "
-                                   f"event {n_ev:,}")
+            # a plan of another kind (eval, partial batch), of an inserted stretch
+            for kind_job in (s._steps.plans.job, s._steps.inserts.job):
+                if kind_job is not None and not kind_job.done.wait(timeout_s):
+                    raise TimeoutError(f"no kind plan after {timeout_s:,.0f} s at allocator "
+                                       f"event {n_ev:,}")
         st = s.stats()
     finally:
         s.close()
@@ -69,6 +71,6 @@ def replay_loop(trace, *, poll_every: int = 64, timeout_s: float = 300.0,
             native.free(a)
     it = int(st["iterations_armed"])
     stretches = it + int(st["insertions"])
-    st["executor_clean_share"] = (it - int(st["iterations_diverged"])) / stretches if it \
-        else None
+    clean = it - int(st["iterations_diverged"]) + int(st["insertions_planned"])
+    st["executor_clean_share"] = clean / stretches if it else None
     return st

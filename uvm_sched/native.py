@@ -190,6 +190,8 @@ def _load() -> ctypes.CDLL:
             "uvm_sched_exec_arm_at": (c.c_int, [c.c_void_p, c.c_size_t, c.c_void_p, c.c_size_t,
                                                 c.c_uint64, c.c_int, c.c_int, c.c_int,
                                                 c.c_uint64, c.c_void_p, c.c_size_t]),
+            "uvm_sched_exec_set_insertion": (c.c_int, [c.c_void_p, c.c_size_t, c.c_void_p,
+                                                       c.c_size_t, c.c_uint64, c.c_uint64]),
             "uvm_sched_exec_disarm": (c.c_int, []),
             "uvm_sched_prefetch": (c.c_int, [c.c_void_p, c.c_size_t, c.c_int, c.c_int,
                                              c.c_void_p]),

@@ -461,6 +461,81 @@ static void test_period_resync(const char *backend) {
     CHECK(uvm_sched_exec_arm(&bad, 1, sizes, 3, 6, 3, 0, 1) == UVM_EINVAL, "sync 3 refused");
 }
 
+/* an inserted stretch of 4 events at event 1 of resync_step's iteration: X (3 MiB), Y (y
+ * bytes), free Y, free X */
+static void inserted_step(uint64_t y) {
+    void *a = uvm_sched_malloc(4 << 20, 0, NULL);
+    void *x = uvm_sched_malloc(3 << 20, 0, NULL);
+    uvm_sched_free(uvm_sched_malloc(y, 0, NULL), y, 0, NULL);
+    uvm_sched_free(x, 3 << 20, 0, NULL);
+    void *b = uvm_sched_malloc(1024, 0, NULL);
+    uvm_sched_free(uvm_sched_malloc(2 << 20, 0, NULL), 2 << 20, 0, NULL);
+    uvm_sched_free(b, 1024, 0, NULL);
+    uvm_sched_free(a, 4 << 20, 0, NULL);
+}
+
+/* sync=UVM_SYNC_PERIOD_RESYNC with a planned insertion: the stretch runs its own table and
+ * the iteration goes on after it; a stretch that differs fires nothing from where it does */
+static void test_planned_insertion(const char *backend) {
+    uvm_plan_row row = {.tick = 1, .action = UVM_ACT_PREFETCH_TO_DEVICE, .block = 0};
+    uint64_t sizes[3] = {4 << 20, 1024, 2 << 20};
+    uvm_plan_row ins[2] = {{.tick = 0, .action = UVM_ACT_PREFETCH_TO_DEVICE, .block = 0},
+                           {.tick = 1, .action = UVM_ACT_PREFETCH_TO_DEVICE, .block = 1}};
+    uint64_t ins_sizes[2] = {3 << 20, 1 << 20};
+    CHECK(uvm_sched_reset(backend, 1) == UVM_OK, "reset %s", backend);
+    CHECK(uvm_sched_exec_set_insertion(ins, 2, ins_sizes, 2, 4, 1) == UVM_OK, "set");
+    CHECK(uvm_sched_exec_set_insertion(ins, 2, ins_sizes, 2, 1, 1) == UVM_EINVAL,
+          "a row past the stretch's events refused");
+    CHECK(uvm_sched_exec_set_insertion(ins, 2, ins_sizes, 1, 4, 1) == UVM_EINVAL,
+          "a row naming an allocation past the stretch's refused");
+    CHECK(uvm_sched_exec_set_insertion(NULL, 0, NULL, 0, 4, 1) == UVM_EINVAL,
+          "a stretch without an allocation refused");
+    CHECK(uvm_sched_exec_arm(&row, 1, sizes, 3, 6, UVM_SYNC_PERIOD_RESYNC, 0, 1) == UVM_OK,
+          "arm");
+    resync_step(0);
+    resync_step(0);
+    CHECK(stat_of("actions_issued") == 2, "two steps");
+    inserted_step(1 << 20);
+    CHECK(stat_of("insertions") == 1 && stat_of("insertions_planned") == 1 &&
+              stat_of("insertion_mismatches") == 0,
+          "the stretch ran planned: %llu, %llu, %llu", (unsigned long long)stat_of("insertions"),
+          (unsigned long long)stat_of("insertions_planned"),
+          (unsigned long long)stat_of("insertion_mismatches"));
+    uvm_event rec[64];
+    size_t nrec = uvm_sched_drain(rec, 64), planned = 0;
+    for (size_t i = 0; i < nrec; i++)
+        if (rec[i].kind == UVM_EV_RESUME)
+            planned += rec[i].addr == 1 && rec[i].size == 4 && rec[i].arg == 1;
+    CHECK(planned == 1, "one RESUME record saying planned, 4 events at event 1 (%zu)", planned);
+    CHECK(stat_of("actions_issued") == 5 && stat_of("bytes_prefetched_h2d") == 16u << 20,
+          "X and Y prefetched, then the iteration's A: %llu issued, %llu bytes",
+          (unsigned long long)stat_of("actions_issued"),
+          (unsigned long long)stat_of("bytes_prefetched_h2d"));
+    inserted_step(512 << 10); /* Y of another size: a wrong guess from there */
+    CHECK(stat_of("insertions") == 2 && stat_of("insertions_planned") == 1 &&
+              stat_of("insertion_mismatches") == 1,
+          "the wrong guess counted: %llu planned, %llu mismatched",
+          (unsigned long long)stat_of("insertions_planned"),
+          (unsigned long long)stat_of("insertion_mismatches"));
+    CHECK(stat_of("actions_issued") == 7, "X's action, then none of the stretch's, then A's: "
+          "%llu", (unsigned long long)stat_of("actions_issued"));
+    resync_step(0);
+    CHECK(stat_of("actions_issued") == 8 && stat_of("divergences") == 2,
+          "in phase after both: %llu issued, %llu divergences",
+          (unsigned long long)stat_of("actions_issued"),
+          (unsigned long long)stat_of("divergences"));
+    uvm_sched_exec_disarm(); /* the stretch's table outlives re-arming; cleared by events 0 */
+    CHECK(uvm_sched_exec_set_insertion(NULL, 0, NULL, 0, 0, 0) == UVM_OK, "cleared");
+    CHECK(uvm_sched_exec_arm(&row, 1, sizes, 3, 6, UVM_SYNC_PERIOD_RESYNC, 0, 1) == UVM_OK,
+          "re-arm");
+    resync_step(0);
+    resync_step(0);
+    inserted_step(1 << 20);
+    CHECK(stat_of("insertions") == 3 && stat_of("insertions_planned") == 1,
+          "without a table the stretch runs unplanned");
+    uvm_sched_exec_disarm();
+}
+
 /* direct calls: counted, recorded (arg -1), ranges checked before the driver sees them */
 static void test_direct(const char *backend) {
     CHECK(uvm_sched_reset(backend, 1) == UVM_OK, "reset %s", backend);
@@ -718,6 +793,7 @@ int main(int argc, char **argv) {
     test_ring_overflow();
     test_executor("host");
     test_period_resync("host");
+    test_planned_insertion("host");
     test_direct("host");
     test_calibration("host");
     test_many_streams("host");

@@ -465,6 +465,8 @@ int uvm_sched_set_tracing(int on) {
     X(iterations, E.iterations)                                                                \
     X(resyncs, E.resyncs)                                                                      \
     X(insertions, E.insertions)                                                                \
+    X(insertions_planned, E.insertions_planned)                                                \
+    X(insertion_mismatches, E.insertion_mismatches)                                            \
     X(bytes_prefetched_h2d, E.bytes_h2d)                                                       \
     X(bytes_prefetched_d2h, E.bytes_d2h)                                                       \
     X(bytes_discarded, E.bytes_discarded)                                                      \
@@ -577,6 +579,17 @@ int uvm_sched_exec_arm_at(const uvm_plan_row *rows, size_t n_rows, const uint64_
     UVM_ENSURE_READY();
     int s = uvm_exec_arm_at(&uvm_g.exec, rows, n_rows, alloc_sizes, n_allocs, period_events,
                             sync, device, start_now, phase, phase_addrs, n_phase_addrs);
+    pthread_mutex_unlock(&uvm_g.lock);
+    return s;
+}
+
+int uvm_sched_exec_set_insertion(const uvm_plan_row *rows, size_t n_rows,
+                                  const uint64_t *alloc_sizes, size_t n_allocs, uint64_t events,
+                                  uint64_t at) {
+    if (arm_args_ok(rows, n_rows, alloc_sizes, n_allocs, events) != UVM_OK) return UVM_EINVAL;
+    pthread_mutex_lock(&uvm_g.lock);
+    UVM_ENSURE_READY();
+    int s = uvm_exec_set_insertion(&uvm_g.exec, rows, n_rows, alloc_sizes, n_allocs, events, at);
     pthread_mutex_unlock(&uvm_g.lock);
     return s;
 }

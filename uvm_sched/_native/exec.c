@@ -44,6 +44,16 @@
  * sync=period does, so that iterations and their divergences keep coming for the runtime
  * to relearn by.  A divergence found at arming (a live block of another size) counts on,
  * as sync=period; before a start level is known only (1) is sought.
+ * Planned insertions (sync=UVM_SYNC_PERIOD_RESYNC): the runtime may give the table of a
+ * stretch seen inserted at event `at` of the iteration (an eval batch every k steps,
+ * planned from its events: _runtime_insertions.py).  A divergence at an allocation at that
+ * event, of the size of the stretch's first allocation, runs that table from there (counted
+ * from the allocation as event 0) while seeking as above; its allocations are checked as
+ * the iteration's are, and at the first that differs nothing more fires (a wrong guess:
+ * the stretch runs unplanned, as without the table).  The stretch counts as planned
+ * (insertions_planned; its RESUME record's addr 1) when it resumes having had exactly the
+ * table's events and allocations, all matched; any other end counts in
+ * insertion_mismatches.
  * Arming mid-iteration (uvm_exec_arm_at, phase k > 0): the executor counts on from event
  * k of the iteration, told the addresses of its allocations already made.
  * Every issued, skipped, failed or unsupported action is also written to the event ring
@@ -76,7 +86,70 @@ static void free_table(uvm_exec *x) {
 
 static void drop_streams(uvm_exec *x);
 
+#define SWAP(a, b)                                                                             \
+    do {                                                                                       \
+        __typeof__(a) t_ = (a);                                                                \
+        (a) = (b);                                                                             \
+        (b) = t_;                                                                              \
+    } while (0)
+
+/* The inserted stretch's table in place of the iteration's, or back (in_ins). */
+static void swap_tables(uvm_exec *x) {
+    SWAP(x->rows, x->ins_rows);
+    SWAP(x->row_idx, x->ins_row_idx);
+    SWAP(x->row_start, x->ins_row_start);
+    SWAP(x->alloc_sizes, x->ins_alloc_sizes);
+    SWAP(x->iter_addr, x->ins_addr);
+    SWAP(x->iter_ord, x->ins_ord);
+    SWAP(x->n_rows, x->ins_n_rows);
+    SWAP(x->n_allocs, x->ins_n_allocs);
+    SWAP(x->period, x->ins_period);
+    x->in_ins = !x->in_ins;
+}
+
+/* The stretch ended (ok: planned whole); the iteration's table is back. */
+static void end_insertion(uvm_exec *x, bool ok) {
+    swap_tables(x);
+    if (ok)
+        x->st.insertions_planned++;
+    else
+        x->st.insertion_mismatches++;
+}
+
+static void free_insertion(uvm_exec *x) {
+    if (x->in_ins) swap_tables(x);
+    free(x->ins_rows);
+    free(x->ins_row_idx);
+    free(x->ins_row_start);
+    free(x->ins_alloc_sizes);
+    free(x->ins_addr);
+    free(x->ins_ord);
+    x->ins_rows = NULL;
+    x->ins_row_idx = x->ins_row_start = x->ins_alloc_sizes = x->ins_addr = x->ins_ord = NULL;
+    x->ins_n_rows = x->ins_n_allocs = 0;
+    x->ins_period = x->ins_at = 0;
+}
+
+/* rows sorted by tick into out/idx, start[k] the first of tick k (counting sort, stable:
+ * rows of one tick fire in table order); start has period + 1 zeroed entries */
+static int sort_rows(const uvm_plan_row *rows, size_t n_rows, uint64_t period,
+                     uvm_plan_row *out, uint64_t *idx, uint64_t *start) {
+    for (size_t i = 0; i < n_rows; i++) start[rows[i].tick + 1]++;
+    for (uint64_t k = 0; k < period; k++) start[k + 1] += start[k];
+    uint64_t *fill = calloc(period, sizeof *fill);
+    if (!fill) return UVM_ENOMEM;
+    for (size_t i = 0; i < n_rows; i++) {
+        uint64_t k = (uint64_t)rows[i].tick;
+        uint64_t at = start[k] + fill[k]++;
+        out[at] = rows[i];
+        idx[at] = i;
+    }
+    free(fill);
+    return UVM_OK;
+}
+
 void uvm_exec_fini(uvm_exec *x) {
+    free_insertion(x);
     free_table(x);
     drop_streams(x);
     const uvm_prim *prim = x->prim;
@@ -91,6 +164,7 @@ static void new_iteration(uvm_exec *x, uint64_t first) {
     x->diverged = false;
     x->waiting = false;
     x->seeking = x->may_resume = x->resumed = false;
+    if (x->in_ins) end_insertion(x, false);
     x->iteration++;
     x->st.iterations++;
     uvm_trace(UVM_EV_ITER, first, 0, 0, x->device, (int64_t)x->iteration);
@@ -136,6 +210,12 @@ static void diverge(uvm_exec *x, uint64_t addr, uint64_t req, uint64_t j, bool a
     x->resume_ev = x->ev_in_iter;
     x->resume_allocs = j;
     x->seeking = x->level_known || x->may_resume;
+    /* the planned stretch, where and as it starts (a guess checked allocation by allocation) */
+    if (x->may_resume && x->ins_period && x->resume_ev == x->ins_at && x->ins_n_allocs &&
+        req == x->ins_alloc_sizes[0]) {
+        swap_tables(x);
+        x->diverged = false;
+    }
 }
 
 /* An iteration ended by count (sync=period): a clean one ends where the next starts. */
@@ -157,17 +237,20 @@ static void seek(uvm_exec *x) {
      * (the same point); a step with events missing shows the start's level first */
     if (x->may_resume && level == x->resume_level && (!at_start || x->resume_ev == 0)) {
         uint64_t inserted = x->ev_in_iter - x->resume_ev;
+        bool planned = x->in_ins && !x->diverged && inserted == x->period &&
+                       x->allocs_in_iter - x->resume_allocs == x->n_allocs;
+        if (x->in_ins) end_insertion(x, planned);
         x->ev_in_iter = x->resume_ev;
         x->allocs_in_iter = x->resume_allocs;
         x->diverged = x->seeking = x->may_resume = false;
         x->resumed = true;
         x->st.insertions++;
-        uvm_trace(UVM_EV_RESUME, 0, inserted, 0, x->device, (int64_t)x->resume_ev);
+        uvm_trace(UVM_EV_RESUME, planned, inserted, 0, x->device, (int64_t)x->resume_ev);
         return;
     }
     if (at_start)
         x->st.resyncs++;
-    else if (x->ev_in_iter < 2 * x->period)
+    else if (x->ev_in_iter < 2 * (x->in_ins ? x->ins_period : x->period))
         return;
     new_iteration(x, uvm_g.tick + 1); /* starts with the next event */
 }
@@ -255,21 +338,10 @@ int uvm_exec_arm_at(uvm_exec *x, const uvm_plan_row *rows, size_t n_rows,
         uvm_set_error("out of host memory for a plan of %zu rows", n_rows);
         return UVM_ENOMEM;
     }
-    /* counting sort by tick, stable: rows of one tick fire in table order */
-    for (size_t i = 0; i < n_rows; i++) x->row_start[rows[i].tick + 1]++;
-    for (uint64_t k = 0; k < period; k++) x->row_start[k + 1] += x->row_start[k];
-    uint64_t *fill = calloc(period, sizeof *fill);
-    if (!fill) {
+    if (sort_rows(rows, n_rows, period, x->rows, x->row_idx, x->row_start) != UVM_OK) {
         free_table(x);
         return UVM_ENOMEM;
     }
-    for (size_t i = 0; i < n_rows; i++) {
-        uint64_t k = (uint64_t)rows[i].tick;
-        uint64_t at = x->row_start[k] + fill[k]++;
-        x->rows[at] = rows[i];
-        x->row_idx[at] = i;
-    }
-    free(fill);
     if (n_allocs) memcpy(x->alloc_sizes, alloc_sizes, n_allocs * sizeof *alloc_sizes);
     x->n_rows = n_rows;
     x->n_allocs = n_allocs;
@@ -303,7 +375,51 @@ int uvm_exec_arm_at(uvm_exec *x, const uvm_plan_row *rows, size_t n_rows,
     return UVM_OK;
 }
 
+int uvm_exec_set_insertion(uvm_exec *x, const uvm_plan_row *rows, size_t n_rows,
+                           const uint64_t *alloc_sizes, size_t n_allocs, uint64_t events,
+                           uint64_t at) {
+    if (events && (!n_allocs || !alloc_sizes[0])) {
+        uvm_set_error("an inserted stretch is found by its first allocation: it needs one, of "
+                      "a known size (got %zu allocations)", n_allocs);
+        return UVM_EINVAL;
+    }
+    for (size_t i = 0; i < n_rows; i++) {
+        const uvm_plan_row *r = &rows[i];
+        if (r->tick < 0 || (uint64_t)r->tick >= events || r->action < 0 ||
+            r->action >= UVM_ACT_COUNT ||
+            (!r->persistent && (r->block < 0 || (uint64_t)r->block >= n_allocs))) {
+            uvm_set_error("inserted stretch row %zu: tick %lld, action %d, block %lld; the "
+                          "stretch has %llu events and %zu allocations", i, (long long)r->tick,
+                          r->action, (long long)r->block, (unsigned long long)events, n_allocs);
+            return UVM_EINVAL;
+        }
+    }
+    free_insertion(x);
+    if (!events) return UVM_OK;
+    x->ins_rows = malloc((n_rows ? n_rows : 1) * sizeof *x->ins_rows);
+    x->ins_row_idx = malloc((n_rows ? n_rows : 1) * sizeof *x->ins_row_idx);
+    x->ins_row_start = calloc(events + 1, sizeof *x->ins_row_start);
+    x->ins_alloc_sizes = malloc(n_allocs * sizeof *x->ins_alloc_sizes);
+    x->ins_addr = calloc(n_allocs, sizeof *x->ins_addr);
+    x->ins_ord = calloc(n_allocs, sizeof *x->ins_ord);
+    if (!x->ins_rows || !x->ins_row_idx || !x->ins_row_start || !x->ins_alloc_sizes ||
+        !x->ins_addr || !x->ins_ord ||
+        sort_rows(rows, n_rows, events, x->ins_rows, x->ins_row_idx, x->ins_row_start) !=
+            UVM_OK) {
+        free_insertion(x);
+        uvm_set_error("out of host memory for an inserted stretch of %zu rows", n_rows);
+        return UVM_ENOMEM;
+    }
+    memcpy(x->ins_alloc_sizes, alloc_sizes, n_allocs * sizeof *alloc_sizes);
+    x->ins_n_rows = n_rows;
+    x->ins_n_allocs = n_allocs;
+    x->ins_period = events;
+    x->ins_at = at;
+    return UVM_OK;
+}
+
 void uvm_exec_disarm(uvm_exec *x) {
+    if (x->in_ins) end_insertion(x, false);
     if (x->armed) uvm_trace(UVM_EV_DISARM, 0, 0, 0, x->device, (int64_t)x->iteration);
     x->armed = false;
     x->waiting = false;
@@ -321,7 +437,7 @@ static bool resolve(uvm_exec *x, const uvm_plan_row *row, const uvm_block *trig,
         if (!*addr) return false;
     } else {
         uint64_t j = (uint64_t)row->block;
-        if (j >= x->allocs_in_iter) return false;
+        if (j >= x->allocs_in_iter - (x->in_ins ? x->resume_allocs : 0)) return false;
         *addr = (void *)(uintptr_t)x->iter_addr[j];
         want_ord = x->iter_ord[j];
     }
@@ -431,17 +547,24 @@ void uvm_exec_on_event(uvm_exec *x, int kind, const uvm_block *b, void *stream) 
     uint64_t k = x->ev_in_iter;
     if (kind == UVM_EV_ALLOC) {
         uint64_t j = x->allocs_in_iter++;
-        if (!x->diverged) {
-            if (j >= x->n_allocs || (x->alloc_sizes[j] && b->req != x->alloc_sizes[j])) {
+        /* in an inserted stretch its own allocations count from its first */
+        uint64_t jt = x->in_ins ? j - x->resume_allocs : j;
+        if (!x->diverged &&
+            (jt >= x->n_allocs || (x->alloc_sizes[jt] && b->req != x->alloc_sizes[jt]))) {
+            if (x->in_ins)
+                x->diverged = true; /* a wrong guess: the stretch goes on unplanned */
+            else
                 diverge(x, (uint64_t)(uintptr_t)b->addr, b->req, j, true);
-            } else {
-                x->iter_addr[j] = (uint64_t)(uintptr_t)b->addr;
-                x->iter_ord[j] = b->ordinal;
-            }
+            jt = x->in_ins ? j - x->resume_allocs : j; /* (the stretch may start here) */
+        }
+        if (!x->diverged) {
+            x->iter_addr[jt] = (uint64_t)(uintptr_t)b->addr;
+            x->iter_ord[jt] = b->ordinal;
         }
     }
-    if (!x->diverged && k < x->period && x->row_start[k + 1] > x->row_start[k])
-        fire(x, k, stream, b, kind);
+    uint64_t kt = x->in_ins ? k - x->resume_ev : k;
+    if (!x->diverged && kt < x->period && x->row_start[kt + 1] > x->row_start[kt])
+        fire(x, kt, stream, b, kind);
     x->ev_in_iter = k + 1;
     if (x->seeking) {
         seek(x);

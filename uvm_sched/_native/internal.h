@@ -262,7 +262,7 @@ UVM_HIDDEN uint64_t uvm_class_size(int cls);
 typedef struct uvm_exec_stats {
     uint64_t armed, arms, actions_issued, actions_skipped, actions_failed,
         actions_unsupported, divergences, iterations, bytes_h2d, bytes_d2h, bytes_discarded,
-        bytes_advised, resyncs, insertions;
+        bytes_advised, resyncs, insertions, insertions_planned, insertion_mismatches;
 } uvm_exec_stats;
 
 typedef struct uvm_exec {
@@ -287,6 +287,14 @@ typedef struct uvm_exec {
     uint64_t iteration;
     uint64_t *iter_addr; /* address of allocation j of this iteration */
     uint64_t *iter_ord;  /* its global alloc ordinal (to tell a live block from a reuse) */
+    /* the table of an inserted stretch (exec.c: "Planned insertions"), swapped with the
+     * iteration's while it runs (in_ins): ins_period its events (0: none), ins_at the
+     * iteration's event where it is inserted */
+    uvm_plan_row *ins_rows;
+    uint64_t *ins_row_idx, *ins_row_start, *ins_alloc_sizes, *ins_addr, *ins_ord;
+    size_t ins_n_rows, ins_n_allocs;
+    uint64_t ins_period, ins_at;
+    bool in_ins;
     void *h2d, *d2h, *ev; /* side streams and the event ordering them after compute */
     void *aux, *ev_aux;   /* discards: a stream of their own, and the event compute waits on */
     void *ev_copies;      /* recorded on h2d and d2h before a discard: aux waits for them */
@@ -348,6 +356,9 @@ UVM_HIDDEN int uvm_exec_arm_at(uvm_exec *x, const uvm_plan_row *rows, size_t n_r
                                int sync, int device, int start_now, uint64_t phase,
                                const uint64_t *addrs, size_t n_addrs);
 UVM_HIDDEN void uvm_exec_disarm(uvm_exec *x);
+UVM_HIDDEN int uvm_exec_set_insertion(uvm_exec *x, const uvm_plan_row *rows, size_t n_rows,
+                                      const uint64_t *alloc_sizes, size_t n_allocs,
+                                      uint64_t events, uint64_t at);
 
 /* probe.c: with the lock held, at a marker / after an allocator event served (before the
  * tick advances), and at reset */

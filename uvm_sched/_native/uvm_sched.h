@@ -224,6 +224,14 @@ UVM_API int uvm_sched_exec_arm_at(const uvm_plan_row *rows, size_t n_rows,
                                   uint64_t period_events, int sync, int device, int start_now,
                                   uint64_t phase, const uint64_t *phase_addrs,
                                   size_t n_phase_addrs);
+/* The table of a stretch of `events` allocator events inserted at event `at` of the armed
+ * sync=period_resync iteration (an eval batch), run when such a stretch starts with an
+ * allocation of alloc_sizes[0] bytes there; events 0 clears it.  Its rows' ticks and
+ * blocks count from the stretch's first allocation; persistent rows carry addresses.  It
+ * outlives re-arming.  UVM_EINVAL (nothing replaced) otherwise. */
+UVM_API int uvm_sched_exec_set_insertion(const uvm_plan_row *rows, size_t n_rows,
+                                         const uint64_t *alloc_sizes, size_t n_allocs,
+                                         uint64_t events, uint64_t at);
 UVM_API int uvm_sched_exec_disarm(void);
 
 /* ---- calibration probe (calib.c) ------------------------------------------------------
