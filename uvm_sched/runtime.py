@@ -554,7 +554,7 @@ class Scheduler:
                         ", ".join(str(label) for label, _ in self._tuner.cands))
 
     def _drop_recording(self) -> None:
-        self._rec.chunks, self._rec.prefix = [], self._live[:0]  # (the plan keeps its own)
+        self._rec.release(self._live[:0])
         self._steps.reset_run()
 
     def _disarm(self) -> None:
