@@ -50,7 +50,10 @@ class Insertions:
         self.job: Any = None  # the _learn.Job in flight
         self._job_of: tuple | None = None  # (key, stretch, blocks alive at it)
         self.failed: dict[tuple, str] = {}  # key -> why no plan
-        self._tail: np.ndarray | None = None  # the last allocator events of earlier batches
+        # the allocator events of the last batches, at least two periods in all (seeking
+        # gives up after two periods): joined only for a batch that holds a RESUME, so an
+        # armed step without one copies nothing but its own batch's selection
+        self._recent: list[np.ndarray] = []
 
     def reset(self) -> None:
         """A new main plan: the stretch's table (made beside the old one) goes with it."""
@@ -67,10 +70,23 @@ class Insertions:
             self._finish(s)
         k = ev["kind"]
         af = (k == ALLOC) | (k == FREE)
-        tail = self._tail if self._tail is not None else ev[:0]
-        evs = np.concatenate([tail, ev[af | (k == RESUME)]])
+        sel = ev[af | (k == RESUME)]
+        resumes = np.flatnonzero(sel["kind"] == RESUME)
+        if len(resumes):
+            self._resumed(s, ev, af, sel, resumes, live0)
+        self._recent.append(sel[sel["kind"] != RESUME])
+        keep = 2 * int(s.plan.meta["period_events"])
+        while sum(len(a) for a in self._recent[1:]) >= keep:
+            self._recent.pop(0)
+
+    def _resumed(self, s: Any, ev: np.ndarray, af: np.ndarray, sel: np.ndarray,
+                 resumes: np.ndarray, live0: np.ndarray | None) -> None:
+        """The RESUME records of this batch (``sel``: its allocator events and RESUMEs,
+        ``resumes`` their indices): counted, and a recurring stretch planned."""
+        before = sum(len(a) for a in self._recent)  # (earlier batches' allocator events)
+        evs = np.concatenate([*self._recent, sel])
         is_af = (evs["kind"] == ALLOC) | (evs["kind"] == FREE)
-        for r in np.flatnonzero(evs["kind"] == RESUME).tolist():
+        for r in (before + resumes).tolist():
             if int(evs["addr"][r]) == 1:
                 self.planned += 1
                 continue
@@ -85,11 +101,9 @@ class Insertions:
             if (self.seen[key] >= 2 and key != self.key and key not in self.failed
                     and self.job is None and live0 is not None):
                 # the blocks alive where it was inserted: alive again when it ended (RESUME)
-                at_resume = int(np.count_nonzero(evs["kind"][len(tail):r] != RESUME))
+                at_resume = int(np.count_nonzero(evs["kind"][before:r] != RESUME))
                 live = track_live(live0, ev[af][:at_resume])
                 self._submit(s, key, stretch, live)
-        keep = 2 * int(s.plan.meta["period_events"])  # (seeking gives up after two periods)
-        self._tail = evs[is_af][-keep:].copy()
 
     def _submit(self, s: Any, key: tuple, stretch: np.ndarray, live: np.ndarray) -> None:
         from ._learn import shared_worker
