@@ -59,7 +59,7 @@ def _back_from(g) -> int:
     """The control point from which the budget counts the gap's block back on the device:
     the prefetch's, or the selection's where the prefetch is later (a late prefetch's block
     is counted from where the selection assumed it, as ``_queues._resident_as_selected``)."""
-    return min(g.kp, max(g.ke + 1, g.kp_min, g.kp_sel))
+    return min(g.kp, _queues.selected_point(g))
 
 
 def _resident_seen(chosen, tl: _Timeline) -> np.ndarray:

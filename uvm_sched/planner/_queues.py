@@ -14,7 +14,7 @@ from . import _early
 if TYPE_CHECKING:
     from ._core import _Timeline
 
-__all__ = ["segments", "timing", "cyclic_fifo", "busy_intervals"]
+__all__ = ["segments", "timing", "cyclic_fifo", "busy_intervals", "selected_point"]
 
 
 def segments(t_off: int, t_on: int, T: int) -> list[tuple[int, int]]:
@@ -182,13 +182,20 @@ def _timing_once(chosen, tl: _Timeline):
     return np.cumsum(saved)[:T], dropped
 
 
+def selected_point(g) -> int:
+    """The control point from which the selection counts gap ``g``'s block back on the
+    device: its own choice, never before the eviction's next point or the earliest prefetch
+    point (``kp_min``)."""
+    return max(g.ke + 1, g.kp_min, g.kp_sel)
+
+
 def _resident_as_selected(chosen, tl: _Timeline) -> np.ndarray:
     """Resident bytes per tick if every prefetch were issued where the selection put it."""
     q, T, nq = tl.q, tl.T, len(tl.q)
     sv = np.zeros(T + 1, np.int64)
     for g in chosen:
         end = int(tl.p.live_to[g.blk]) + 1 if g.dead else \
-            int(q[min(max(g.ke + 1, g.kp_min, g.kp_sel), nq - 1)]) + 1
+            int(q[min(selected_point(g), nq - 1)]) + 1
         for a, b in segments(g.t_off, end, T):
             sv[a] += tl.size[g.blk]
             sv[b] -= tl.size[g.blk]
@@ -215,7 +222,7 @@ def _prefetch_points(pf, tl: _Timeline, resident: np.ndarray) -> int:
         # block over the extra ticks: bringing it back early claims memory (the driver
         # would evict something else where there is none); where there is no room a
         # congested link makes the prefetch late instead (predicted as stall).
-        hi = max(g.ke + 1, g.kp_min, g.kp_sel)
+        hi = selected_point(g)
         lo = max(kp, g.ke + 1, g.kp_min)
         if lo < hi < nq:
             kp = _earliest_with_room(resident, tl, int(tl.size[g.blk]), lo, hi)
