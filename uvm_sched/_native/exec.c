@@ -118,15 +118,12 @@ static void end_insertion(uvm_exec *x, bool ok) {
 
 static void free_insertion(uvm_exec *x) {
     if (x->in_ins) swap_tables(x);
-    free(x->ins_rows);
-    free(x->ins_row_idx);
-    free(x->ins_row_start);
-    free(x->ins_alloc_sizes);
-    free(x->ins_addr);
-    free(x->ins_ord);
-    x->ins_rows = NULL;
-    x->ins_row_idx = x->ins_row_start = x->ins_alloc_sizes = x->ins_addr = x->ins_ord = NULL;
-    x->ins_n_rows = x->ins_n_allocs = 0;
+    /* the stretch's arrays moved into the iteration's places, freed there by the one
+     * function that frees a table, and the (now empty) places swapped back: the iteration's
+     * table is untouched and in_ins is false again */
+    swap_tables(x);
+    free_table(x);
+    swap_tables(x);
     x->ins_period = x->ins_at = 0;
 }
 
