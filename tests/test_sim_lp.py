@@ -211,3 +211,16 @@ def test_past_its_time_budget_the_lp_reports_the_fast_bound_and_says_why():
     fast = simulate(t, "bound", "h200-pcie5", "50%")
     assert r.iteration_time_s == fast.iteration_time_s
     assert r.iteration_time_s <= simulate(t, "demand", "h200-pcie5", "50%").iteration_time_s
+
+
+@needs_highspy
+@pytest.mark.parametrize("case", range(4))
+def test_a_finer_partition_never_gives_a_smaller_bound_than_a_coarser_one_it_refines(case):
+    # with k' dividing k every slot of k ticks is a union of slots of k' ticks, so the
+    # coarse program is a relaxation of the fine one (Note [The LP bound]'s coarsening
+    # argument): along the chain 12 -> 6 -> 3 -> 1 the optimum may only rise
+    name, t = _class_cases()[case]
+    times = [simulate(t, LP_BOUND, "h200-pcie5", "60%", lp_coarsen=k).iteration_time_s
+             for k in (12, 6, 3, 1)]
+    for coarse, fine in zip(times, times[1:]):
+        assert coarse <= fine * (1 + 1e-9), (name, times)
