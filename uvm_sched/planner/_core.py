@@ -116,6 +116,7 @@ would, but sees only its use model, issues at allocator events and pays the queu
 """
 from __future__ import annotations
 
+import bisect
 import dataclasses
 from typing import Any
 
@@ -427,18 +428,22 @@ def _windows(tl: _Timeline, gb, gu1, gu2, ggrp) -> list[_Gap]:
     ok &= np.maximum(t_on, t_on_late) > t_off
     gaps: list[_Gap] = []
     groups: dict[int, list] = {}
-    for j in np.flatnonzero(ok).tolist():
-        sib_group = int(ggrp[j])
-        if sib_group >= 0 and not dead[j]:
+    # the kept windows as Python lists (the same ints and floats as int()/float() of each
+    # element, without a numpy scalar per field: tens of thousands of gaps)
+    j = np.flatnonzero(ok)
+    rows = zip(*(a[j].tolist() for a in (ggrp, gb, gu1, gu2, ke, dead, e_done, t_off, t_on,
+                                         t_on_late, kp)))
+    for sib_group, b, u1, u2, k_e, is_dead, e_d, off, on, on_late, k_p in rows:
+        if sib_group >= 0 and not is_dead:
             sibs = groups.setdefault(sib_group, [])
-            g = _Gap(int(gb[j]), int(gu1[j]), int(gu2[j]), int(ke[j]), False, len(sibs), sibs)
+            g = _Gap(b, u1, u2, k_e, False, len(sibs), sibs)
             sibs.append(g)
         else:
-            g = _Gap(int(gb[j]), int(gu1[j]), int(gu2[j]), int(ke[j]), bool(dead[j]))
-        g.e_done, g.t_off = float(e_done[j]), int(t_off[j])
-        g.t_on, g.t_on_late = int(t_on[j]), int(t_on_late[j])
-        if not dead[j]:
-            g.kp = g.kp_sel = int(kp[j])
+            g = _Gap(b, u1, u2, k_e, is_dead)
+        g.e_done, g.t_off = e_d, off
+        g.t_on, g.t_on_late = on, on_late
+        if not is_dead:
+            g.kp = g.kp_sel = k_p
         gaps.append(g)
     return gaps
 
@@ -581,10 +586,14 @@ def _prefetch_stall(chosen, tl: _Timeline) -> float:
     issued when its control point runs (the ideal time plus the waits at deadlines before
     it), and the compute waits where one lands after its use would start. A Fenwick tree
     over deadline ticks gives the wait so far at an issue time. O(G log T)."""
-    C, tau, h2d = tl.C, tl.tau, tl.h2d
     pf = sorted((g for g in chosen if not g.dead), key=lambda g: g.p_start)
     if not pf:
         return 0.0
+    # each prefetch's issue tick in one vectorised search; the loop reads Python floats
+    # (the same IEEE values as the arrays', so the same sums and maxima)
+    issue_at = tl.tau[np.fromiter((g.kp for g in pf), np.int64, len(pf))]
+    issue_ticks = (np.searchsorted(tl.C, issue_at, side="right") - 1).tolist()
+    issue_at_l, C = issue_at.tolist(), tl.C.tolist()
     n = len(C)
     tree = [0.0] * (n + 1)
 
@@ -604,9 +613,8 @@ def _prefetch_stall(chosen, tl: _Timeline) -> float:
 
     total = 0.0
     free_at = 0.0
-    for g in pf:
-        issue_tick = int(np.searchsorted(C, tau[g.kp], side="right")) - 1
-        start = max(tau[g.kp] + upto(issue_tick), free_at)
+    for g, issue_tick, issued in zip(pf, issue_ticks, issue_at_l):
+        start = max(issued + upto(issue_tick), free_at)
         free_at = start + (g.p_end - g.p_start)  # its time on the queue (duplex cap included)
         need_at = C[g.u2] + upto(g.u2 - 1)
         if free_at > need_at:
@@ -640,14 +648,18 @@ def _eviction_wait(chosen, resident, tl: _Timeline) -> float:
     pend = pend[:T] + pend[T:2 * T]
     risky = np.flatnonzero((pend > 0) & (resident + pend > budget))
     delay = 0.0
-    for t in risky.tolist():
-        now = C[t] + delay
-        hi = int(np.searchsorted(toff_run, t, side="right"))
-        lo = int(np.searchsorted(edone, now, side="right"))
+    # bisect on lists: np.searchsorted's positions (side "right" is bisect_right, "left"
+    # bisect_left) and the same IEEE values, without a numpy call per scalar
+    C_l, toff_l, edone_l, S_l = C.tolist(), toff_run.tolist(), edone.tolist(), S.tolist()
+    room = (budget - resident[risky]).tolist()
+    for t, free in zip(risky.tolist(), room):
+        now = C_l[t] + delay
+        hi = bisect.bisect_right(toff_l, t)
+        lo = bisect.bisect_right(edone_l, now)
         if hi <= lo:
             continue
-        need = int(S[hi] - S[lo]) - int(budget - resident[t])
+        need = (S_l[hi] - S_l[lo]) - free
         if need > 0:
-            k = min(int(np.searchsorted(S, S[lo] + need, side="left")) - 1, hi - 1)
-            delay += max(0.0, float(edone[k]) - now)
+            k = min(bisect.bisect_left(S_l, S_l[lo] + need) - 1, hi - 1)
+            delay += max(0.0, edone_l[k] - now)
     return delay

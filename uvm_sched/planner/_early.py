@@ -38,7 +38,9 @@ def pull_forward(chosen, tl: _Timeline) -> int:
     """Move the chosen gaps' prefetches (``kp``) earlier where the budget has room (the
     module's rule). Returns how many moved. O(G log G + ticks looked at, at most
     ``_queues._earliest_with_room``'s cap per prefetch)."""
-    C, nq, end_lo = tl.C, len(tl.q), tl.p.end_lo
+    nq = len(tl.q)
+    # Python lists: the same values as the arrays' elements, without a numpy scalar each
+    C, end_lo, size = tl.C.tolist(), tl.p.end_lo.tolist(), tl.size.tolist()
     resident = _resident_seen(chosen, tl)
     pf = [g for g in chosen if g.chosen and not g.dead]
     moved = prev = 0
@@ -47,7 +49,7 @@ def pull_forward(chosen, tl: _Timeline) -> int:
         if end_lo[g.blk] < 0:  # a block with seen uses (the module's rule)
             lo = max(g.ke + 1, g.kp_min, prev)
             if lo < back < nq:
-                k = _queues._earliest_with_room(resident, tl, int(tl.size[g.blk]), lo, back)
+                k = _queues._earliest_with_room(resident, tl, int(size[g.blk]), lo, back)
                 if k < back:
                     g.kp = k
                     moved += 1
