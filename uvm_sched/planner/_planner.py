@@ -469,9 +469,13 @@ def _problem(pat, prof, samples: dict | None, remote_fallback: bool = False,
     end_hi = np.full(n, -1, np.int64)
     # (tick, block) pairs the block certainly needs (feasibility check)
     certain: list[tuple[int, int]] = []
+    # the loop reads Python lists (the same values as int()/bool() of each element, without
+    # a numpy scalar per field: one pass over every block)
+    lf_l, lt_l, pers_l, ord_l, ae_l = (a.tolist() for a in (live_from, live_to, pers,
+                                                             ordinal, ae))
     for i in range(n):
-        lf, lt = int(live_from[i]), int(live_to[i])
-        s = samples.get((bool(pers[i]), int(ordinal[i]))) if samples is not None else None
+        lf, lt = lf_l[i], lt_l[i]
+        s = samples.get((pers_l[i], ord_l[i])) if samples is not None else None
         if s is not None:
             first = min(max(s[0], lf), lt)
             last = min(max(s[1], first), lt)
@@ -512,11 +516,11 @@ def _problem(pat, prof, samples: dict | None, remote_fallback: bool = False,
                 continue
             end_lo[i], end_hi[i] = first, last
             continue
-        if pers[i]:
+        if pers_l[i]:
             remote_ok[i] = remote_fallback
             remote_cost[i] = 2 * size[i] / prof.remote_access_Bps * 1e9  # assumed: read in fwd and bwd
             continue
-        if ae[i] < 0:
+        if ae_l[i] < 0:
             continue  # allocated in an earlier iteration: not nameable, stays resident
         certain.append((lf, i))
         end_lo[i], end_hi[i] = lf, lt
