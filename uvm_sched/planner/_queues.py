@@ -148,8 +148,8 @@ def _timing_once(chosen, tl: _Timeline):
     C, q, tau, T, E = tl.C, tl.q, tl.tau, tl.T, tl.E
     busy = None
     if chosen:
-        ke = np.array([g.ke for g in chosen], np.int64)
-        dur = tl.d2h[[g.blk for g in chosen]]
+        ke = np.fromiter((g.ke for g in chosen), np.int64, len(chosen))
+        dur = tl.d2h[np.fromiter((g.blk for g in chosen), np.int64, len(chosen))]
         st, en = cyclic_fifo(tau[ke], dur, np.zeros(len(chosen)), C[T], ke >= E)
         for g, e in zip(chosen, en.tolist()):
             g.e_done = e
@@ -165,21 +165,22 @@ def _timing_once(chosen, tl: _Timeline):
         for g, s0, e in zip(pf, st.tolist(), en.tolist()):
             g.p_start, g.p_end = s0, e
             g.t_on = int(q[g.kp]) + 1
-    saved = np.zeros(T + 1, np.int64)
+    saved = [0] * (T + 1)  # Python ints: exact sums, no numpy scalar per gap
+    size, live_to = tl.size.tolist(), tl.p.live_to.tolist()
     for g in chosen:
         if not g.chosen:
             continue
         if g.dead:
-            g.t_on = int(tl.p.live_to[g.blk]) + 1
+            g.t_on = int(live_to[g.blk]) + 1
         segs = segments(g.t_off, g.t_on, T)
         if not segs:
             g.chosen, g.bad = False, True  # the link is too busy for this gap to save anything
             dropped += 1
             continue
         for s, e in segs:
-            saved[s] += tl.size[g.blk]
-            saved[e] -= tl.size[g.blk]
-    return np.cumsum(saved)[:T], dropped
+            saved[s] += size[g.blk]
+            saved[e] -= size[g.blk]
+    return np.cumsum(np.asarray(saved, np.int64))[:T], dropped
 
 
 def selected_point(g) -> int:
@@ -191,15 +192,17 @@ def selected_point(g) -> int:
 
 def _resident_as_selected(chosen, tl: _Timeline) -> np.ndarray:
     """Resident bytes per tick if every prefetch were issued where the selection put it."""
-    q, T, nq = tl.q, tl.T, len(tl.q)
-    sv = np.zeros(T + 1, np.int64)
+    T, nq = tl.T, len(tl.q)
+    # Python lists and ints: the same values and exact sums, no numpy scalar per gap
+    q, size, live_to = tl.q.tolist(), tl.size.tolist(), tl.p.live_to.tolist()
+    sv = [0] * (T + 1)
     for g in chosen:
-        end = int(tl.p.live_to[g.blk]) + 1 if g.dead else \
+        end = int(live_to[g.blk]) + 1 if g.dead else \
             int(q[min(selected_point(g), nq - 1)]) + 1
         for a, b in segments(g.t_off, end, T):
-            sv[a] += tl.size[g.blk]
-            sv[b] -= tl.size[g.blk]
-    return tl.base - np.cumsum(sv)[:T]
+            sv[a] += size[g.blk]
+            sv[b] -= size[g.blk]
+    return tl.base - np.cumsum(np.asarray(sv, np.int64))[:T]
 
 
 def _prefetch_points(pf, tl: _Timeline, resident: np.ndarray) -> int:
