@@ -23,17 +23,25 @@ def bare():
 
 def _fake(monkeypatch, table):
     """``table``: per view, ``{label: (iteration s, stall s)}``; returns the list of the
-    (view, label) pairs simulated, in order. Each view simulates its candidates in their
-    order (all or some), so a label no later than the previous one starts the next view
-    (the views may be one trace object: a trace with no kept block is its own view)."""
+    (view, label) pairs simulated, in order. The one-unseen-use view (2) is told by its
+    midpoint reads (more rows than the events alone); the others run in order, each
+    simulating its candidates in their order (all or some), so a label no later than the
+    previous one starts the next view (the views may be one trace object: a trace with no
+    kept block is its own view)."""
     calls: list = []
 
     def simulate(view, p, prof, budget, **_):
-        v = 0 if not calls else calls[-1][0] + (CANDS.index(p) <= CANDS.index(calls[-1][1]))
+        if len(view.kind) > n_events:
+            v = 2
+        elif any(c[0] == 2 for c in calls):
+            v = 1
+        else:
+            v = 0 if not calls else calls[-1][0] + (CANDS.index(p) <= CANDS.index(calls[-1][1]))
         calls.append((v, p))
         t, stall = table[v][p]
         return SimpleNamespace(iteration_time_s=t, stall_time_s=stall)
 
+    n_events = len(zoo.allocator_only(training_trace(iters=3, layers=3)).kind)
     monkeypatch.setattr(sim, "simulate", simulate)
     return calls
 
@@ -84,8 +92,23 @@ def test_the_unseen_use_view_runs_only_the_candidates_the_events_show_slower(mon
     events = {"plan": (2.0, 1.0), "advice-only": (1.0, 0.0), "none": (1.0, 0.0)}
     calls = _fake(monkeypatch, [events, kept, mid])
     assert _price(bare) == "advice-only"
-    assert calls == [(v, c) for v in (0, 1) for c in CANDS] + [(2, "plan"), (2, "none")]
+    # the third view refutes the plan: the kept reads do not run it (Note [Refuted
+    # candidates run no further views])
+    assert calls == [(0, c) for c in CANDS] + [(2, "plan"), (2, "none"),
+                                               (1, "advice-only"), (1, "none")]
     # no candidate slower in the events alone: the third view is not simulated at all
     calls = _fake(monkeypatch, [{c: (1.0, 0.0) for c in CANDS}, kept, mid])
     assert _price(bare) == "plan"
     assert calls == [(v, c) for v in (0, 1) for c in CANDS]
+
+
+def test_a_candidate_the_events_alone_refute_runs_no_further_view(monkeypatch, bare):
+    # the plan is 1.5x no plan in the events alone, where no plan stalls enough to see it
+    calls = _fake(monkeypatch, [{"plan": (1.5, 1.0), "advice-only": (1.0, 0.8),
+                                 "none": (1.0, 0.8)}, {c: (1.0, 0.5) for c in CANDS},
+                                {c: (1.0, 0.5) for c in CANDS}])
+    best, times, at_least = price(bare, {c: c for c in CANDS}, 1 << 30, None, starts=[0])
+    assert best == "none" and at_least == ("plan",)
+    # no third view at all (only no plan would run there), the kept reads without the plan
+    assert calls == [(0, c) for c in CANDS] + [(1, "advice-only"), (1, "none")]
+    assert times["plan"] == pytest.approx(1.5)

@@ -161,3 +161,50 @@ def test_lowered_takes_off_what_the_slices_would():
         for a, b, k in zip(lf.tolist(), lt.tolist(), n.tolist()):
             want[a:b + 1] -= k
         assert np.array_equal(-Excess.lowered(T, lf, lt, n), want)
+
+
+def _pricing_cases():
+    from uvm_sched.trace._llm import llm_trace_for_events
+
+    yield "llm-20k", llm_trace_for_events(20_000), "oblivious"  # bench_scale's shape
+    yield "llm-accesses", llm_trace(layers=2, micro_batches=3, iters=3, accesses=True), \
+        "sampled"
+    for name, trace in _traces():
+        yield name, trace, "oblivious"
+        if trace.has_accesses:
+            yield name, trace, "sampled"
+
+
+@pytest.mark.parametrize("pct", ["30%", "50%", "70%", "90%"])
+def test_pricing_refuting_early_chooses_as_running_every_view(pct, monkeypatch):
+    """Note [Refuted candidates run no further views]: the same plan (actions, choice,
+    every unrefuted figure) as pricing with every view run; a refuted candidate's figure is
+    a lower bound of its full one."""
+    from uvm_sched.planner import _pricing
+
+    full = _pricing.price
+    pruned = 0
+    for name, trace, mode in _pricing_cases():
+        try:
+            fast = plan(trace, pct, HW, mode=mode)
+        except Exception as e:  # an infeasible budget is refused alike
+            with pytest.raises(type(e)), monkeypatch.context() as m:
+                m.setattr(_pricing, "price", lambda *a, **k: full(*a, **k, _prune=False))
+                plan(trace, pct, HW, mode=mode)
+            continue
+        with monkeypatch.context() as m:
+            m.setattr(_pricing, "price", lambda *a, **k: full(*a, **k, _prune=False))
+            slow = plan(trace, pct, HW, mode=mode)
+        a, b = fast.meta["pricing"], slow.meta["pricing"]
+        assert a["chosen"] == b["chosen"], (name, pct, mode, a, b)
+        assert fast.actions.equals(slow.actions), (name, pct, mode)
+        assert "at_least" not in b, (name, pct, mode)
+        low = set(a.get("at_least", ()))
+        pruned += bool(low)
+        for k, v in b.items():
+            if k.endswith("_s") and k[:-2] in low:
+                assert a[k] <= v * (1 + 1e-12), (name, pct, mode, k, a, b)
+            elif k != "at_least":
+                assert a[k] == v, (name, pct, mode, k, a, b)
+    if pct == "50%":  # bench_scale's budget: the full plan is refuted by the third view
+        assert pruned, "no candidate was refuted early: the test checks nothing"

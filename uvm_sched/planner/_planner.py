@@ -272,17 +272,20 @@ def _priced(trace, full: Plan, extra: dict, budget: int, prof, accesses: bool,
     cands = {"plan": full, **{k: Plan(a, dict(full.meta)) for k, a in extra.items()},
              "none": Plan(extra["advice-only"].iloc[:0], dict(full.meta))}
     try:
-        best, times = price(trace, cands, budget, prof, accesses=accesses, starts=starts,
-                            oblivious=oblivious)
+        best, times, at_least = price(trace, cands, budget, prof, accesses=accesses,
+                                      starts=starts, oblivious=oblivious)
     except BudgetError as e:
         full.meta["pricing"] = {"chosen": "plan", "unpriced": str(e)}
         return full
     out = cands[best]
     out.meta["pricing"] = {"chosen": best, **{f"{k}_s": v for k, v in times.items()},
                            "judge": _JUDGES[bool(accesses) + bool(trace.meta.get("samples_view"))]}
+    if at_least:  # refuted before their last view: their figures are lower bounds
+        out.meta["pricing"]["at_least"] = list(at_least)
     if best != "plan":
         out.meta["fallback"] = (
-            f"{best}: the full plan was predicted at {times['plan']:.6g} s per iteration, "
+            f"{best}: the full plan was predicted at {'at least ' * ('plan' in at_least)}"
+            f"{times['plan']:.6g} s per iteration, "
             f"{best} at {times[best]:.6g} s (no plan: {times['none']:.6g} s)")
     return out
 

@@ -60,6 +60,22 @@ any view show a plan without its populates faster. The planner leaves the popula
 where its schedule moves nothing and leaves ticks over budget (``_planner``, Note
 [Populates that evict]).
 
+Note [Refuted candidates run no further views] -- oblivious mode. No plan's ratio is 1 in
+every view, so its price is the extremal time ``base`` and the fastest price is at most
+``base``. A candidate whose worst ratio in the views run so far, times ``base``, is above
+``base * (1 + rounding)`` is priced above the fastest price times (1 + rounding) whatever
+its later views show (more views only raise its worst ratio; float multiplication by
+``base`` keeps the order), so it is never tied and never chosen; and since its price stays
+above ``base``, it is not the fastest either: the tied set, and the ratios of every
+candidate in it, are those of running every view. So such a candidate runs no further
+view (the choice is the same; ``tests/test_planner_pricing.py`` checks it against every
+view run, on generated traces). The one-unseen-use view runs before the kept reads, as it
+refutes the most: on the LLM traces of ``benchmarks/bench_scale.py`` at 50% of h200-pcie5
+the full plan is 2.2x no plan there, and its run in the kept reads (a sixth of the pricing's
+simulation time) decides nothing. Its figure in ``plan.meta["pricing"]`` is then the worst
+of the views that ran, a lower bound (listed under ``at_least``; the same figure where the
+skipped view would not have raised it).
+
 ``plan.meta["pricing"]`` holds the three predicted iteration times (s) and the choice; when
 it is not the full plan, ``plan.meta["fallback"]`` says why in words. No constant is
 involved: the candidates are compared as they run.
@@ -146,14 +162,17 @@ def _kept_reads_view(view, starts, midpoints: bool = False):
 
 
 def price(trace, candidates: dict, budget: int, prof, *, accesses: bool = False,
-          starts=(), oblivious: bool = True) -> tuple[str, dict]:
+          starts=(), oblivious: bool = True,
+          _prune: bool = True) -> tuple[str, dict, tuple[str, ...]]:
     """Simulate each of ``candidates`` (``{label: Plan}``, in order of preference) on
     ``trace`` (its allocator events only, unless ``accesses``: the planner knows them) at
     ``budget`` bytes on ``prof``; returns the label chosen (the fastest; among ties, in
     oblivious mode, Note [A tie acts less], else the earliest) and ``{label: iteration
     seconds}`` (the worst of the views, as a ratio to ``none``'s time in the same view,
     times ``none``'s extremal time; the one-unseen-use view counts only where it refutes,
-    Note [One unseen use]). ``starts``: the iteration start ticks (for the reads of the
+    Note [One unseen use]) and the labels whose figure is a lower bound (refuted before
+    their last view, Note [Refuted candidates run no further views]; ``_prune`` False runs
+    every view, for tests). ``starts``: the iteration start ticks (for the reads of the
     never-freed blocks, see the module docstring). Raises the simulator's ``BudgetError``
     when a tick's working set exceeds the budget (nothing can be judged)."""
     from ..sim import BudgetError, simulate
@@ -173,15 +192,41 @@ def price(trace, candidates: dict, budget: int, prof, *, accesses: bool = False,
         t, t0 = r[label][0], r["none"][0]
         return t0 > 0 and t > t0 * (1 + _ROUNDING)
 
+    def ratio(r, label):
+        t, (t0, stall0) = r[label][0], r["none"]
+        if t0 <= 0 or (not accesses and t > t0 and stall0 < t - t0):
+            # this view sees too little of what not acting costs to refute it; the trace
+            # with its own accesses sees all of it (gru-s245 at 60% of peak on h200-pcie5:
+            # the sampled advice-only, 1.86x no plan, was taken for a tie with it)
+            return 1.0
+        return t / t0
+
+    def ratios_of(label):
+        v = [ratio(runs[j], label) for j in (0, 1) if j in runs and label in runs[j]]
+        # the one-unseen-use view only refutes, and only a candidate the allocator's own
+        # events show slower too (Note [One unseen use])
+        if 2 in runs and label in runs[2] and slower(runs[0], label) and slower(runs[2], label):
+            v.append(runs[2][label][0] / runs[2]["none"][0])
+        return v
+
+    def refuted(label):
+        # Note [Refuted candidates run no further views]
+        base = runs[0]["none"][0]
+        return label != "none" and base * max(ratios_of(label)) > base * (1 + _ROUNDING)
+
     runs: dict[int, dict] = {}
-    for j, make_view in enumerate(views):
+    cut: set[str] = set()  # refuted before a view that would have run them
+    # the one-unseen-use view before the kept reads: what it refutes needs no third view
+    for j in (0, 2, 1)[:len(views)]:
+        make_view = views[j]
         # the one-unseen-use view (j 2) is read only for the candidates the allocator
         # events show slower (and no plan, the yardstick): it is not run for the others,
         # nor at all where none is (the same choice, a third of the simulations fewer)
-        todo = {k: p for k, p in candidates.items()
-                if j < 2 or k == "none" or slower(runs[0], k)}
-        if len(todo) == 1 and j == 2:
-            break
+        todo = {k: p for k, p in candidates.items() if k == "none" or (
+            (j < 2 or slower(runs[0], k)) and not (j and _prune and refuted(k)))}
+        cut.update(k for k in candidates if k not in todo and (j < 2 or slower(runs[0], k)))
+        if len(todo) == 1 and j:
+            continue
         view = make_view()
         cache: dict = {}
         run: dict = {}
@@ -200,24 +245,8 @@ def price(trace, candidates: dict, budget: int, prof, *, accesses: bool = False,
             del view, cache
         runs[j] = run
 
-    def ratio(r, label):
-        t, (t0, stall0) = r[label][0], r["none"]
-        if t0 <= 0 or (not accesses and t > t0 and stall0 < t - t0):
-            # this view sees too little of what not acting costs to refute it; the trace
-            # with its own accesses sees all of it (gru-s245 at 60% of peak on h200-pcie5:
-            # the sampled advice-only, 1.86x no plan, was taken for a tie with it)
-            return 1.0
-        return t / t0
-
     base = runs[0]["none"][0]
-    ratios = {}
-    for label in candidates:
-        v = [ratio(runs[j], label) for j in (0, 1) if j in runs]
-        # the one-unseen-use view only refutes, and only a candidate the allocator's own
-        # events show slower too (Note [One unseen use])
-        if 2 in runs and slower(runs[0], label) and slower(runs[2], label):
-            v.append(runs[2][label][0] / runs[2]["none"][0])
-        ratios[label] = v
+    ratios = {label: ratios_of(label) for label in candidates}
     times = {label: base * max(v) for label, v in ratios.items()}
     fastest = min(times.values())
     # equal up to float rounding (sums of the same tick times in another order) is a tie;
@@ -225,6 +254,7 @@ def price(trace, candidates: dict, budget: int, prof, *, accesses: bool = False,
     # and where none does, the one acting least (Note [A tie acts less])
     tied = [k for k in candidates if times[k] <= fastest * (1 + _ROUNDING)]
     shown = [k for k in tied if min(ratios[k]) < 1 - _ROUNDING]
+    at_least = tuple(k for k in candidates if k in cut)
     if not oblivious:
-        return tied[0], times  # the samples are knowledge the views do not hold
-    return (shown or tied[::-1])[0], times
+        return tied[0], times, at_least  # the samples are knowledge the views do not hold
+    return (shown or tied[::-1])[0], times, at_least
