@@ -66,9 +66,8 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "auto", **opts: Any) -> Pla
     bound's optimum seeds the selection and the greedy plan is priced beside it; options
     ``lp_max_columns``, ``lp_time_limit_s`` (s); ``meta["lp"]``; ``_lp_guided``).
     Returns a ``Plan`` whose ``meta["predicted"]`` holds the planner's own estimate
-    (seconds, bytes), ``meta["pricing"]`` the candidates' simulated iteration times (s;
-    those listed under ``at_least`` are lower bounds) and the choice, and, when the full
-    plan lost, ``meta["fallback"]`` why.
+    (seconds, bytes), ``meta["pricing"]`` the candidates' iteration times (s; ``at_least``:
+    lower bounds) and the choice, and, when the full plan lost, ``meta["fallback"]`` why.
     """
     from ..hw import load_profile
 
