@@ -232,6 +232,20 @@ class _Timeline:
     h2d: np.ndarray  # (n,) ns a prefetch takes on the h2d engine
     base: np.ndarray  # (T,) bytes resident at each tick without a plan
     duplex_slow: float = 1.0  # a prefetch's rate while evictions run, over its own rate
+    _lists: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+    def listed(self, name: str) -> list:
+        """The array ``name`` (this timeline's, else its problem's) as a Python list, built
+        once per timeline: the per-gap loops read the same values as the array's elements
+        without a numpy scalar each, and without converting the array at every pass (at
+        1M events the per-block arrays hold half a million elements). The arrays are
+        never written after the timeline is built."""
+        out = self._lists.get(name)
+        if out is None:
+            arr = getattr(self, name) if name in ("C", "q", "tau", "size", "h2d") \
+                else getattr(self.p, name)
+            out = self._lists[name] = arr.tolist()
+        return out
 
     @property
     def T(self) -> int:
@@ -593,7 +607,7 @@ def _prefetch_stall(chosen, tl: _Timeline) -> float:
     # (the same IEEE values as the arrays', so the same sums and maxima)
     issue_at = tl.tau[np.fromiter((g.kp for g in pf), np.int64, len(pf))]
     issue_ticks = (np.searchsorted(tl.C, issue_at, side="right") - 1).tolist()
-    issue_at_l, C = issue_at.tolist(), tl.C.tolist()
+    issue_at_l, C = issue_at.tolist(), tl.listed("C")
     n = len(C)
     tree = [0.0] * (n + 1)
 
@@ -650,7 +664,7 @@ def _eviction_wait(chosen, resident, tl: _Timeline) -> float:
     delay = 0.0
     # bisect on lists: np.searchsorted's positions (side "right" is bisect_right, "left"
     # bisect_left) and the same IEEE values, without a numpy call per scalar
-    C_l, toff_l, edone_l, S_l = C.tolist(), toff_run.tolist(), edone.tolist(), S.tolist()
+    C_l, toff_l, edone_l, S_l = tl.listed("C"), toff_run.tolist(), edone.tolist(), S.tolist()
     room = (budget - resident[risky]).tolist()
     for t, free in zip(risky.tolist(), room):
         now = C_l[t] + delay

@@ -40,7 +40,7 @@ def pull_forward(chosen, tl: _Timeline) -> int:
     ``_queues._earliest_with_room``'s cap per prefetch)."""
     nq = len(tl.q)
     # Python lists: the same values as the arrays' elements, without a numpy scalar each
-    C, end_lo, size = tl.C.tolist(), tl.p.end_lo.tolist(), tl.size.tolist()
+    C, end_lo, size = tl.listed("C"), tl.listed("end_lo"), tl.listed("size")
     resident = _resident_seen(chosen, tl)
     pf = [g for g in chosen if g.chosen and not g.dead]
     moved = prev = 0

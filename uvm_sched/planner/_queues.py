@@ -166,7 +166,7 @@ def _timing_once(chosen, tl: _Timeline):
             g.p_start, g.p_end = s0, e
             g.t_on = int(q[g.kp]) + 1
     saved = [0] * (T + 1)  # Python ints: exact sums, no numpy scalar per gap
-    size, live_to = tl.size.tolist(), tl.p.live_to.tolist()
+    size, live_to = tl.listed("size"), tl.listed("live_to")
     for g in chosen:
         if not g.chosen:
             continue
@@ -194,7 +194,7 @@ def _resident_as_selected(chosen, tl: _Timeline) -> np.ndarray:
     """Resident bytes per tick if every prefetch were issued where the selection put it."""
     T, nq = tl.T, len(tl.q)
     # Python lists and ints: the same values and exact sums, no numpy scalar per gap
-    q, size, live_to = tl.q.tolist(), tl.size.tolist(), tl.p.live_to.tolist()
+    q, size, live_to = tl.listed("q"), tl.listed("size"), tl.listed("live_to")
     sv = [0] * (T + 1)
     for g in chosen:
         end = int(live_to[g.blk]) + 1 if g.dead else \
@@ -214,7 +214,7 @@ def _prefetch_points(pf, tl: _Timeline, resident: np.ndarray) -> int:
     # Python lists and bisect in the loop: the same IEEE values and the same positions as
     # indexing the arrays and np.searchsorted (side "right" is bisect_right), a few times
     # faster per gap (one numpy call per scalar costs ~2 us; tens of thousands of gaps)
-    C, tau, h2d = tl.C.tolist(), tl.tau.tolist(), tl.h2d.tolist()
+    C, tau, h2d = tl.listed("C"), tl.listed("tau"), tl.listed("h2d")
     dropped = 0
     pf.sort(key=lambda g: (-C[g.u2], g.blk))
     cur = np.inf
