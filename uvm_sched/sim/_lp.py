@@ -76,9 +76,9 @@ order are left out (as in ``bound``).
 Size. Columns: about 4 per (block, boundary) of a live stretch plus one per access and one
 per tick; ``max_columns`` guards the solve (HiGHS's dual simplex on one core: unet at
 batch 16, 654 ticks, 217k columns in 28 s; resnet50 at the zoo's default size, 465k
-columns, 126 s). Over it, ``lp_bound`` coarsens time: slots of ``k`` ticks, boundaries
-only at each slot's first tick, and every constraint about a tick inside a slot replaced by
-one that the exact program implies:
+columns, 126 s). Over it, ``lp_bound`` coarsens time: consecutive slots (``k`` ticks, or of
+any lengths: Note [Slot partitions]), boundaries only at each slot's first tick, and every
+constraint about a tick inside a slot replaced by one that the exact program implies:
 
 * an access inside a slot: ``c + d + in[slot] + q >= a - p`` at the slot's first boundary
   (what is resident at the tick was resident at the slot's start or came in during the
@@ -107,11 +107,11 @@ Approach. A block's sub-program (its columns, its own rows, and where it enters 
 rows) depends on its accesses only through their order, each one's slot, whether it is its
 slot's first tick, its fraction, whether it reads and writes, and on the block's birth,
 wrap and pages touched before the window (``_stretches`` reads ticks only through their
-order; ``_add_run`` through ``tick // k``, ``tick % k == 0`` and the slot of ``tick - 1``,
-which those two give, and through comparisons with the stretch's first tick, which the
-order gives). Its size enters only as the coefficient of its columns in the shared rows
-(budget, link and zero-copy). ``_classes`` keys each block by exactly those inputs and
-builds one sub-program per key, with the members' summed size.
+order; ``_add_run`` through the partition's slot of the tick, whether it starts it and the
+slot of ``tick - 1``, which those two give, and through comparisons with the stretch's first
+tick, which the order gives). Its size enters only as the coefficient of its columns in the
+shared rows (budget, link and zero-copy). ``_classes`` keys each block by exactly those
+inputs and builds one sub-program per key, with the members' summed size.
 
 Why the optimum is unchanged (the merge is exact, so the bound stays a relaxation of the
 exact program by the coarsening argument alone). Members share one feasible set ``P`` for
