@@ -102,7 +102,9 @@ def simulate(trace, policy: "str | Plan", hw: Any = "h200-pcie5", budget: Any = 
     to minutes; options ``lp_max_columns`` (int: larger programs are coarsened in time),
     ``lp_coarsen`` (int: ticks per slot, 1 = exact), ``lp_slots`` (``"uniform"``,
     ``"weighted"``: finer slots where the budget binds, see ``_lp_slots``, or the slot
-    starts), ``lp_time_limit_s`` (HiGHS's time
+    starts), ``lp_refine_s`` (a time budget, s: from ``lp_max_columns`` up, finer programs
+    while they are predicted to fit it; the largest bound found, see ``_lp_refine``),
+    ``lp_time_limit_s`` (HiGHS's time
     budget, default 600 s: past it the LP proves nothing and the result holds the fast
     ``bound``'s figures, with ``counters["lp_fallback"] == "bound"`` and the reason in
     ``counters["lp_status"]``); the better bound
@@ -166,13 +168,19 @@ def _simulate(trace, policy, hw, budget, **opts) -> SimResult:
         return _bound_result(prep, hw, B, compute, T, tick, excess, out)
     if name == LP_BOUND:
         from ._lp import MAX_COLUMNS, LpOverBudget, lp_bound
+        from ._lp_refine import lp_bound_within
 
+        cap = int(opts.pop("lp_max_columns", MAX_COLUMNS))
+        slots = opts.pop("lp_slots", "uniform")
+        refine_s = opts.pop("lp_refine_s", None)
         try:
-            lp = lp_bound(prep, hw, B,
-                          max_columns=int(opts.pop("lp_max_columns", MAX_COLUMNS)),
-                          coarsen=opts.pop("lp_coarsen", None),
-                          slots=opts.pop("lp_slots", "uniform"),
-                          time_limit_s=float(opts.pop("lp_time_limit_s", 600.0)))
+            if refine_s is not None:
+                lp = lp_bound_within(prep, hw, B, float(refine_s), start_columns=cap,
+                                     slots=slots)
+            else:
+                lp = lp_bound(prep, hw, B, max_columns=cap, slots=slots,
+                              coarsen=opts.pop("lp_coarsen", None),
+                              time_limit_s=float(opts.pop("lp_time_limit_s", 600.0)))
         except LpOverBudget as e:
             # past the time budget the LP proves nothing: the fast bound is what stands
             logger.info("lp-bound: %s; the fast bound is reported", e)
@@ -198,7 +206,7 @@ def _simulate(trace, policy, hw, budget, **opts) -> SimResult:
     opts.pop("mode", None)
     opts.pop("plan_opts", None)
     opts.pop("tune", None)  # uvm-sched's (compare passes it to every policy)
-    for k in ("lp_max_columns", "lp_coarsen", "lp_time_limit_s", "lp_slots"):
+    for k in ("lp_max_columns", "lp_coarsen", "lp_time_limit_s", "lp_slots", "lp_refine_s"):
         opts.pop(k, None)  # lp-bound's
     if opts:
         raise TypeError(f"simulate() got unknown option(s) {sorted(opts)}")
