@@ -34,8 +34,8 @@ per slot); ``_lp._fit`` searches the level as it searched ``k``.
 
 Limitations. The weights are a guess at where the coarse program loses; the partition does
 not look at the coarse optimum. Neither family dominates the other at the same column cap
-(``benchmarks/results/lp.md``: the weighted slots are tighter on most cases, looser on a
-few), and since both are lower bounds the larger one stands.
+(``benchmarks/results/lp.md``: the weighted slots are tighter in 16 of 62 zoo cases, by up
+to 26%, looser in 7, by at most 1.2%), and since both are lower bounds the larger stands.
 """
 from __future__ import annotations
 
