@@ -261,10 +261,11 @@ def _build(weights, acts, fwd, bwd):
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(_case())
-def test_no_random_plan_simulates_below_the_bound(case):
-    """Nor below the LP bound (where HiGHS is installed): the simulator's window is the
-    third of three identical iterations, a steady state."""
+@given(_case(), st.lists(st.integers(1, 10**6), max_size=8))
+def test_no_random_plan_simulates_below_the_bound(case, cuts):
+    """Nor below the LP bound (where HiGHS is installed) over uniform, weighted or random
+    slots (any partition of the window is a relaxation, Note [Slot partitions]): the
+    simulator's window is the third of three identical iterations, a steady state."""
     weights, acts, fwd, bwd, rows, frac, pool = case
     t = _build(weights, acts, fwd, bwd)
     hw = _hw(2.0, h2d_prefetch_Bps=1 * MiB / MS, remote_access_Bps=1.5 * MiB / MS,
@@ -274,6 +275,11 @@ def test_no_random_plan_simulates_below_the_bound(case):
     bounds = [simulate(t, "bound", hw, budget).iteration_time_s]
     if importlib.util.find_spec("highspy") is not None:
         bounds.append(simulate(t, "lp-bound", hw, budget).iteration_time_s)
+        bounds.append(simulate(t, "lp-bound", hw, budget, lp_slots="weighted",
+                               lp_coarsen=1 + len(cuts)).iteration_time_s)
+        ws_, we_ = prepare(t, hw.va_block_bytes, hw.page_bytes).window
+        starts = sorted({0} | {c % (we_ - ws_) for c in cuts})
+        bounds.append(simulate(t, "lp-bound", hw, budget, lp_slots=starts).iteration_time_s)
     plan = _plan(rows, budget, 2 * len(acts), acts)
     for policy in (plan, "demand", "swap-activations", "prefetch-on-alloc"):
         r = simulate(t, policy, hw, budget, pool=pool)

@@ -100,7 +100,11 @@ def simulate(trace, policy: "str | Plan", hw: Any = "h200-pcie5", budget: Any = 
     bound on any schedule, see ``_bound``: fast), ``"lp-bound"`` (a tighter lower bound on
     a steady-state iteration from a linear program, see ``_lp``: needs ``highspy``, seconds
     to minutes; options ``lp_max_columns`` (int: larger programs are coarsened in time),
-    ``lp_coarsen`` (int: ticks per slot, 1 = exact), ``lp_time_limit_s`` (HiGHS's time
+    ``lp_coarsen`` (int: ticks per slot, 1 = exact), ``lp_slots`` (``"uniform"``,
+    ``"weighted"``: finer slots where the budget binds, see ``_lp_slots``, or the slot
+    starts), ``lp_refine_s`` (a time budget, s: from ``lp_max_columns`` up, finer programs
+    while they are predicted to fit it; the largest bound found, see ``_lp_refine``),
+    ``lp_time_limit_s`` (HiGHS's time
     budget, default 600 s: past it the LP proves nothing and the result holds the fast
     ``bound``'s figures, with ``counters["lp_fallback"] == "bound"`` and the reason in
     ``counters["lp_status"]``); the better bound
@@ -164,12 +168,19 @@ def _simulate(trace, policy, hw, budget, **opts) -> SimResult:
         return _bound_result(prep, hw, B, compute, T, tick, excess, out)
     if name == LP_BOUND:
         from ._lp import MAX_COLUMNS, LpOverBudget, lp_bound
+        from ._lp_refine import lp_bound_within
 
+        cap = int(opts.pop("lp_max_columns", MAX_COLUMNS))
+        slots = opts.pop("lp_slots", "uniform")
+        refine_s = opts.pop("lp_refine_s", None)
         try:
-            lp = lp_bound(prep, hw, B,
-                          max_columns=int(opts.pop("lp_max_columns", MAX_COLUMNS)),
-                          coarsen=opts.pop("lp_coarsen", None),
-                          time_limit_s=float(opts.pop("lp_time_limit_s", 600.0)))
+            if refine_s is not None:
+                lp = lp_bound_within(prep, hw, B, float(refine_s), start_columns=cap,
+                                     slots=slots)
+            else:
+                lp = lp_bound(prep, hw, B, max_columns=cap, slots=slots,
+                              coarsen=opts.pop("lp_coarsen", None),
+                              time_limit_s=float(opts.pop("lp_time_limit_s", 600.0)))
         except LpOverBudget as e:
             # past the time budget the LP proves nothing: the fast bound is what stands
             logger.info("lp-bound: %s; the fast bound is reported", e)
@@ -195,7 +206,7 @@ def _simulate(trace, policy, hw, budget, **opts) -> SimResult:
     opts.pop("mode", None)
     opts.pop("plan_opts", None)
     opts.pop("tune", None)  # uvm-sched's (compare passes it to every policy)
-    for k in ("lp_max_columns", "lp_coarsen", "lp_time_limit_s"):
+    for k in ("lp_max_columns", "lp_coarsen", "lp_time_limit_s", "lp_slots", "lp_refine_s"):
         opts.pop(k, None)  # lp-bound's
     if opts:
         raise TypeError(f"simulate() got unknown option(s) {sorted(opts)}")
@@ -280,9 +291,11 @@ def _lp_result(prep, hw, B, compute, lp) -> SimResult:
     start = np.concatenate([[0.0], np.cumsum(dur)[:-1]]) if W else z
     stall, h2d, d2h = z.copy(), np.zeros(W, np.int64), np.zeros(W, np.int64)
     k = lp.coarsen
+    ends = np.append(lp.slot_start[1:], W) if lp.slot_start is not None else None
     for g in range(len(lp.slot_s)):
-        last = min(W, (g + 1) * k) - 1
-        stall[last] = max(0.0, lp.slot_s[g] - float(dur[g * k:last + 1].sum()))
+        first = int(lp.slot_start[g]) if ends is not None else g * k
+        last = (int(ends[g]) if ends is not None else min(W, (g + 1) * k)) - 1
+        stall[last] = max(0.0, lp.slot_s[g] - float(dur[first:last + 1].sum()))
         h2d[last] = int(round(lp.bytes_in[g]))
         d2h[last] = int(round(lp.bytes_out[g]))
     rows = list(zip(range(ws, we), start, dur, stall, z, z, stall, z.astype(int), h2d, d2h))
@@ -290,6 +303,7 @@ def _lp_result(prep, hw, B, compute, lp) -> SimResult:
     T = max(lp.time_s, compute)
     counters = {"window_start": ws, "window_stop": we, "lp_columns": lp.columns,
                 "lp_rows": lp.rows, "lp_nonzeros": lp.nonzeros, "lp_ticks_per_slot": k,
+                "lp_slots": len(lp.slot_s),
                 "lp_build_s": lp.build_s, "lp_solve_s": lp.solve_s, "lp_classes": lp.classes,
                 "lp_blocks": len(prep.bsize)}
     return SimResult(LP_BOUND, hw.name, B, T, compute, T - compute,

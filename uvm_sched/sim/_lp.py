@@ -76,9 +76,9 @@ order are left out (as in ``bound``).
 Size. Columns: about 4 per (block, boundary) of a live stretch plus one per access and one
 per tick; ``max_columns`` guards the solve (HiGHS's dual simplex on one core: unet at
 batch 16, 654 ticks, 217k columns in 28 s; resnet50 at the zoo's default size, 465k
-columns, 126 s). Over it, ``lp_bound`` coarsens time: slots of ``k`` ticks, boundaries
-only at each slot's first tick, and every constraint about a tick inside a slot replaced by
-one that the exact program implies:
+columns, 126 s). Over it, ``lp_bound`` coarsens time: consecutive slots (``k`` ticks, or of
+any lengths: Note [Slot partitions]), boundaries only at each slot's first tick, and every
+constraint about a tick inside a slot replaced by one that the exact program implies:
 
 * an access inside a slot: ``c + d + in[slot] + q >= a - p`` at the slot's first boundary
   (what is resident at the tick was resident at the slot's start or came in during the
@@ -107,11 +107,11 @@ Approach. A block's sub-program (its columns, its own rows, and where it enters 
 rows) depends on its accesses only through their order, each one's slot, whether it is its
 slot's first tick, its fraction, whether it reads and writes, and on the block's birth,
 wrap and pages touched before the window (``_stretches`` reads ticks only through their
-order; ``_add_run`` through ``tick // k``, ``tick % k == 0`` and the slot of ``tick - 1``,
-which those two give, and through comparisons with the stretch's first tick, which the
-order gives). Its size enters only as the coefficient of its columns in the shared rows
-(budget, link and zero-copy). ``_classes`` keys each block by exactly those inputs and
-builds one sub-program per key, with the members' summed size.
+order; ``_add_run`` through the partition's slot of the tick, whether it starts it and the
+slot of ``tick - 1``, which those two give, and through comparisons with the stretch's first
+tick, which the order gives). Its size enters only as the coefficient of its columns in the
+shared rows (budget, link and zero-copy). ``_classes`` keys each block by exactly those
+inputs and builds one sub-program per key, with the members' summed size.
 
 Why the optimum is unchanged (the merge is exact, so the bound stays a relaxation of the
 exact program by the coarsening argument alone). Members share one feasible set ``P`` for
@@ -137,6 +137,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._errors import Error
+from ._lp_slots import Slots, family
 from ._prep import Prepared
 
 __all__ = ["lp_bound", "LpResult", "LpTooLarge", "LpOverBudget", "MAX_COLUMNS"]
@@ -158,13 +159,15 @@ class LpOverBudget(Error, RuntimeError):
 @dataclass
 class LpResult:
     """``time_s``: the bound (s); ``status``: HiGHS's model status; ``columns``/``rows``/
-    ``nonzeros``: the program's size; ``coarsen``: ticks merged per slot (1: exact);
-    ``build_s``/``solve_s``: wall time of each step; ``slot_s``: the optimum's slot
-    durations (s; slot ``g`` = window ticks ``g*coarsen ..``); ``bytes_in``/``bytes_out``:
+    ``nonzeros``: the program's size; ``coarsen``: ticks merged per slot (the most in one
+    slot where slots are not uniform; 1: exact); ``build_s``/``solve_s``: wall time of each
+    step; ``slot_s``: the optimum's slot durations (s; slot ``g`` = window ticks
+    ``slot_start[g] ..``, for uniform slots ``g*coarsen ..``); ``bytes_in``/``bytes_out``:
     bytes the optimum moves over the link per slot, each way (migrations and zero-copy);
     ``classes``: block classes in the program (Note [Block classes]); ``primal`` (asked
     for only): per live stretch of a class, (its blocks, the slots of its boundaries, the
-    optimum's resident fraction there: clean + dirty)."""
+    optimum's resident fraction there: clean + dirty); ``slot_start``: each slot's first
+    window tick."""
 
     time_s: float
     status: str
@@ -179,6 +182,7 @@ class LpResult:
     bytes_out: np.ndarray
     classes: int = 0
     primal: list | None = None
+    slot_start: np.ndarray | None = None
 
 
 def _highs():
@@ -330,21 +334,20 @@ class _Shared:
     qout: np.ndarray
     S: int
     W: int
-    k: int
+    part: Slots
 
 
-def _build(prep: Prepared, hw, budget: int, k: int, acc=None, classes=None):
-    """The program with ``k`` ticks per slot (``k = 1``: exact; see the Note), one
-    sub-program per block class (Note [Block classes])."""
+def _build(prep: Prepared, hw, budget: int, part: Slots, acc=None, classes=None):
+    """The program over the slots of ``part`` (one tick each: exact; see the Note and Note
+    [Slot partitions]), one sub-program per block class (Note [Block classes])."""
     ws, we = prep.window
     W = we - ws
-    dur_ms = prep.dur_s[ws:we] * 1e3
-    S = max(1, -(-W // k))
-    C = np.add.reduceat(dur_ms, np.arange(0, W, k)) if W else np.zeros(1)
+    S = part.S
+    C = part.sums(prep.dur_s[ws:we] * 1e3)
     L = _Builder()
-    sh = _shared_rows(L, hw, budget, S, W, k, C)
+    sh = _shared_rows(L, hw, budget, part, C)
     acc = _accesses(prep) if acc is None else acc
-    classes = _classes(prep, acc, k) if classes is None else classes
+    classes = _classes(prep, acc, part) if classes is None else classes
     L.n_classes = len(classes)
     for rep, i0, i1, born, wraps, size, members in classes:
         b_acc, t_acc, frac, rd, wr, m0 = acc
@@ -356,7 +359,8 @@ def _build(prep: Prepared, hw, budget: int, k: int, acc=None, classes=None):
     return L, sh.D, S, C
 
 
-def _shared_rows(L: "_Builder", hw, budget: int, S: int, W: int, k: int, C) -> _Shared:
+def _shared_rows(L: "_Builder", hw, budget: int, part: Slots, C) -> _Shared:
+    S = part.S
     bw_in, bw_out = _bandwidths(hw)
     D = L.cols(S, lo=C, cost=1.0)
     r_bud = L.rows(S, -np.inf, budget / MiB)  # sum size (c + d) <= B
@@ -370,11 +374,11 @@ def _shared_rows(L: "_Builder", hw, budget: int, S: int, W: int, k: int, C) -> _
     r_qout = L.rows(S, -np.inf, -bw_out * C)
     L.coef(r_qin, D, -bw_in)
     L.coef(r_qout, D, -bw_out)
-    return _Shared(D, r_bud, r_in, r_out, r_qin, r_qout, S, W, k)
+    return _Shared(D, r_bud, r_in, r_out, r_qin, r_qout, S, part.W, part)
 
 
-def _classes(prep: Prepared, acc, k: int, merge: bool = True):
-    """Blocks with the same sub-program at ``k`` ticks per slot, merged (Note [Block
+def _classes(prep: Prepared, acc, part: Slots, merge: bool = True):
+    """Blocks with the same sub-program over the slots of ``part``, merged (Note [Block
     classes]): per class (representative block, its accesses ``i0 .. i1`` in ``acc``,
     born in the window, wraps, summed size in MiB, its blocks), in the order of first
     members."""
@@ -390,7 +394,7 @@ def _classes(prep: Prepared, acc, k: int, merge: bool = True):
     ends = np.concatenate([starts[1:], [len(b_acc)]])
     # what the sub-program reads of each access: its slot, whether it is the slot's first
     # tick, reads, writes (the order of a block's accesses is its tick order)
-    code = ((t_acc // k) * 2 + (t_acc % k == 0)) * 4 + rd * 2 + wr
+    code = (part.of[t_acc] * 2 + part.first[t_acc]) * 4 + rd * 2 + wr
     code_b = code.astype(np.int64).tobytes()
     frac_b = frac.astype(np.float64).tobytes()
     out: dict = {}
@@ -413,58 +417,60 @@ def _classes(prep: Prepared, acc, k: int, merge: bool = True):
 
 
 def _fit(prep: Prepared, hw, budget: int, max_columns: int, coarsen: int | None,
-         merge: bool):
-    """The program at ``coarsen`` ticks per slot, or (None) at about the fewest that keep
-    it within ``max_columns``: (builder, D, S, C, k). Slot sizes are tried on an estimate
-    of the columns (cheap: the classes only) and the program is built only for one that
-    fits by it; a build over the limit scales the estimate and coarsens further."""
-    ws, we = prep.window
-    W = we - ws
+         merge: bool, slots="uniform"):
+    """The program at coarseness ``coarsen`` of the partition family ``slots``
+    (``_lp_slots.family``; uniform: ticks per slot), or (None) at about the finest that
+    keeps it within ``max_columns``: (builder, D, S, C, k, partition). Levels are tried on
+    an estimate of the columns (cheap: the classes only) and the program is built only for
+    one that fits by it; a build over the limit scales the estimate and coarsens further."""
     acc = _accesses(prep)
+    part_at, k_max = family(prep, budget, slots)
     ratio = 1.0
-    lo = 0  # the largest slot size known to be over the limit
+    lo = 0  # the largest level known to be over the limit
     k = 1 if coarsen is None else int(coarsen)
     memo: dict = {}
 
     def estimate(k_):
         if k_ not in memo:
-            cl = _classes(prep, acc, k_, merge)
+            part = part_at(k_)
+            cl = _classes(prep, acc, part, merge)
             memo.clear()  # keep one: the classes of a large trace are not small
-            memo[k_] = (cl, _columns_estimate(acc[1], cl, k_, W))
+            memo[k_] = (part, cl, _columns_estimate(acc[1], cl, part))
         return memo[k_]
 
     while True:
-        classes, raw = estimate(k)
-        if coarsen is None and raw * ratio > max_columns and k < W:
+        part, classes, raw = estimate(k)
+        if coarsen is None and raw * ratio > max_columns and k < k_max:
             lo = k
-            k = min(W, max(k + 1, int(k * raw * ratio / max_columns * 1.1) + 1))
+            k = min(k_max, max(k + 1, int(k * raw * ratio / max_columns * 1.1) + 1))
             continue
         if coarsen is None and k - lo > max(1, k // 8):
-            mid = (lo + k) // 2  # a finer slot may fit too: the bound is tighter there
-            if estimate(mid)[1] * ratio <= max_columns:
+            mid = (lo + k) // 2  # a finer level may fit too: the bound is tighter there
+            if estimate(mid)[2] * ratio <= max_columns:
                 k = mid
             else:
                 lo = mid
             continue
-        L, D, S, C = _build(prep, hw, budget, k, acc, classes)
+        L, D, S, C = _build(prep, hw, budget, part, acc, classes)
         ratio = max(ratio, L.ncol / max(raw, 1))
         if L.ncol <= max_columns or coarsen is not None:
-            return L, D, S, C, k
-        if k >= W:
+            return L, D, S, C, k, part
+        if k >= k_max:
             raise LpTooLarge(
                 f"the LP bound needs {L.ncol:,} columns even with every tick of the "
-                f"{W:,}-tick window merged, over the limit of {max_columns:,}; raise "
+                f"{part.W:,}-tick window merged, over the limit of {max_columns:,}; raise "
                 f"max_columns")
         lo = k
-        k = min(W, max(k + 1, int(k * L.ncol / max_columns * 1.1) + 1))
+        k = min(k_max, max(k + 1, int(k * L.ncol / max_columns * 1.1) + 1))
 
 
-def _columns_estimate(t_acc, classes, k: int, W: int) -> int:
-    """About the columns of the program of ``classes`` at ``k`` ticks per slot."""
-    S = max(1, -(-W // k))
+def _columns_estimate(t_acc, classes, part: Slots) -> int:
+    """About the columns of the program of ``classes`` over the slots of ``part``."""
+    S = part.S
     n = S
+    of = part.of
     for _, i0, i1, _born, wraps, _size, _members in classes:
-        span = S if wraps else int(t_acc[i1 - 1] // k - t_acc[i0] // k) + 1
+        span = S if wraps else int(of[t_acc[i1 - 1]] - of[t_acc[i0]]) + 1
         n += (i1 - i0) + 2 * span
     return n
 
@@ -473,17 +479,17 @@ def _add_run(L: "_Builder", sh: _Shared, size: float, tk, fr, r_, w_, pop, run, 
              birth0: bool, free0: bool) -> None:
     """One live stretch of a block class: its columns (clean, dirty, moved in and out,
     zero-copy), its access rows and its transitions (see the Note)."""
-    S, W, k = sh.S, sh.W, sh.k
+    S, W, of = sh.S, sh.W, sh.part.of
     r_bud, r_in, r_out, r_qin, r_qout = sh.bud, sh.inn, sh.out, sh.qin, sh.qout
 
     def uslot(u):  # unrolled tick -> unrolled slot
-        return (u // W) * S + (u % W) // k
+        return (u // W) * S + of[u % W]
 
     run = np.asarray(run)
     if cyclic:
         u = tk[run]
         m = S
-        idx = u // k
+        idx = of[u]
         u0 = 0
     else:
         u0 = 0 if free0 else int(tk[run[0]])
@@ -492,7 +498,7 @@ def _add_run(L: "_Builder", sh: _Shared, size: float, tk, fr, r_, w_, pop, run, 
         idx = uslot(u) - g0
         m = int(idx[-1]) + 1
     slots = (uslot(u0) + np.arange(m)) % S if not cyclic else np.arange(S)
-    at_start = (u % W) % k == 0
+    at_start = sh.part.first[u % W]
     # the stretch's first boundary: free at a birth on it (first touch or new
     # data), clean when carried in; zero when the birth falls inside the slot
     c = L.cols(m, hi=1.0)
@@ -544,7 +550,7 @@ def _add_run(L: "_Builder", sh: _Shared, size: float, tk, fr, r_, w_, pop, run, 
     L.coef(ra, q, 1.0)
     ins = inside[a] & reg
     L.coef(ra[ins], tin[idx[a][ins]], 1.0)
-    prev_slot = ((u[a] - 1) % W) // k
+    prev_slot = of[(u[a] - 1) % W]
     rk, wk = r_[ai], w_[ai]
     L.coef(r_in[prev_slot[rk]], q[rk], size)
     L.coef(r_out[prev_slot[wk]], q[wk], size)
@@ -606,10 +612,13 @@ def _add_transitions(L: "_Builder", run, idx, at_start, w_, pop, cyclic: bool, b
 def lp_bound(prep: Prepared, hw, budget: int, *, max_columns: int = MAX_COLUMNS,
              coarsen: int | None = None, time_limit_s: float = 600.0,
              options: dict | None = None, merge: bool = True,
-             primal: bool = False) -> LpResult:
+             primal: bool = False, slots="uniform") -> LpResult:
     """Solve the program of Note [The LP bound] for the measured window of ``prep`` under
-    ``budget`` bytes on ``hw``. ``coarsen``: ticks merged per slot (default: 1, or about
-    the smallest that brings the program under ``max_columns``); ``time_limit_s``: HiGHS's
+    ``budget`` bytes on ``hw``. ``slots``: the time partition (Note [Slot partitions]):
+    ``"uniform"`` (``coarsen`` ticks per slot), ``"weighted"`` (boundaries where they
+    matter, ``coarsen`` its level) or the slot starts themselves (window ticks, the first
+    0); ``coarsen``: default 1 (exact), or about the finest level that brings the program
+    under ``max_columns``; ``time_limit_s``: HiGHS's
     limit (s); ``options``: other HiGHS options by name; ``merge``: one sub-program per
     block class (Note [Block classes]; False: one per block, the same optimum); ``primal``:
     also return the optimum's residency per block and slot boundary (``LpResult``). Raises
@@ -617,9 +626,12 @@ def lp_bound(prep: Prepared, hw, budget: int, *, max_columns: int = MAX_COLUMNS,
     ``LpOverBudget`` when HiGHS reaches ``time_limit_s`` first, ``RuntimeError`` when it
     stops otherwise before the optimum (its status and the program's size in the message)."""
     t0 = time.perf_counter()
-    L, D, S, C, k = _fit(prep, hw, budget, max_columns, coarsen, merge)
+    L, D, S, C, k, part = _fit(prep, hw, budget, max_columns, coarsen, merge, slots)
+    if not (isinstance(slots, str) and slots == "uniform"):
+        k = part.widest  # what ``coarsen`` reports: the most ticks merged in one slot
+    slot_words = f"{part.S:,} slot(s) of up to {k} tick(s)"
     if L.ncol > max_columns:
-        raise LpTooLarge(f"the LP bound needs {L.ncol:,} columns with {k} tick(s) per slot, "
+        raise LpTooLarge(f"the LP bound needs {L.ncol:,} columns with {slot_words}, "
                          f"over the limit of {max_columns:,}; coarsen more or raise max_columns")
     highspy, h = _highs()
     ri = np.concatenate(L.rows_i)
@@ -657,12 +669,12 @@ def lp_bound(prep: Prepared, hw, budget: int, *, max_columns: int = MAX_COLUMNS,
     if status == "Time limit reached":
         raise LpOverBudget(
             f"HiGHS did not solve the LP bound within its {time_limit_s:g} s budget "
-            f"({L.ncol:,} columns, {L.nrow:,} rows, {len(vv):,} nonzeros, {k} tick(s) per "
-            f"slot, {L.n_classes:,} block classes)")
+            f"({L.ncol:,} columns, {L.nrow:,} rows, {len(vv):,} nonzeros, {slot_words}, "
+            f"{L.n_classes:,} block classes)")
     if status != "Optimal":
         raise RuntimeError(f"HiGHS stopped with status {status!r} on the LP bound "
                            f"({L.ncol:,} columns, {L.nrow:,} rows, {len(vv):,} nonzeros, "
-                           f"{k} tick(s) per slot, {t2 - t1:.1f} s)")
+                           f"{slot_words}, {t2 - t1:.1f} s)")
     sol = h.getSolution()
     x = np.asarray(sol.col_value)
     act = np.asarray(sol.row_value)
@@ -674,7 +686,7 @@ def lp_bound(prep: Prepared, hw, budget: int, *, max_columns: int = MAX_COLUMNS,
                     solve_s=t2 - t1, slot_s=slot_ms * 1e-3,
                     bytes_in=np.maximum(act[S:2 * S] + bw_in * slot_ms, 0) * MiB,
                     bytes_out=np.maximum(act[2 * S:3 * S] + bw_out * slot_ms, 0) * MiB,
-                    classes=L.n_classes,
+                    classes=L.n_classes, slot_start=part.starts,
                     primal=[(np.asarray(m), s, x[c] + x[d]) for m, s, c, d in L.runs]
                     if primal else None)
 
