@@ -89,3 +89,43 @@ def test_the_unseen_use_view_runs_only_the_candidates_the_events_show_slower(mon
     calls = _fake(monkeypatch, [{c: (1.0, 0.0) for c in CANDS}, kept, mid])
     assert _price(bare) == "plan"
     assert calls == [(v, c) for v in (0, 1) for c in CANDS]
+
+
+class _Labelled(str):
+    """A candidate label (what the fake simulator reads) carrying an action table."""
+    actions: object
+
+
+def _labelled(remote: bool) -> dict:
+    import pandas as pd
+
+    out = {}
+    for c in CANDS:
+        lab = _Labelled(c)
+        acts = ["prefetch_to_device"] + (["advise_preferred_host"] if remote and c != "none" else [])
+        lab.actions = pd.DataFrame({"action": acts if c != "none" else []})
+        out[c] = lab
+    return out
+
+
+# Note [A remote fallback needs both views]: the allocator events show advice-only slower
+# than no plan (none stalls too little there to refute it), the kept reads much faster
+_DISAGREE = [{"plan": (3.0, 2.0), "advice-only": (1.005, 0.005), "none": (1.0, 0.0)},
+             {"plan": (3.0, 2.0), "advice-only": (0.2, 0.1), "none": (1.0, 0.9)},
+             {c: (1.0, 0.5) for c in CANDS}]
+
+
+def test_a_remote_fallback_that_the_events_show_slower_is_not_emitted(monkeypatch, bare):
+    _fake(monkeypatch, _DISAGREE)
+    assert price(bare, _labelled(True), 1 << 30, None, starts=[0])[0] == "none"
+
+
+def test_a_fallback_without_remote_mapping_keeps_its_tie(monkeypatch, bare):
+    _fake(monkeypatch, _DISAGREE)
+    assert price(bare, _labelled(False), 1 << 30, None, starts=[0])[0] == "advice-only"
+
+
+def test_a_remote_fallback_no_view_shows_slower_is_emitted(monkeypatch, bare):
+    _fake(monkeypatch, [{**_DISAGREE[0], "advice-only": (1.0, 0.0)}, _DISAGREE[1],
+                        _DISAGREE[2]])
+    assert price(bare, _labelled(True), 1 << 30, None, starts=[0])[0] == "advice-only"
