@@ -60,25 +60,6 @@ any view show a plan without its populates faster. The planner leaves the popula
 where its schedule moves nothing and leaves ticks over budget (``_planner``, Note
 [Populates that evict]).
 
-Note [A remote fallback needs both views] -- oblivious mode. The advice-only candidate
-keeps the plan's remote mapping (``advise_preferred_host`` of the largest persistent
-blocks). Its price is a guess of how often each such block is read in an iteration, which
-the allocator events do not show: the kept-reads view reads it once, the planner assumes
-two reads (forward and backward); a recurrent model reads its weights at every time step
-(lstm-s311, 64 steps: advice-only 5.77x demand paging on a100-40gb-pcie4 at 60% of peak,
-3.46x at 50%; gru-s245 at 60% on h200-pcie5 1.52x; each 0.98-1.14x without the remote
-mapping). There the two views disagree: the allocator events alone show the candidate
-slower than no plan (by 0.5%: its remote reads with nothing evicted to save), the kept
-reads much faster (0.21x: one read cannot show the steps). So where either of the two
-shows it slower, advice-only that maps blocks remotely is not taken for a gain over no
-plan: in a tie the candidate acting least wins. Measured on the rows where oblivious mode
-emitted advice-only or no plan (101 rows of the robust benchmark: its repro set and
-seeds 300-339 and 400-459): advice-only slower than demand paging 9 -> 1, the geomean of the rows
-0.84 -> 0.87 of demand paging (advice-only rows that gained through their remote mapping,
-up to 0.33x, now plan nothing). The same rule applied to the full plan too cost the rows
-where it wins (geomean 0.41 -> 0.60 on a sample of them) and is not applied there; nor
-to advice without remote mapping (populates and discards: no unseen read count).
-
 ``plan.meta["pricing"]`` holds the three predicted iteration times (s) and the choice; when
 it is not the full plan, ``plan.meta["fallback"]`` says why in words. No constant is
 involved: the candidates are compared as they run.
@@ -243,17 +224,7 @@ def price(trace, candidates: dict, budget: int, prof, *, accesses: bool = False,
     # among the tied, the earliest candidate that some view shows faster than no plan --
     # and where none does, the one acting least (Note [A tie acts less])
     tied = [k for k in candidates if times[k] <= fastest * (1 + _ROUNDING)]
+    shown = [k for k in tied if min(ratios[k]) < 1 - _ROUNDING]
     if not oblivious:
         return tied[0], times  # the samples are knowledge the views do not hold
-    # a fallback that maps blocks host-resident is shown faster only where neither view
-    # shows it slower than no plan (Note [A remote fallback needs both views])
-    shown = [k for k in tied if min(ratios[k]) < 1 - _ROUNDING
-             and not (k == "advice-only" and _maps_remote(candidates[k])
-                      and any(slower(runs[j], k) for j in (0, 1) if j in runs))]
     return (shown or tied[::-1])[0], times
-
-
-def _maps_remote(p) -> bool:
-    """Whether plan ``p`` maps any block host-resident (``advise_preferred_host``)."""
-    a = getattr(p, "actions", None)
-    return a is not None and bool(len(a)) and bool((a["action"] == "advise_preferred_host").any())
