@@ -242,8 +242,9 @@ class _Timeline:
         never written after the timeline is built."""
         out = self._lists.get(name)
         if out is None:
-            arr = getattr(self, name) if name in ("C", "q", "tau", "size", "h2d") \
-                else getattr(self.p, name)
+            # a timeline field by that name, else the problem's (derived from the fields
+            # themselves, so a field added later is found where it lives)
+            arr = getattr(self if name in self.__dataclass_fields__ else self.p, name)
             out = self._lists[name] = arr.tolist()
         return out
 

@@ -215,6 +215,7 @@ def _prefetch_points(pf, tl: _Timeline, resident: np.ndarray) -> int:
     # indexing the arrays and np.searchsorted (side "right" is bisect_right), a few times
     # faster per gap (one numpy call per scalar costs ~2 us; tens of thousands of gaps)
     C, tau, h2d = tl.listed("C"), tl.listed("tau"), tl.listed("h2d")
+    free_event = tl.listed("free_event")
     dropped = 0
     pf.sort(key=lambda g: (-C[g.u2], g.blk))
     cur = np.inf
@@ -222,7 +223,7 @@ def _prefetch_points(pf, tl: _Timeline, resident: np.ndarray) -> int:
         finish = min(C[g.u2], cur)
         latest = finish - h2d[g.blk]
         kp = bisect.bisect_right(tau, latest) - 1
-        fe = int(tl.p.free_event[g.blk])
+        fe = free_event[g.blk]
         if fe >= 0:
             kp = min(kp, fe - 1)
         # Never earlier than the selection assumed unless the budget has room for the
