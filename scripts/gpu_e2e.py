@@ -9,7 +9,12 @@ allocator, tracing on, no plan: demand paging; with no budget it measures the tr
 overhead), ``uvm-oblivious`` / ``uvm-sampled`` (the Scheduler, which marks iterations with
 ``Scheduler.step()`` after each optimizer step). ``--budget 50%`` emulates a device with
 that share of the default run's peak by occupying the rest of the device with a plain
-cuMemAlloc block (never evicted).
+cuMemAlloc block (never evicted): that oversubscribes managed memory.  With ``--no-shrink``
+the Scheduler plans for the same budget and executes its moves (its evictions to the host and
+prefetches back run for real), but the device keeps its memory: nothing is oversubscribed, so
+the driver never has to evict on its own, and a fault on a block the plan left on the host
+migrates it back at once.  That is the budgeted run a shared machine that forbids
+oversubscription allows.
 
 Numerics: every run seeds the same RNGs and asks PyTorch for deterministic algorithms
 (``CUBLAS_WORKSPACE_CONFIG=:4096:8``), so the losses of a managed-memory run can be
@@ -151,7 +156,7 @@ def run(args) -> dict:
     if args.budget:
         budget = _budget_bytes(args.budget, Path(args.out).parent, args.model)
         free, _total = torch.cuda.mem_get_info()
-        if free > budget:
+        if free > budget and not args.no_shrink:
             _occupy_device(free - budget)
     free0, total = torch.cuda.mem_get_info()
     used0 = total - free0
@@ -182,7 +187,8 @@ def run(args) -> dict:
     name, sizes = MODELS[args.model]
     res = {
         "model": name, "sizes": sizes, "mode": args.mode, "steps": args.steps,
-        "budget_bytes": budget, "losses": losses,
+        "budget_bytes": budget, "device_shrunk": bool(budget) and not args.no_shrink,
+        "losses": losses,
         "iter_ms": [t * 1e3 for t in times],
         "iter_ms_median": statistics.median(measured) * 1e3,
         "device_used_bytes_max": int(used_max[0]),
@@ -248,7 +254,10 @@ def predict(args) -> dict:
                 ("uvm-oblivious", "uvm-sched", None, "oblivious"),
                 ("uvm-sampled", "uvm-sched", None, "sampled"),
                 ("uvm:budget50", "demand", "50%", None),
-                ("uvm-oblivious:budget50", "uvm-sched", "50%", "oblivious")]
+                ("uvm-oblivious:budget50", "uvm-sched", "50%", "oblivious"),
+                # the same plan run with the device not shrunk (--no-shrink): the simulator
+                # still caps residency at the budget, so its figure is the budgeted one
+                ("uvm-oblivious:plan50", "uvm-sched", "50%", "oblivious")]
         for mode, policy, budget, plan_mode in runs:
             opts = {"mode": plan_mode} if plan_mode else {}
             r = ideal if policy == "ideal" else sim.simulate(trace, policy, hw, budget, **opts)
@@ -271,6 +280,9 @@ def main(argv=None) -> int:
     ap.add_argument("--mode", choices=MODES)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--budget", help="share of the default run's peak, e.g. 50%%")
+    ap.add_argument("--no-shrink", action="store_true",
+                    help="with --budget: plan for it but leave the device its memory "
+                         "(no oversubscription)")
     ap.add_argument("--predict", action="store_true", help="simulate instead of running")
     ap.add_argument("--results", help="directory of measured runs (for --predict)")
     ap.add_argument("--calibration", help="calibration.json (for --predict)")
@@ -281,6 +293,8 @@ def main(argv=None) -> int:
     else:
         if not (args.model and args.mode):
             ap.error("--model and --mode are required unless --predict")
+        if args.no_shrink and not args.budget:
+            ap.error("--no-shrink needs --budget (the budget the Scheduler plans for)")
         if args.steps < 1:
             ap.error(f"--steps must be >= 1, got {args.steps}")
         res = run(args)

@@ -79,6 +79,13 @@ def test_a_run_without_a_gpu_says_so(tmp_path):
     assert not out.exists()
 
 
+def test_no_shrink_without_a_budget_is_refused(tmp_path):
+    r = subprocess.run([sys.executable, "scripts/gpu_e2e.py", "--model", "gpt", "--mode",
+                        "uvm-oblivious", "--no-shrink", "--out", str(tmp_path / "run.json")],
+                       cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "--no-shrink needs --budget" in r.stderr
+
+
 @pytest.mark.gpu
 def test_a_gpt_run_under_uvm_sched_on_the_gpu(tmp_path):
     out = tmp_path / "run.json"

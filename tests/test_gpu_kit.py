@@ -184,6 +184,21 @@ def test_the_proving_steps_run_first_and_fit_the_deadline(pretend_gpu):
     assert budget_cmd[budget_cmd.index("--mode") + 1] == "uvm-oblivious"
 
 
+def test_without_oversubscription_the_plan_runs_at_its_budget_on_an_unshrunk_device(pretend_gpu):
+    gpu_check, ran, _, out = pretend_gpu
+    assert gpu_check.main([str(out)]) == 0
+    steps = _steps(out)
+    for model in gpu_check.E2E_MODELS:
+        shrunk = steps[f"e2e:{model}:uvm-oblivious:budget50"]
+        assert shrunk["status"] == "skipped" and "--oversubscribe" in shrunk["reason"]
+        assert f"e2e:{model}:uvm-oblivious:plan50" in steps
+        assert f"e2e:{model}:uvm:plan50" not in steps  # demand paging has no plan to run
+    budgeted = [c for c, _ in ran if "--budget" in c]
+    assert budgeted and all("--no-shrink" in c for c in budgeted)
+    names = list(steps)
+    assert names.index("e2e:gpt:uvm-oblivious:plan50") < names.index("predict")
+
+
 def test_gpu_tests_collect_only_the_gpu_modules_and_survive_collection_errors(pretend_gpu):
     gpu_check, ran, _, out = pretend_gpu
     gpu_check.main([str(out), "--only", "gpu-tests"])
