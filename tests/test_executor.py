@@ -127,6 +127,39 @@ def test_side_streams_wait_on_an_event_recorded_on_the_compute_stream():
         assert uvm_sched.stats()["actions_skipped"] == 1
 
 
+def test_a_populate_goes_on_the_allocating_stream_ahead_of_its_kernels():
+    # the block an ALLOC hands out may hold discarded pages: a kernel touching them faults
+    # at ~0.5 GB/s on an H200 (results/gpu_h200.md), so the populate must precede the
+    # kernels queued after the allocation, on their stream; an eviction of the same block
+    # at the same event follows it through an event recorded after it
+    with fakecuda.backend("fake") as fake:
+        fake.lib.fake_cuda_stream_create.restype = ctypes.c_void_p
+        s = fake.lib.fake_cuda_stream_create()
+        native.arm_plan(_plan([(0, "prefetch_to_device", 0, False, 0, 0),
+                               (0, "prefetch_to_host", 0, False, 0, 0),
+                               (1, "prefetch_to_device", 0, False, 0, 0)]))
+        fake.clear()
+        a, b = _iteration(stream=s)
+        native.disarm()
+        calls = [c for c in fake.calls() if c["name"] != "cuCtxSetCurrent"]
+        names = [c["name"] for c in calls]
+        pf = [i for i, n in enumerate(names) if n == "cuMemPrefetchAsync_v2"]
+        populate, evict, later = (calls[i] for i in pf)
+        compute = populate["stream"]
+        assert (populate["ptr"], populate["loc.type"]) == (a, 1)  # A to DEVICE 0
+        assert compute not in ("s0", evict["stream"], later["stream"])
+        # the eviction's side stream waits on an event recorded on the compute stream
+        # after the populate was queued there
+        rec = next(c for c in calls[pf[0]:pf[1]] if c["name"] == "cuEventRecord")
+        assert rec["stream"] == compute
+        wait = next(c for c in calls[pf[0]:pf[1]] if c["name"] == "cuStreamWaitEvent")
+        assert wait["event"] == rec["event"] and wait["stream"] == evict["stream"]
+        # at B's allocation, A is not the block just handed out: a copy-stream prefetch
+        assert later["stream"] != compute
+        st = uvm_sched.stats()
+        assert st["actions_issued"] == 3 and st["bytes_prefetched_h2d"] == 8 * MiB
+
+
 def test_a_legacy_driver_gets_device_ordinals_and_no_discard():
     with fakecuda.backend("fake", FAKE_CUDA_VERSION="12000") as fake:
         assert "no discard" in native.backend_reason()

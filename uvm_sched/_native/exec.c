@@ -26,6 +26,16 @@
  * a later reuse of the address, or a prefetch ordered after compute, cannot race it.  Only
  * blocks that own whole 2 MiB pages (> 1 MiB) are discarded, up to the end of their last
  * page; the pages of a slab are shared by other blocks, so those discards are skipped.
+ * Populates: a prefetch to the device of the block that the triggering ALLOC has just
+ * handed out goes on the allocating stream itself, not on the copy stream, so no kernel
+ * queued after the allocation can touch the block before it.  Its pages may have been
+ * discarded (the planner discards at frees and populates at allocations), and a kernel
+ * touching discarded pages faults them in at about 0.5 GB/s on an H200 (CUDA 13.0 driver
+ * 580; a prefetch of the same pages runs at about 490 GB/s: benchmarks/results/gpu_h200.md),
+ * so a populate that waits behind the copy queue's migrations while the kernels race ahead
+ * costs seconds per iteration.  Zero-filling resident or discarded pages costs the stream
+ * microseconds; a populate of pages left on the host moves them at the link's rate, still
+ * faster than the kernel's faults would.
  * Re-finding the start (sync=UVM_SYNC_PERIOD_RESYNC): with sync=period a step with a few
  * events fewer or more, or an iteration of another kind (an eval batch), shifts the count
  * for good, and every later iteration would diverge.  In this mode the executor learns the
@@ -468,8 +478,16 @@ static void fire(uvm_exec *x, uint64_t k, void *stream, const uvm_block *trig, i
         char *p = (char *)addr + row->offset;
         void *queue = NULL;
         int s = UVM_OK;
-        if (act == UVM_ACT_PREFETCH_TO_DEVICE || act == UVM_ACT_PREFETCH_TO_HOST ||
-            act == UVM_ACT_DISCARD) {
+        if (act == UVM_ACT_PREFETCH_TO_DEVICE && trig_kind == UVM_EV_ALLOC &&
+            !row->persistent && trig->addr == addr) {
+            /* a populate: the block this ALLOC has just handed out goes on the allocating
+             * stream, ahead of the kernels that will touch it there (header: Populates) */
+            queue = stream;
+            s = x->prim->prefetch(x->device, p, bytes, false, stream);
+            /* an eviction later in this tick must follow it: record again */
+            ordered = h2d_waits = d2h_waits = false;
+        } else if (act == UVM_ACT_PREFETCH_TO_DEVICE || act == UVM_ACT_PREFETCH_TO_HOST ||
+                   act == UVM_ACT_DISCARD) {
             bool *waits;
             if (act == UVM_ACT_PREFETCH_TO_DEVICE) {
                 queue = x->h2d;
