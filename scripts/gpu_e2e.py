@@ -107,13 +107,16 @@ def build(model: str, device: str, sizes: dict | None = None):
     return module, batch, loss_fn, opt
 
 
-def train(module, batch, loss_fn, opt, steps: int, *, marker=None, sync=None):
-    """``steps`` training steps; returns (losses, seconds per step). ``marker()`` runs at
-    the end of each step (the iteration marker); ``sync()`` waits for the device before
-    each clock reading."""
+def train(module, batch, loss_fn, opt, steps: int, *, marker=None, sync=None, more=None):
+    """``steps`` training steps, then more while ``more(steps_done, seconds_so_far)`` says
+    so (None: no more); returns (losses, seconds per step). ``marker()`` runs at the end of
+    each step (the iteration marker); ``sync()`` waits for the device before each clock
+    reading."""
     losses, times = [], []
     inputs = batch if isinstance(batch, tuple) else (batch,)
-    for _ in range(steps):
+    t_start = time.perf_counter()
+    while len(times) < steps or (more is not None
+                                 and more(len(times), time.perf_counter() - t_start)):
         if sync is not None:
             sync()
         t0 = time.perf_counter()
@@ -131,13 +134,29 @@ def train(module, batch, loss_fn, opt, steps: int, *, marker=None, sync=None):
     return losses, times
 
 
-def make_scheduler(mode: str, budget):
+def until_armed(sched, armed_steps: int, max_steps: int, time_limit_s: float):
+    """The ``more`` of :func:`train` for a Scheduler run: go on until ``armed_steps`` steps
+    ran with the plan armed, or ``max_steps`` steps, or ``time_limit_s`` seconds (0: none)
+    of training.  The plan is made in the background, so how many steps that takes is the
+    machine's, not ours to fix."""
+    def more(done: int, elapsed_s: float) -> bool:
+        if done >= max_steps or (time_limit_s and elapsed_s >= time_limit_s):
+            return False
+        first = sched.stats().get("steps_before_plan")
+        return first is None or done - first < armed_steps
+
+    return more
+
+
+def make_scheduler(mode: str, budget, plan_opts: dict | None = None):
     """The Scheduler of a ``uvm-<planning mode>`` run; its iterations are marked by
-    calling its ``step()`` (the optimizer hook is off: one marker per iteration)."""
+    calling its ``step()`` (the optimizer hook is off: one marker per iteration).
+    ``plan_opts``: the planner's options (``uvm_sched.plan``), e.g. ``{"discard": False}``."""
     import uvm_sched
 
     return uvm_sched.Scheduler(budget=budget if budget else "100%", hw="h200-pcie5",
-                               warmup_iters=3, mode=mode.split("-", 1)[1], hook=False)
+                               warmup_iters=3, mode=mode.split("-", 1)[1], hook=False,
+                               plan_opts=plan_opts)
 
 
 def run(args) -> dict:
@@ -161,7 +180,8 @@ def run(args) -> dict:
     free0, total = torch.cuda.mem_get_info()
     used0 = total - free0
     module, batch, loss_fn, opt = build(args.model, "cuda")
-    sched = make_scheduler(args.mode, budget) if args.mode.startswith("uvm-") else None
+    sched = make_scheduler(args.mode, budget, args.plan_opts) \
+        if args.mode.startswith("uvm-") else None
     if sched is not None:
         sched.start()
         marker = sched.step
@@ -178,7 +198,10 @@ def run(args) -> dict:
 
     armed_from = 0  # the plan is made in the background: time only the steps it ran armed
     try:
-        losses, times = train(module, batch, loss_fn, opt, args.steps, marker=marker, sync=sync)
+        more = (until_armed(sched, args.armed_steps, args.max_steps, args.time_limit)
+                if sched is not None and args.armed_steps else None)
+        losses, times = train(module, batch, loss_fn, opt, args.steps, marker=marker, sync=sync,
+                              more=more)
     finally:
         if sched is not None:
             armed_from = sched.stats().get("steps_before_plan") or len(times)
@@ -186,8 +209,10 @@ def run(args) -> dict:
     measured = times[min(max(WARMUP_STEPS, armed_from), len(times) - 1):]
     name, sizes = MODELS[args.model]
     res = {
-        "model": name, "sizes": sizes, "mode": args.mode, "steps": args.steps,
-        "budget_bytes": budget, "device_shrunk": bool(budget) and not args.no_shrink,
+        "model": name, "sizes": sizes, "mode": args.mode, "steps": len(times),
+        "armed_from": armed_from if sched is not None and armed_from < len(times) else None,
+        "measured_steps": len(measured),
+        "plan_opts": args.plan_opts, "budget_bytes": budget, "device_shrunk": bool(budget) and not args.no_shrink,
         "losses": losses,
         "iter_ms": [t * 1e3 for t in times],
         "iter_ms_median": statistics.median(measured) * 1e3,
@@ -279,10 +304,18 @@ def main(argv=None) -> int:
     ap.add_argument("--model", choices=sorted(MODELS))
     ap.add_argument("--mode", choices=MODES)
     ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--armed-steps", type=int, default=0,
+                    help="Scheduler modes: after --steps, go on until this many steps ran "
+                         "armed (or --max-steps, or --time-limit)")
+    ap.add_argument("--max-steps", type=int, default=300)
+    ap.add_argument("--time-limit", type=float, default=0.0,
+                    help="seconds of training after which no further step starts (0: none)")
     ap.add_argument("--budget", help="share of the default run's peak, e.g. 50%%")
     ap.add_argument("--no-shrink", action="store_true",
                     help="with --budget: plan for it but leave the device its memory "
                          "(no oversubscription)")
+    ap.add_argument("--plan-opts", type=json.loads, default=None,
+                    help='the planner\'s options as JSON, e.g. \'{"discard": false}\'')
     ap.add_argument("--predict", action="store_true", help="simulate instead of running")
     ap.add_argument("--results", help="directory of measured runs (for --predict)")
     ap.add_argument("--calibration", help="calibration.json (for --predict)")
@@ -293,6 +326,8 @@ def main(argv=None) -> int:
     else:
         if not (args.model and args.mode):
             ap.error("--model and --mode are required unless --predict")
+        if args.plan_opts is not None and not args.mode.startswith("uvm-"):
+            ap.error(f"--plan-opts needs a Scheduler mode (uvm-...), not {args.mode!r}")
         if args.no_shrink and not args.budget:
             ap.error("--no-shrink needs --budget (the budget the Scheduler plans for)")
         if args.steps < 1:

@@ -63,6 +63,24 @@ def test_the_scheduler_is_made_without_the_optimizer_hook():
         assert gpu_e2e.make_scheduler(mode, 123 << 20).budget == 123 << 20
 
 
+def test_a_scheduler_run_trains_on_until_its_plan_ran_armed_or_a_limit():
+    class Sched:  # the plan is armed at the 7th marker
+        def __init__(self):
+            self.steps = 0
+
+        def stats(self):
+            return {"steps_before_plan": 7 if self.steps >= 7 else None}
+
+    for max_steps, time_limit, want in ((300, 0.0, 7 + 4), (9, 0.0, 9), (300, 1e-9, 3)):
+        sched = Sched()
+        more = gpu_e2e.until_armed(sched, 4, max_steps, time_limit)
+        done = 3  # the --steps ran; then one step per yes
+        while more(done, 0.0 if not time_limit else 1.0):
+            done += 1
+            sched.steps = done
+        assert done == want, (max_steps, time_limit)
+
+
 def test_sizes_name_the_zoo_keywords():
     from uvm_sched.trace import zoo
 

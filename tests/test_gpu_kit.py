@@ -43,6 +43,9 @@ def test_dry_run_loads_the_library_and_predicts(dry_run):
     _, out = dry_run
     steps = {s["name"]: s for s in json.loads((out / "results.json").read_text())["steps"]}
     assert steps["library"]["status"] == "ok", steps["library"]
+    # the compile step runs on CPU too: it fills numba's cache, its seconds the cost
+    assert steps["compile"]["status"] == "ok", steps["compile"]["log_tail"]
+    assert steps["compile"]["data"]["seconds"] > 0
     assert steps["predict"]["status"] == "ok", steps["predict"]["log_tail"]
     rows = steps["predict"]["data"]["rows"]
     assert {r["policy"] for r in rows} >= {"ideal", "demand", "uvm-sched"}
@@ -176,9 +179,9 @@ def test_the_proving_steps_run_first_and_fit_the_deadline(pretend_gpu):
     assert sum(gpu_check.LIMITS[s] for s in gpu_check.PROVING) <= 480
     assert gpu_check.main([str(out), "--oversubscribe"]) == 0
     names = list(_steps(out))
-    assert names[:5] == ["build", "library", "e2e:gpt:default",
+    assert names[:6] == ["build", "library", "compile", "e2e:gpt:default",
                          "e2e:gpt:uvm-oblivious:budget50", "predict"]
-    assert names.index("gpu-tests") > 4 and names.index("calibrate") > 4
+    assert names.index("gpu-tests") > 5 and names.index("calibrate") > 5
     assert names[-1] == "predict:all"
     budget_cmd = next(c for c, _ in ran if "--budget" in c)
     assert budget_cmd[budget_cmd.index("--mode") + 1] == "uvm-oblivious"
