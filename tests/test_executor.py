@@ -160,6 +160,30 @@ def test_a_populate_goes_on_the_allocating_stream_ahead_of_its_kernels():
         assert st["actions_issued"] == 3 and st["bytes_prefetched_h2d"] == 8 * MiB
 
 
+def test_the_pool_populates_discarded_pages_before_it_hands_them_out_again():
+    # after a disarm (or a divergence, or a plan that leaves an allocation unpopulated) the
+    # pool reuses pages a plan discarded: it populates them on the allocating stream, once
+    with fakecuda.backend("fake") as fake:
+        fake.lib.fake_cuda_stream_create.restype = ctypes.c_void_p
+        s = fake.lib.fake_cuda_stream_create()
+        native.arm_plan(_plan([(3, "discard", 0, False, 0, 0)]))  # A, at its free
+        a, _ = _iteration(stream=s)
+        native.disarm()
+        fake.clear()
+        again = uvm_sched.malloc(4 * MiB, stream=s)  # unplanned, on A's pages
+        pf = [c for c in fake.calls() if c["name"] == "cuMemPrefetchAsync_v2"]
+        assert again == a
+        assert [(c["ptr"], c["bytes"], c["loc.type"]) for c in pf] == [(a, 4 * MiB, 1)]
+        rec = [c for c in fake.calls() if c["name"] == "cuMemAllocManaged"]
+        assert not rec  # the same arena: nothing new was reserved
+        uvm_sched.free(again)
+        fake.clear()
+        uvm_sched.free(uvm_sched.malloc(4 * MiB, stream=s))  # populated since: no prefetch
+        assert not [c for c in fake.calls() if c["name"] == "cuMemPrefetchAsync_v2"]
+        # a prefetch of the pages goes on the stream the allocation was made on
+        assert pf[0]["stream"] not in ("s0",)
+
+
 def test_a_legacy_driver_gets_device_ordinals_and_no_discard():
     with fakecuda.backend("fake", FAKE_CUDA_VERSION="12000") as fake:
         assert "no discard" in native.backend_reason()

@@ -35,7 +35,9 @@
  * so a populate that waits behind the copy queue's migrations while the kernels race ahead
  * costs seconds per iteration.  Zero-filling resident or discarded pages costs the stream
  * microseconds; a populate of pages left on the host moves them at the link's rate, still
- * faster than the kernel's faults would.
+ * faster than the kernel's faults would.  The pages a discard covers are noted in the
+ * pool (uvm_pages_discarded), which populates them when it hands them out again, plan or
+ * no plan (pool_pages.c: populate_discarded).
  * Re-finding the start (sync=UVM_SYNC_PERIOD_RESYNC): with sync=period a step with a few
  * events fewer or more, or an iteration of another kind (an eval batch), shifts the count
  * for good, and every later iteration would diverge.  In this mode the executor learns the
@@ -75,6 +77,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "pool.h"
 
 void uvm_exec_init(uvm_exec *x, const uvm_prim *prim) {
     memset(x, 0, sizeof *x);
@@ -520,6 +523,7 @@ static void fire(uvm_exec *x, uint64_t k, void *stream, const uvm_block *trig, i
             }
             if (s == UVM_OK && act == UVM_ACT_DISCARD) {
                 s = x->prim->discard(x->device, p, bytes, queue);
+                if (s == UVM_OK) uvm_pages_discarded(&uvm_g.pool, p, bytes);
                 if (s == UVM_OK) s = x->prim->event_record(x->ev_aux, queue);
                 if (s == UVM_OK) s = x->prim->stream_wait_event(stream, x->ev_aux);
                 /* a prefetch later in this tick is ordered after the discard through the

@@ -171,6 +171,7 @@ typedef struct uvm_arena {
     uint64_t used_pages;
     uvm_run **head; /* run starting at page i, or NULL */
     uvm_run **tail; /* run ending at page i, or NULL */
+    uint64_t *discarded; /* bit i: page i was discarded and not populated since */
 } uvm_arena;
 
 typedef struct uvm_bins {

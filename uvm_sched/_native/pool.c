@@ -75,6 +75,7 @@ void uvm_pool_fini(uvm_pool *p) {
         p->prim->free_managed(a->raw, a->raw_bytes);
         free(a->head);
         free(a->tail);
+        free(a->discarded);
         free(a);
     }
     free(p->arenas);

@@ -19,6 +19,9 @@ UVM_HIDDEN uvm_arena *uvm_find_arena(uvm_pool *p, uintptr_t x);
  * status that stopped the fallback ladder (UVM_ENOMEM, a driver error). */
 UVM_HIDDEN int uvm_take_pages(uvm_pool *p, uint64_t n, int slot, int device, uvm_run **out);
 UVM_HIDDEN void uvm_give_pages(uvm_pool *p, uvm_run *r, int tag);
+/* Note that the driver was told to discard [addr, addr + bytes) (the executor, at a free):
+ * uvm_take_pages populates those pages before it hands them out again. */
+UVM_HIDDEN void uvm_pages_discarded(uvm_pool *p, const void *addr, uint64_t bytes);
 
 /* ---- pool_streams.c ---- */
 /* The slot of (stream handle, device), made on first use; -1 when none is left. */

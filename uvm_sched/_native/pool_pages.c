@@ -176,6 +176,7 @@ static int arena_new(uvm_pool *p, uint64_t min_pages, int device) {
     uint64_t npages = bytes / UVM_PAGE;
     uvm_run **head = calloc(npages, sizeof *head);
     uvm_run **tail = calloc(npages, sizeof *tail);
+    uint64_t *discarded = calloc((npages + 63) / 64, sizeof *discarded);
     uvm_run *r = run_new(p);
     if (p->n_arenas == p->cap_arenas) {
         size_t cap = p->cap_arenas ? 2 * p->cap_arenas : 16;
@@ -185,8 +186,8 @@ static int arena_new(uvm_pool *p, uint64_t min_pages, int device) {
             p->cap_arenas = cap;
         }
     }
-    if (!a || !head || !tail || !r || p->n_arenas == p->cap_arenas) {
-        free(a), free(head), free(tail);
+    if (!a || !head || !tail || !discarded || !r || p->n_arenas == p->cap_arenas) {
+        free(a), free(head), free(tail), free(discarded);
         if (r) run_recycle(p, r);
         p->prim->free_managed(raw, raw_bytes);
         uvm_set_error("out of host memory for arena metadata");
@@ -198,6 +199,7 @@ static int arena_new(uvm_pool *p, uint64_t min_pages, int device) {
     a->npages = npages;
     a->head = head;
     a->tail = tail;
+    a->discarded = discarded;
     size_t i = p->n_arenas;
     while (i > 0 && (uintptr_t)p->arenas[i - 1]->base > (uintptr_t)a->base) {
         p->arenas[i] = p->arenas[i - 1];
@@ -240,6 +242,7 @@ static int arena_destroy(uvm_pool *p, size_t idx) {
     uint64_t bytes = a->npages * UVM_PAGE;
     free(a->head);
     free(a->tail);
+    free(a->discarded);
     if (p->last_arena == a) p->last_arena = NULL;
     free(a);
     memmove(&p->arenas[idx], &p->arenas[idx + 1], (p->n_arenas - idx - 1) * sizeof *p->arenas);
@@ -279,6 +282,43 @@ static bool release_empty_arenas(uvm_pool *p) {
 
 /* The fallback ladder, as in PyTorch's caching allocator's malloc
  * (alloc_block || (release_available_cached_blocks && alloc_block) || ...). */
+static bool page_discarded(const uvm_arena *a, uint64_t pg) {
+    return (a->discarded[pg / 64] >> (pg % 64)) & 1;
+}
+
+void uvm_pages_discarded(uvm_pool *p, const void *addr, uint64_t bytes) {
+    uvm_arena *a = uvm_find_arena(p, (uintptr_t)addr);
+    if (!a || !bytes) return;
+    uint64_t first = (uint64_t)((const char *)addr - a->base) / UVM_PAGE;
+    uint64_t end = ((uint64_t)((const char *)addr - a->base) + bytes + UVM_PAGE - 1) / UVM_PAGE;
+    if (end > a->npages) end = a->npages;
+    for (uint64_t pg = first; pg < end; pg++) a->discarded[pg / 64] |= 1ull << (pg % 64);
+}
+
+/* Populate the discarded pages of run r, about to be handed out for stream slot `slot`, on
+ * that stream, ahead of whatever the caller queues there next.  Why: a kernel touching
+ * discarded pages faults them in at about 0.5 GB/s on an H200 (CUDA 13.0 driver 580),
+ * against about 490 GB/s for a prefetch of them (benchmarks/results/gpu_h200.md).  A plan
+ * populates its own allocations (exec.c: Populates), but after a divergence, a disarm or a
+ * watchdog's verdict the iterations run unplanned over pages the plan discarded, and a
+ * plan leaves some allocations unpopulated on purpose; this makes "no kernel touches a
+ * discarded page" the pool's invariant instead of each plan's.  A failed prefetch only
+ * costs speed (the kernel's faults populate the pages), so it is not an allocation error. */
+static void populate_discarded(uvm_pool *p, uvm_run *r, int slot, int device) {
+    uvm_arena *a = r->arena;
+    for (uint64_t pg = r->first, end = r->first + r->npages; pg < end;) {
+        if (!page_discarded(a, pg)) {
+            pg++;
+            continue;
+        }
+        uint64_t q = pg;
+        for (; q < end && page_discarded(a, q); q++) a->discarded[q / 64] &= ~(1ull << (q % 64));
+        (void)p->prim->prefetch(device, a->base + pg * UVM_PAGE, (q - pg) * UVM_PAGE, false,
+                                uvm_pool_stream_handle(p, slot));
+        pg = q;
+    }
+}
+
 int uvm_take_pages(uvm_pool *p, uint64_t n, int slot, int device, uvm_run **out) {
     int s = UVM_OK;
     uvm_run *r = NULL;
@@ -311,6 +351,7 @@ int uvm_take_pages(uvm_pool *p, uint64_t n, int slot, int device, uvm_run **out)
     }
     r->arena->used_pages += n;
     p->st.in_use_bytes += n * UVM_PAGE;
+    populate_discarded(p, r, slot, device);
     *out = r;
     return UVM_OK;
 }

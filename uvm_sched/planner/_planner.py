@@ -654,6 +654,9 @@ def _actions(prob: Problem, info: dict, sched, prof, discard: bool, discard_min:
 # as without a plan. Measured on bench_robust's repro set (75 rows, 25 of them slower than
 # demand): 25 -> 15 oblivious rows slower than demand; 3 rows got slower (mlp-s28 gh200-c2c
 # 90%: 1.00x -> 1.24x demand, a first touch at the ALLOC's own tick). No constant.
+# A block left unpopulated here whose pages the plan discarded is populated anyway, by the
+# pool as it hands the pages out: on an H200 a kernel faults discarded pages in at ~0.5 GB/s
+# (results/gpu_h200.md), far worse than any eviction the populate causes.
 
 
 def _populates_that_evict(prob: Problem, sched) -> np.ndarray:
