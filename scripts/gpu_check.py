@@ -132,17 +132,13 @@ doc = {"backend": native.backend(), "backend_reason": native.backend_reason(),
 open(sys.argv[1], "w").write(json.dumps(doc, default=str))
 """
 
-# What the compile step runs in a fresh process: one plan and simulation per planning mode
-# of a small generated trace (no torch), seconds in the JSON file named by argv[1].
+# What the compile step runs in a fresh process: `uvm-sched warmup`'s work (one plan and
+# simulation per planning mode of a small generated trace), its seconds in the JSON file
+# named by argv[1].
 COMPILE_PROBE = r"""
-import json, sys, time
-t0 = time.perf_counter()
-from uvm_sched import sim
-from uvm_sched.pattern._synth import training_trace
-trace = training_trace(layers=5, iters=3, batch=512, markers=True)
-for mode in ("oblivious", "sampled"):
-    sim.simulate(trace, "uvm-sched", "h200-pcie5", "50%", mode=mode)
-open(sys.argv[1], "w").write(json.dumps({"seconds": time.perf_counter() - t0}))
+import json, sys
+from uvm_sched._warmup import compile_kernels
+open(sys.argv[1], "w").write(json.dumps(compile_kernels()))
 """
 
 # What calibrate:self runs in a fresh process: the runtime's probe (no numba), its figures

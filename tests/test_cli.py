@@ -520,6 +520,14 @@ def test_demo_json_is_the_only_stdout(tmp_path):
     assert doc["report"] is None and doc["plotly_js"] is None
 
 
+def test_warmup_compiles_the_kernels_and_says_how_long(capsys):
+    from uvm_sched import cli
+
+    assert cli.main(["warmup", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["seconds"] > 0 and doc["numba"] is True
+
+
 def test_console_script_entry_point_if_installed():
     exe = shutil.which("uvm-sched")
     if exe is None:

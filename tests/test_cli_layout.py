@@ -16,7 +16,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 COMMANDS = ["demo", "record", "analyze", "plan", "simulate", "compare", "report", "export",
-            "sidebyside"]
+            "sidebyside", "warmup"]
 
 # -- the registry -----------------------------------------------------------------------------
 def test_registry_lists_every_command_in_help_order():

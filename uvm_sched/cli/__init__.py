@@ -66,6 +66,10 @@ COMMANDS: dict[str, CommandInfo] = {
     "sidebyside": CommandInfo(
         "uvm_sched.cli._sidebyside",
         "the GPU kit's microbenchmarks beside their simulator twins (measured | simulated)"),
+    "warmup": CommandInfo(
+        "uvm_sched.cli._warmup",
+        "compile the planner's and simulator's kernels into numba's cache (once, after "
+        "installing)"),
 }
 
 MAIN_EPILOG = """\
@@ -79,6 +83,7 @@ examples:
   uvm-sched report gpt2.parquet --plan plan.json -o report.html
   uvm-sched export snapshot.pickle --to perfetto -o trace.json
   uvm-sched sidebyside --measured calibration.json   # the simulator against a GPU
+  uvm-sched warmup                                 # once after installing: compile kernels
 
 TRACE is any file or folder uvm_sched.trace.load reads: a uvm_sched Parquet trace, a
 torch.cuda.memory._dump_snapshot pickle, a Kineto/profiler JSON, a G10-style kernels folder.
