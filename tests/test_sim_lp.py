@@ -81,12 +81,16 @@ def zoo_cases():
 @needs_highspy
 @pytest.mark.parametrize("model", ["unet", "gpt2_small"])
 @pytest.mark.parametrize("pct", ["75%", "50%"])
-def test_the_lp_bound_is_at_least_ideal_and_at_most_every_simulated_policy(zoo_cases, model, pct):
+@pytest.mark.parametrize("slots", ["uniform", "weighted"])
+def test_the_lp_bound_is_at_least_ideal_and_at_most_every_simulated_policy(zoo_cases, model, pct,
+                                                                           slots):
     t = zoo_cases[model]
-    # a coarse program keeps the test fast; coarsening keeps it a relaxation
+    # a coarse program keeps the test fast; coarsening keeps it a relaxation, over uniform
+    # slots and over slots weighted by where the budget binds (_lp_slots) alike
     df = compare(t, "h200-pcie5", [pct], policies=["ideal", LP_BOUND, "demand",
                                                    "prefetch-on-alloc", "swap-activations",
-                                                   "uvm-sched"], lp_max_columns=15_000)
+                                                   "uvm-sched"], lp_max_columns=15_000,
+                 lp_slots=slots)
     assert (df["error"] == "").all(), df["error"].tolist()
     by = dict(zip(df["policy"], df["iteration_time_s"]))
     assert by[LP_BOUND] >= by["ideal"] * (1 - 1e-9)

@@ -291,10 +291,9 @@ def _lp_result(prep, hw, B, compute, lp) -> SimResult:
     start = np.concatenate([[0.0], np.cumsum(dur)[:-1]]) if W else z
     stall, h2d, d2h = z.copy(), np.zeros(W, np.int64), np.zeros(W, np.int64)
     k = lp.coarsen
-    ends = np.append(lp.slot_start[1:], W) if lp.slot_start is not None else None
+    ends = np.append(lp.slot_start[1:], W)
     for g in range(len(lp.slot_s)):
-        first = int(lp.slot_start[g]) if ends is not None else g * k
-        last = (int(ends[g]) if ends is not None else min(W, (g + 1) * k)) - 1
+        first, last = int(lp.slot_start[g]), int(ends[g]) - 1
         stall[last] = max(0.0, lp.slot_s[g] - float(dur[first:last + 1].sum()))
         h2d[last] = int(round(lp.bytes_in[g]))
         d2h[last] = int(round(lp.bytes_out[g]))

@@ -162,7 +162,7 @@ class LpResult:
     ``nonzeros``: the program's size; ``coarsen``: ticks merged per slot (the most in one
     slot where slots are not uniform; 1: exact); ``build_s``/``solve_s``: wall time of each
     step; ``slot_s``: the optimum's slot durations (s; slot ``g`` = window ticks
-    ``slot_start[g] ..``, for uniform slots ``g*coarsen ..``); ``bytes_in``/``bytes_out``:
+    ``slot_start[g] ..``); ``bytes_in``/``bytes_out``:
     bytes the optimum moves over the link per slot, each way (migrations and zero-copy);
     ``classes``: block classes in the program (Note [Block classes]); ``primal`` (asked
     for only): per live stretch of a class, (its blocks, the slots of its boundaries, the
@@ -180,9 +180,9 @@ class LpResult:
     slot_s: np.ndarray
     bytes_in: np.ndarray
     bytes_out: np.ndarray
+    slot_start: np.ndarray
     classes: int = 0
     primal: list | None = None
-    slot_start: np.ndarray | None = None
 
 
 def _highs():
