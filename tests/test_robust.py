@@ -143,7 +143,9 @@ def test_llama_plan_from_a_snapshot_is_not_slower_than_demand(llama_snapshot, sh
 # finetune-s3 at 90% of peak was 1.19x demand paging: its schedule moves no block (the link
 # serves no gap) and its populates at the ticks left over budget made the driver evict what
 # the next ticks read (first touches come up to 10 ticks after the ALLOC); those populates
-# are left out now (planner/_populates.py, Note [Populates that evict]): 0.87x.
+# are left out now (planner/_populates.py, Note [Populates that evict]): 0.87x; and the
+# ranges freed before them stay for the pool to hand them (Note [Discards the pool
+# needs]): every discard kept, no plan, 1.00x.
 # encdec-s0 at 90% is known to fail (1.22x): its schedule evicts 64 blocks and still leaves
 # 16 ticks over budget; without any populate 1.12x, so the populates are not the whole
 # cause, and every candidate ties with no plan in the pricing views; strict, so a fix shows.

@@ -24,8 +24,8 @@ hand it without a plan: a freed range that is still resident, reused with no fau
 claim. A discard at a FREE drops that range from the device, and the pool hands freed
 ranges out first in, first out, to every ALLOC after it; so where the plan discards the
 ranges an ALLOC left unpopulated would reuse, the block's first touch faults on fresh
-memory instead (a fault batch per VA block), which no plan never pays. Measured on the
-ground truth (seeds 300-311 and 400-418 at 90% of peak, schedules that move nothing):
+memory instead (a fault batch per VA block), which demand paging does not pay. Measured
+on the ground truth (seeds 300-311 and 401-418 at 90% of peak, schedules that move nothing):
 without their discards these plans are exactly no plan (the populates of resident ranges
 do nothing), and the discards are what made mlp-s411 on gh200-c2c 1.47x demand paging
 (faults 14 -> 28, the same bytes over the link) and encdec-s308 1.25-1.72x on all three
@@ -36,10 +36,12 @@ that came up short takes them before it does (a replay of the pool's byte queue 
 iteration's allocator events, twice round for the queue the previous iteration leaves).
 The allocator events cannot say whether the driver would have written a kept dead range
 back before its reuse (the gain of a discard): the replay takes it as resident, as the
-pool does. What this costs: in the 90%-of-peak rows measured, the replay kept every
-discard, so such a plan is no plan; on PCIe profiles, where a write-back costs more than a
-fault, the discards had won there (mlp-s306 h200-pcie5 0.46x demand paging, finetune-s300
-0.84x); see benchmarks/results/robust.md for the counts. No constant.
+pool does. What this costs: in every row it changed on bench_robust's sets, the replay
+kept every discard, so such a plan is no plan; where the driver would have written the dead
+ranges back (on the PCIe profiles a write-back costs more than a fault) the discards had
+won (mlp-s306 h200-pcie5 0.46x demand paging, finetune-s300 0.84x). No view of the pricing
+tells those from the losers (benchmarks/results/robust.md, "Before / after: discards the
+pool needs", with the counts). No constant.
 """
 from __future__ import annotations
 
