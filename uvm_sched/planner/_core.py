@@ -196,7 +196,7 @@ class Schedule:
     remote: list  # blocks mapped host-resident for the whole iteration
     predicted: dict[str, Any]
     # (T,) bytes over the budget at each tick of the iteration with this schedule (None:
-    # not computed; the populates' rule, ``_planner``, Note [Populates that evict])
+    # not computed; the populates' rule, ``_populates``, Note [Populates that evict])
     over_budget: np.ndarray | None = None
 
 

@@ -23,6 +23,7 @@ from ._known_view import judged_view
 from ._lp_guided import schedule
 from ..trace._model import EventKind
 from ._plan import PLAN_VERSION, Plan, PlanError, trace_fingerprint
+from ._populates import discards_the_pool_needs, populates_that_evict
 
 __all__ = ["plan", "MODES", "resolve_mode", "tuning_candidates"]
 
@@ -57,7 +58,7 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "auto", **opts: Any) -> Pla
     for given samples and for a draw at ``sample_rate=1``), ``discard``
     (default True), ``discard_min_bytes`` (default just above 1 MiB: smaller blocks share
     pages), ``populate`` (default True: prefetch each allocation of the iteration as it is
-    made, Note [Populates that evict]), ``remote_fallback`` (True/False/``"auto"``,
+    made, ``_populates``), ``remote_fallback`` (True/False/``"auto"``,
     default ``"auto"``: when eviction leaves more than 15% of the budget over it, map
     persistent blocks with unknown uses host-resident where that is cheaper than the
     excess), ``rounds`` (6), ``price`` (default True: the fastest of the plan, its advice
@@ -200,8 +201,11 @@ def resolve_mode(trace, mode: str = "auto", samples=None) -> tuple[str, str]:
 def _candidates(pat, prob: Problem, info: dict, sched, greedy, act_opts) -> dict:
     """The actions priced beside the plan, in order of preference: the greedy plan (beside
     an LP-guided one), the plan's advice alone; on the run-time sizes as the plan."""
+    # a schedule that moves nothing is its own advice: the same ticks over budget, so the
+    # same populates left out (_populates); else the excess without the moves is not known
+    over = sched.over_budget if not (sched.evictions or sched.prefetches) else None
     out = {k: _actions(prob, info, s, *act_opts) for k, s in
-           (("greedy", greedy), ("advice-only", Schedule([], [], sched.remote, {})))
+           (("greedy", greedy), ("advice-only", Schedule([], [], sched.remote, {}, over)))
            if s is not None}
     for a in out.values():
         _sizes_at_run_time(pat, info, a)
@@ -596,12 +600,14 @@ def _actions(prob: Problem, info: dict, sched, prof, discard: bool, discard_min:
     remote = np.asarray(sched.remote, np.int64)
     own_tick = np.where(pers | (prob.alloc_event < 0), 0, prob.alloc_event)
     populated_at = np.full(len(size), -1, np.int64)
+    # Note [Populates that evict], Note [Discards the pool needs] (``_populates``)
+    left_out = populates_that_evict(prob, sched) if populate else np.zeros(len(size), bool)
     if populate:
         # Fresh memory is populated on the device by a prefetch (no fault, no link
         # traffic); without it the first touch faults once per VA block.
         m = (~pers) & (prob.alloc_event >= 0)
         m[remote] = False
-        m &= ~_populates_that_evict(prob, sched)
+        m &= ~left_out
         idx = np.flatnonzero(m)
         populated_at[idx] = prob.alloc_event[idx] % E
         put(prob.alloc_event[idx], "prefetch_to_device", idx, _RANK["populate"])
@@ -623,8 +629,9 @@ def _actions(prob: Problem, info: dict, sched, prof, discard: bool, discard_min:
     idx = np.flatnonzero(ro)
     put(own_tick[idx], "advise_read_mostly", idx)
     if discard:
-        idx = np.flatnonzero((~pers) & (prob.alloc_event >= 0) & (prob.free_event >= 0)
-                             & (size >= discard_min))
+        disc = (~pers) & (prob.alloc_event >= 0) & (prob.free_event >= 0) & (size >= discard_min)
+        disc &= ~discards_the_pool_needs(prob, left_out, disc)
+        idx = np.flatnonzero(disc)
         put(prob.free_event[idx], "discard", idx)
     if not parts:
         return pd.DataFrame(columns=["tick", "action", "block", "persistent", "offset", "bytes"])
@@ -637,40 +644,6 @@ def _actions(prob: Problem, info: dict, sched, prof, discard: bool, discard_min:
     return pd.DataFrame({"tick": ticks, "action": names, "block": ordinal[idx],
                          "persistent": pers[idx], "offset": np.zeros(len(idx), np.int64),
                          "bytes": size[idx]})
-
-
-# Note [Populates that evict]
-# ---------------------------
-# A populate claims a fresh block's memory at its ALLOC; the allocator events do not say
-# when the block is first touched (in generated workloads up to ~10 ticks later). Where the
-# schedule leaves a tick over budget, a populate there makes the driver evict, at once and
-# least recently migrated first, what the next ticks read; demand paging claims the memory
-# at the first touch, after the FREEs in between made room, and at 90% of peak evicts
-# little. Where the schedule moves blocks, its evictions make room for its populates and
-# the driver's eviction of the rest is what the plan counted on (GPT-2 at 50% of peak:
-# skipping the populates at its 3 over-budget ticks cost 2.73x -> 3.12x ideal). Where it
-# moves nothing -- no gap the link can serve -- the excess is the driver's alone, and the
-# populates at the ticks over budget are left out: the block faults in at its first touch
-# as without a plan. Measured on bench_robust's repro set (75 rows, 25 of them slower than
-# demand): 25 -> 15 oblivious rows slower than demand; 3 rows got slower (mlp-s28 gh200-c2c
-# 90%: 1.00x -> 1.24x demand, a first touch at the ALLOC's own tick). No constant.
-# A block left unpopulated here whose pages the plan discarded is populated anyway, by the
-# pool as it hands the pages out: on an H200 a kernel faults discarded pages in at ~0.5 GB/s
-# (results/gpu_h200.md), far worse than any eviction the populate causes.
-
-
-def _populates_that_evict(prob: Problem, sched) -> np.ndarray:
-    """(n,) bool: the blocks whose populate is left out (Note [Populates that evict]):
-    allocated at a tick the schedule leaves over budget, when the schedule moves no block;
-    none where the schedule holds no per-tick excess (the advice-only candidate)."""
-    out = np.zeros(len(prob.size), bool)
-    over = sched.over_budget
-    if over is None or sched.evictions or not len(over):
-        return out
-    lf = prob.live_from.astype(np.int64)
-    ok = (prob.alloc_event >= 0) & (lf >= 0) & (lf < len(over))
-    out[ok] = over[lf[ok]] > 0
-    return out
 
 
 def _coarse_cost(prob: Problem) -> dict:

@@ -57,8 +57,9 @@ faster than no plan there (they change which blocks the driver evicts); a view t
 each freed block's first write to its middle tick refuted none of them either (finetune-s0,
 -s3, -s59, encdec-s0, moe-s56, unet-s37 at 90%: unchanged), so it is not here; nor does
 any view show a plan without its populates faster. The planner leaves the populates out
-where its schedule moves nothing and leaves ticks over budget (``_planner``, Note
-[Populates that evict]).
+where its schedule moves nothing and leaves ticks over budget, and keeps the freed ranges
+the pool hands those blocks (``_populates``, Note [Populates that evict], Note [Discards
+the pool needs]).
 
 Note [Refuted candidates run no further views] -- oblivious mode. No plan's ratio is 1 in
 every view, so its price is the extremal time ``base`` and the fastest price is at most

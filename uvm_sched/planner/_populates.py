@@ -1,0 +1,126 @@
+"""Which fresh blocks a plan populates at their ALLOC, and which freed blocks it discards at
+their FREE, where the schedule moves nothing (``_planner._actions``, Note [Action table]).
+
+Note [Populates that evict]
+---------------------------
+A populate claims a fresh block's memory at its ALLOC; the allocator events do not say
+when the block is first touched (in generated workloads up to ~10 ticks later). Where the
+schedule leaves a tick over budget, a populate there makes the driver evict, at once and
+least recently migrated first, what the next ticks read; demand paging claims the memory
+at the first touch, after the FREEs in between made room, and at 90% of peak evicts
+little. Where the schedule moves blocks, its evictions make room for its populates and
+the driver's eviction of the rest is what the plan counted on (GPT-2 at 50% of peak:
+skipping the populates at its 3 over-budget ticks cost 2.73x -> 3.12x ideal). Where it
+moves nothing -- no gap the link can serve -- the excess is the driver's alone, and the
+populates at the ticks over budget are left out: the block faults in at its first touch
+as without a plan. Measured on bench_robust's repro set (75 rows, 25 of them slower than
+demand): 25 -> 15 oblivious rows slower than demand; 3 rows got slower (mlp-s28 gh200-c2c
+90%: 1.00x -> 1.24x demand, a first touch at the ALLOC's own tick). No constant.
+
+Note [Discards the pool needs]
+------------------------------
+"As without a plan" above holds only if the pool hands the left-out block what it would
+hand it without a plan: a freed range that is still resident, reused with no fault and no
+claim. A discard at a FREE drops that range from the device, and the pool hands freed
+ranges out first in, first out, to every ALLOC after it; so where the plan discards the
+ranges an ALLOC left unpopulated would reuse, the block's first touch faults on fresh
+memory instead (a fault batch per VA block), which demand paging does not pay. Measured
+on the ground truth (seeds 300-311 and 401-418 at 90% of peak, schedules that move nothing):
+without their discards these plans are exactly no plan (the populates of resident ranges
+do nothing), and the discards are what made mlp-s411 on gh200-c2c 1.47x demand paging
+(faults 14 -> 28, the same bytes over the link) and encdec-s308 1.25-1.72x on all three
+profiles. So where populates are left out, the plan keeps (does not discard) the ranges
+freed before each left-out ALLOC that the pool needs to hand it resident bytes: walking
+back from the ALLOC, the latest freed first, counting that a populated ALLOC in between
+that came up short takes them before it does (a replay of the pool's byte queue over the
+iteration's allocator events, twice round for the queue the previous iteration leaves).
+The allocator events cannot say whether the driver would have written a kept dead range
+back before its reuse (the gain of a discard): the replay takes it as resident, as the
+pool does. What this costs: in every row it changed on bench_robust's sets, the replay
+kept every discard, so such a plan is no plan; where the driver would have written the dead
+ranges back (on the PCIe profiles a write-back costs more than a fault) the discards had
+won (mlp-s306 h200-pcie5 0.46x demand paging, finetune-s300 0.84x). No view of the pricing
+tells those from the losers (benchmarks/results/robust.md, "Before / after: discards the
+pool needs", with the counts). No constant.
+On a GPU a discarded range the pool hands out again is populated by the pool itself
+(pool_pages.c: populate_discarded), because a kernel faults discarded pages in at ~0.5 GB/s
+on an H200 (benchmarks/results/gpu_h200.md): there the left-out block claims its memory at
+the ALLOC, as a populate would, which the kept ranges avoid too.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ._core import Problem
+
+__all__ = ["populates_that_evict", "discards_the_pool_needs"]
+
+
+def populates_that_evict(prob: Problem, sched) -> np.ndarray:
+    """(n,) bool: the blocks whose populate is left out (Note [Populates that evict]):
+    allocated at a tick the schedule leaves over budget, when the schedule moves no block;
+    none where the schedule holds no per-tick excess (not computed)."""
+    out = np.zeros(len(prob.size), bool)
+    over = sched.over_budget
+    if over is None or sched.evictions or not len(over):
+        return out
+    lf = prob.live_from.astype(np.int64)
+    ok = (prob.alloc_event >= 0) & (lf >= 0) & (lf < len(over))
+    out[ok] = over[lf[ok]] > 0
+    return out
+
+
+def discards_the_pool_needs(prob: Problem, left_out: np.ndarray,
+                            discarded: np.ndarray) -> np.ndarray:
+    """(n,) bool: the blocks of ``discarded`` (the plan's discards, by block) that are kept
+    instead, so that the pool hands each ALLOC of ``left_out`` (blocks not populated)
+    resident bytes (Note [Discards the pool needs]). A byte queue replayed over the
+    iteration's allocator events: a FREE not discarded adds its bytes (the block's size),
+    an ALLOC takes up to its size; O(events) per pass, plus the walks back from left-out
+    ALLOCs that came up short (each discard is taken back at most once)."""
+    E = prob.E
+    keep = np.zeros(len(prob.size), bool)
+    if not left_out.any() or not discarded.any():
+        return keep
+    ev_block = np.full(E, -1, np.int64)
+    for events in (prob.alloc_event, prob.free_event):
+        i = np.flatnonzero(events >= 0)
+        ev_block[events[i]] = i
+    evb, is_free = ev_block.tolist(), prob.ev_free.tolist()
+    size, lo, disc = prob.size.tolist(), left_out.tolist(), discarded.tolist()
+    n_disc = int(discarded.sum())
+    short = [0] * E  # bytes each ALLOC came up short in the latest pass (populated fresh)
+    queued = 0  # bytes of freed, resident ranges the pool holds
+    for _ in range(2):  # the second pass starts from the queue the first one leaves
+        for e in range(E):
+            b = evb[e]
+            if b < 0:
+                continue
+            if is_free[e]:
+                queued += 0 if disc[b] else size[b]
+                continue
+            take = min(size[b], queued)
+            queued -= take
+            short[e] = size[b] - take
+            if not (short[e] and lo[b] and n_disc):
+                continue
+            debt = short[e]
+            for back in range(1, E):
+                k = (e - back) % E
+                bk = evb[k]
+                if bk < 0:
+                    continue
+                if not is_free[k]:
+                    # the pool serves that ALLOC first: it takes a kept range before e does
+                    debt += short[k]
+                    short[k] = 0
+                elif disc[bk]:
+                    disc[bk] = False
+                    keep[bk] = True
+                    n_disc -= 1
+                    debt -= size[bk]
+                    if debt <= 0 or not n_disc:
+                        break
+            short[e] = max(debt, 0)
+            queued += max(-debt, 0)  # what the kept ranges hold beyond e's bytes
+    return keep
