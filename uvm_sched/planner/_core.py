@@ -476,11 +476,14 @@ def _select_and_time(tl: _Timeline, gaps: list[_Gap], rounds: int, seeded=()):
             g.chosen = True
         saved = timing(chosen, tl)
         chosen = [g for g in chosen if g.chosen]
+    fixed = None  # the gaps' unchanging fields, gathered at the first compiled sweep
     for _ in range(rounds):
         resident = tl.base - saved
         if not (resident > tl.budget).any():
             break
-        picked = _select(gaps, resident, tl.budget, tl.size, tl.T, tl.q)
+        if fixed is None and _fast.available():
+            fixed = _fast.fixed_fields(gaps)
+        picked = _select(gaps, resident, tl.budget, tl.size, tl.T, tl.q, fixed)
         if not picked:
             break
         # each gap once, at its first place (by identity: a gap may be picked again)
@@ -490,14 +493,15 @@ def _select_and_time(tl: _Timeline, gaps: list[_Gap], rounds: int, seeded=()):
     return chosen, saved
 
 
-def _select(gaps, resident, budget, size, T, q) -> list:
+def _select(gaps, resident, budget, size, T, q, fixed=None) -> list:
     """One Belady-like sweep: at each over-budget tick evict, among the unchosen gaps
     whose on-time window covers it, the one whose window reaches furthest (next use
     furthest). When none is left, delay a prefetch past the tick (a predicted stall, which
     costs less than the driver evicting and faulting the block back). The sweep itself is
     ``_reference.select`` (plain Python, the definition) or ``_fast.select`` (the same
-    decisions in a compiled kernel, used when numba is installed). Note [Selection]."""
-    return _fast.select(gaps, resident, budget, size, T, q) if _fast.available() \
+    decisions in a compiled kernel, used when numba is installed; ``fixed``: its
+    ``_fast.fixed_fields(gaps)``). Note [Selection]."""
+    return _fast.select(gaps, resident, budget, size, T, q, fixed) if _fast.available() \
         else _reference.select(gaps, resident, budget, size, T, q)
 
 
