@@ -1,7 +1,8 @@
 """The timing pass compiled (numba ``@njit(nogil=True)``, ``_fast_timing_kernels``).
 
 The rule is ``_queues._timing_once`` (plain Python, the definition, with
-``_early.pull_forward``); this module computes the same values -- the gaps' ``e_done``,
+``_early.pull_forward``; and ``_stall.prefetch_stall``'s loop, for the prediction); this
+module computes the same values -- the gaps' ``e_done``,
 ``kp``, ``p_start``, ``p_end``, ``t_on``, ``chosen`` and ``bad``, the bytes saved per tick
 and the count dropped -- over arrays in place of ``_Gap`` objects, with the same
 floating-point operations in the same order, and releases the GIL in its loops (the
@@ -25,7 +26,7 @@ from . import _fast
 if TYPE_CHECKING:
     from ._core import _Timeline
 
-__all__ = ["available", "calls", "timing_once"]
+__all__ = ["available", "calls", "kernels", "timing_once"]
 
 _mod: Any = None  # _fast_timing_kernels, once imported
 _state = {"calls": 0}
@@ -40,6 +41,12 @@ def available() -> bool:
         from . import _fast_timing_kernels  # imports numba, present when _fast is
         _mod = _fast_timing_kernels
     return True
+
+
+def kernels() -> Any:
+    """The compiled kernels' module (after ``available()`` said True)."""
+    assert _mod is not None
+    return _mod
 
 
 def calls() -> int:

@@ -12,7 +12,8 @@ from numba import njit
 
 from ._fast_kernels import segments
 
-__all__ = ["fifo", "resident_as_selected", "prefetch_points", "pull_forward", "saved_by_tick"]
+__all__ = ["fifo", "resident_as_selected", "prefetch_points", "pull_forward", "saved_by_tick",
+           "prefetch_stall"]
 
 jit = njit(nogil=True, cache=True)
 
@@ -230,3 +231,34 @@ def saved_by_tick(blk, dead, t_off, t_on, chosen, bad, size, live_to, T):
         run += sv[t]
         out[t] = run
     return out, dropped
+
+
+@jit
+def prefetch_stall(issue_tick, issue_at, p_start, p_end, u2, C):
+    """``_stall.prefetch_stall``'s loop over the prefetches in issue order: the waits
+    accumulated along the h2d queue (ns), a Fenwick tree over deadline ticks."""
+    n = C.shape[0]
+    tree = np.zeros(n + 1)
+    total = 0.0
+    free_at = 0.0
+    for j in range(issue_tick.shape[0]):
+        start = max(issue_at[j] + fenwick_upto(tree, issue_tick[j]), free_at)
+        free_at = start + (p_end[j] - p_start[j])
+        need_at = C[u2[j]] + fenwick_upto(tree, u2[j] - 1)
+        if free_at > need_at:
+            i = u2[j] + 1
+            while i <= n:
+                tree[i] += free_at - need_at
+                i += i & -i
+            total += free_at - need_at
+    return total
+
+
+@jit
+def fenwick_upto(tree, i):  # the sum of the entries at indices <= i
+    i += 1
+    total = 0.0
+    while i > 0:
+        total += tree[i]
+        i -= i & -i
+    return total

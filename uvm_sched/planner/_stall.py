@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from . import _fast_timing
+
 if TYPE_CHECKING:
     from ._core import _Timeline
 
@@ -21,15 +23,22 @@ def prefetch_stall(chosen, tl: _Timeline) -> float:
     added up but accumulated along the h2d queue (FIFO in issue order): each prefetch is
     issued when its control point runs (the ideal time plus the waits at deadlines before
     it), and the compute waits where one lands after its use would start. A Fenwick tree
-    over deadline ticks gives the wait so far at an issue time. O(G log T)."""
+    over deadline ticks gives the wait so far at an issue time. O(G log T). The loop is
+    compiled where the timing pass is (``_fast_timing``); this one is its reference."""
     pf = sorted((g for g in chosen if not g.dead), key=lambda g: g.p_start)
     if not pf:
         return 0.0
     # each prefetch's issue tick in one vectorised search; the loop reads Python floats
     # (the same IEEE values as the arrays', so the same sums and maxima)
     issue_at = tl.tau[np.fromiter((g.kp for g in pf), np.int64, len(pf))]
-    issue_ticks = (np.searchsorted(tl.C, issue_at, side="right") - 1).tolist()
-    issue_at_l, C = issue_at.tolist(), tl.listed("C")
+    issue_tick = np.searchsorted(tl.C, issue_at, side="right") - 1
+    if _fast_timing.available():  # the loop below compiled (the same operations)
+        p_start, p_end = (np.fromiter((getattr(g, k) for g in pf), np.float64, len(pf))
+                          for k in ("p_start", "p_end"))
+        return float(_fast_timing.kernels().prefetch_stall(
+            issue_tick, issue_at, p_start, p_end,
+            np.fromiter((g.u2 for g in pf), np.int64, len(pf)), tl.C))
+    issue_ticks, issue_at_l, C = issue_tick.tolist(), issue_at.tolist(), tl.listed("C")
     n = len(C)
     tree = [0.0] * (n + 1)
 

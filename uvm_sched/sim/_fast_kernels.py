@@ -242,10 +242,8 @@ def run(n_ticks, ws, we, to_end, dur, ev_ptr, ev_kind, ev_block, acc_ptr, acc_ch
         a_block, a_lo, a_hi, a_flag, B, V, fbb, hwf, pool, zero_fill, discard_min, is_start,
         stop_above):
     """The whole run (``_api._run``'s loop): returns the state arrays, the window's
-    timeline, its copies, which table actions ran, the figures at the window's end, and
-    whether the run stopped early: once the window's time so far is above ``stop_above``
-    (s; inf: never), the figures are those of the tick it stopped after (``_api``,
-    Note [A run stopped once it is slower])."""
+    timeline, its copies, which table actions ran, the figures at the window's end and
+    whether it stopped above ``stop_above`` s (``_api``, Note [A run stopped once ...])."""
     nc = len(csize)
     nb = len(bsize)
     I = np.zeros(NI, np.int64)
