@@ -1,8 +1,11 @@
-"""The planner's compiled selection sweep makes the plans its plain-Python reference makes.
+"""The planner's compiled selection sweep and timing pass make the plans their plain-Python
+references make.
 
-``planner._fast`` (numba) serves users; ``planner._reference`` is the definition. Both are
-run on generated traces (LLM-shaped and MLP-shaped, oblivious and sampled, budgets from
-tight to loose) and must give the same actions and the same prediction.
+``planner._fast`` and ``planner._fast_timing`` (numba) serve users; ``planner._reference``
+and ``planner._queues._timing_once`` are the definitions (``UVM_SCHED_PLANNER_KERNEL=python``
+switches both). Both are run on generated traces (LLM-shaped and MLP-shaped, oblivious and
+sampled, budgets from tight to loose) and must give the same actions and the same
+prediction.
 """
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ pytest.importorskip("numba")
 
 from uvm_sched.pattern import analyze  # noqa: E402
 from uvm_sched.pattern._synth import training_trace  # noqa: E402
-from uvm_sched.planner import PlanError, _fast, plan  # noqa: E402
+from uvm_sched.planner import PlanError, _fast, _fast_timing, plan  # noqa: E402
 from uvm_sched.trace._llm import llm_trace, llm_trace_for_events  # noqa: E402
 
 
@@ -35,6 +38,13 @@ def _both(trace, budget, monkeypatch, **opts):
     before = _fast.calls()
     fast = plan(trace, budget, pattern=pat, **opts)
     return ref, fast, _fast.calls() - before
+
+
+def _timing_passes(fn) -> int:
+    """How many compiled timing passes (``_fast_timing``) ``fn()`` made."""
+    before = _fast_timing.calls()
+    fn()
+    return _fast_timing.calls() - before
 
 
 def _assert_same(ref, fast):
@@ -72,8 +82,11 @@ def test_fast_sweep_plans_as_the_reference_on_mlp_traces(layers, iters, batch, p
 def test_scale_smoke_100k_events_takes_the_fast_path_and_gives_the_reference_plan(monkeypatch):
     trace = llm_trace_for_events(100_000)
     assert len(trace.kind) >= 90_000
-    ref, fast, calls = _both(trace, "50%", monkeypatch)
+    out: dict = {}
+    passes = _timing_passes(lambda: out.update(r=_both(trace, "50%", monkeypatch)))
+    ref, fast, calls = out["r"]
     assert calls >= 1, "the compiled sweep was not used"
+    assert passes >= 1, "the compiled timing pass was not used"
     assert len(fast.actions) > 0
     _assert_same(ref, fast)
 
@@ -82,8 +95,8 @@ def test_reference_is_used_when_the_kernel_is_switched_off(monkeypatch):
     trace = llm_trace(layers=2, micro_batches=2, iters=2)
     monkeypatch.setenv("UVM_SCHED_PLANNER_KERNEL", "python")
     before = _fast.calls()
-    assert not _fast.available()
-    plan(trace, "40%")
+    assert not _fast.available() and not _fast_timing.available()
+    assert _timing_passes(lambda: plan(trace, "40%")) == 0
     assert _fast.calls() == before
 
 
@@ -109,3 +122,33 @@ def test_fast_sweep_plans_as_the_reference_where_narrower_guards_replace_wider(g
     ref, fast, calls = _both(trace, "30%", monkeypatch, mode=mode)
     assert calls >= 1
     _assert_same(ref, fast)
+
+
+def test_gap_columns_hold_what_the_gap_objects_hold(monkeypatch):
+    """The candidate gaps' unchanging fields as the builder makes them from its columns
+    (``_core._Gaps.fixed``, read by every compiled sweep) are the fields of the gap objects
+    themselves (``_fast.fixed_fields``), sibling groups and guard levels included."""
+    import numpy as np
+
+    from uvm_sched.planner import _core
+
+    seen = []
+    original = _core._select_and_time
+
+    def spy(tl, gaps, *a, **kw):
+        seen.append((gaps.fixed, _fast.fixed_fields(gaps)))  # before any step runs
+        return original(tl, gaps, *a, **kw)
+
+    monkeypatch.setattr(_core, "_select_and_time", spy)
+    cases = ((llm_trace(layers=3, micro_batches=2, iters=3), "oblivious", "auto"),
+             (training_trace(layers=4, iters=3, batch=64, markers=True), "sampled", "auto"),
+             (training_trace(layers=3, iters=3, batch=512, markers=True), "oblivious", 4))
+    for trace, mode, guard in cases:
+        plan(trace, "50%", mode=mode, guard=guard)
+    assert len(seen) >= len(cases)  # (a plan may build more than one schedule)
+    assert any(len(fixed[6]) and fixed[3].max() > 0 for fixed, _ in seen), \
+        "no case with sibling gaps at two guard levels: the test shows nothing"
+    for fixed, from_objects in seen:
+        assert len(fixed) == len(from_objects) == 7
+        for a, b in zip(fixed, from_objects):
+            np.testing.assert_array_equal(a, b)

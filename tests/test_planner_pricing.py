@@ -21,25 +21,34 @@ def bare():
     return zoo.allocator_only(training_trace(iters=3, layers=3))
 
 
+ORDER = ("none", "plan", "advice-only")  # each view runs no plan first
+
+
 def _fake(monkeypatch, table):
     """``table``: per view, ``{label: (iteration s, stall s)}``; returns the list of the
     (view, label) pairs simulated, in order. The one-unseen-use view (2) is told by its
     midpoint reads (more rows than the events alone); the others run in order, each
-    simulating its candidates in their order (all or some), so a label no later than the
-    previous one starts the next view (the views may be one trace object: a trace with no
-    kept block is its own view)."""
+    simulating no plan first and then its other candidates in their order (all or some),
+    so a label no later than the previous one starts the next view (the views may be one
+    trace object: a trace with no kept block is its own view). A run asked to stop above a
+    time it would pass returns a time between the two, as stopped (the simulator's
+    ``counters["stopped"]``)."""
     calls: list = []
 
-    def simulate(view, p, prof, budget, **_):
+    def simulate(view, p, prof, budget, _stop_above_s=float("inf"), **_):
         if len(view.kind) > n_events:
             v = 2
         elif any(c[0] == 2 for c in calls):
             v = 1
         else:
-            v = 0 if not calls else calls[-1][0] + (CANDS.index(p) <= CANDS.index(calls[-1][1]))
+            v = 0 if not calls else calls[-1][0] + (ORDER.index(p) <= ORDER.index(calls[-1][1]))
         calls.append((v, p))
         t, stall = table[v][p]
-        return SimpleNamespace(iteration_time_s=t, stall_time_s=stall)
+        stopped = t > _stop_above_s
+        if stopped:
+            t, stall = (t + _stop_above_s) / 2, stall / 2
+        return SimpleNamespace(iteration_time_s=t, stall_time_s=stall,
+                               counters={"stopped": stopped})
 
     n_events = len(zoo.allocator_only(training_trace(iters=3, layers=3)).kind)
     monkeypatch.setattr(sim, "simulate", simulate)
@@ -94,12 +103,12 @@ def test_the_unseen_use_view_runs_only_the_candidates_the_events_show_slower(mon
     assert _price(bare) == "advice-only"
     # the third view refutes the plan: the kept reads do not run it (Note [Refuted
     # candidates run no further views])
-    assert calls == [(0, c) for c in CANDS] + [(2, "plan"), (2, "none"),
-                                               (1, "advice-only"), (1, "none")]
+    assert calls == [(0, c) for c in ORDER] + [(2, "none"), (2, "plan"),
+                                               (1, "none"), (1, "advice-only")]
     # no candidate slower in the events alone: the third view is not simulated at all
     calls = _fake(monkeypatch, [{c: (1.0, 0.0) for c in CANDS}, kept, mid])
     assert _price(bare) == "plan"
-    assert calls == [(v, c) for v in (0, 1) for c in CANDS]
+    assert calls == [(v, c) for v in (0, 1) for c in ORDER]
 
 
 def test_a_candidate_the_events_alone_refute_runs_no_further_view(monkeypatch, bare):
@@ -110,5 +119,45 @@ def test_a_candidate_the_events_alone_refute_runs_no_further_view(monkeypatch, b
     best, times, at_least = price(bare, {c: c for c in CANDS}, 1 << 30, None, starts=[0])
     assert best == "none" and at_least == ("plan",)
     # no third view at all (only no plan would run there), the kept reads without the plan
-    assert calls == [(0, c) for c in CANDS] + [(1, "advice-only"), (1, "none")]
+    assert calls == [(0, c) for c in ORDER] + [(1, "none"), (1, "advice-only")]
     assert times["plan"] == pytest.approx(1.5)
+
+
+def test_runs_stopped_once_decided_choose_and_price_as_full_runs(monkeypatch, bare):
+    # Note [Runs stopped once decided]: in the events alone the plan and the advice pass no
+    # plan's time and stall (their ratio there is 1 whatever their time: stopped), and the
+    # one-unseen-use view refutes the plan (stopped: its figure a lower bound)
+    table = [{"plan": (5.0, 4.0), "advice-only": (1.2, 0.2), "none": (1.0, 0.0)},
+             {"plan": (1.0, 0.5), "advice-only": (0.8, 0.3), "none": (2.0, 1.5)},
+             {"plan": (3.0, 2.5), "advice-only": (1.0, 0.5), "none": (1.0, 0.5)}]
+    _fake(monkeypatch, table)
+    best, times, at_least = price(bare, {c: c for c in CANDS}, 1 << 30, None, starts=[0])
+    _fake(monkeypatch, table)
+    best_full, times_full, low_full = price(bare, {c: c for c in CANDS}, 1 << 30, None,
+                                            starts=[0], _prune=False)
+    assert best == best_full == "advice-only"
+    assert at_least == ("plan",) and low_full == ()
+    assert times["advice-only"] == times_full["advice-only"] == 1.0
+    assert times["none"] == times_full["none"] == 1.0
+    assert 1.0 < times["plan"] < times_full["plan"] == 3.0
+
+
+def test_a_run_stopped_short_of_deciding_is_run_in_full(monkeypatch, bare):
+    # a stopped run whose time does not decide (here: no more than no plan's) is run again
+    # to its end, and priced as it
+    calls = _fake(monkeypatch, [{"plan": (0.5, 0.0), "advice-only": (1.0, 0.0),
+                                 "none": (1.0, 0.0)}] * 2 + [{c: (1.0, 0.0) for c in CANDS}])
+    simulate = sim.simulate
+
+    def stopping_short(view, p, prof, budget, _stop_above_s=float("inf"), **k):
+        r = simulate(view, p, prof, budget, **k)  # run in full by the fake
+        if _stop_above_s < float("inf"):  # as if stopped at half its time
+            r.iteration_time_s, r.counters = r.iteration_time_s / 2, {"stopped": True}
+        return r
+
+    monkeypatch.setattr(sim, "simulate", stopping_short)
+    best, times, at_least = price(bare, {c: c for c in CANDS}, 1 << 30, None, starts=[0])
+    assert best == "plan" and at_least == ()
+    assert times["plan"] == 0.5
+    # each candidate but no plan simulated twice in each of the two views run
+    assert [c for _, c in calls].count("plan") == 4

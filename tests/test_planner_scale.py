@@ -177,12 +177,22 @@ def _pricing_cases():
 
 @pytest.mark.parametrize("pct", ["30%", "50%", "70%", "90%"])
 def test_pricing_refuting_early_chooses_as_running_every_view(pct, monkeypatch):
-    """Note [Refuted candidates run no further views]: the same plan (actions, choice,
-    every unrefuted figure) as pricing with every view run; a refuted candidate's figure is
-    a lower bound of its full one."""
+    """Note [Refuted candidates run no further views] and Note [Runs stopped once decided]:
+    the same plan (actions, choice, every unrefuted figure) as pricing with every view run,
+    each run to its end; a refuted candidate's figure is a lower bound of its full one."""
+    from uvm_sched import sim
     from uvm_sched.planner import _pricing
 
     full = _pricing.price
+    simulate = sim.simulate
+    stopped = []
+
+    def counting(*a, **k):
+        r = simulate(*a, **k)
+        stopped.append(bool(getattr(r, "counters", {}).get("stopped")))
+        return r
+
+    monkeypatch.setattr(sim, "simulate", counting)
     pruned = 0
     for name, trace, mode in _pricing_cases():
         try:
@@ -208,3 +218,4 @@ def test_pricing_refuting_early_chooses_as_running_every_view(pct, monkeypatch):
                 assert a[k] == v, (name, pct, mode, k, a, b)
     if pct == "50%":  # bench_scale's budget: the full plan is refuted by the third view
         assert pruned, "no candidate was refuted early: the test checks nothing"
+        assert any(stopped), "no run was stopped once decided: the test checks nothing"

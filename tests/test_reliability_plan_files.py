@@ -42,7 +42,8 @@ META_BAD = [
     ("period_events", 2.5), ("budget_bytes", -5), ("budget_bytes", "abc"),
     ("budget_bytes", 1e30), ("budget_bytes", True), ("version", -5), ("version", 99),
     ("sync", "bogus"), ("mode", "clairvoyant"), ("alloc_sizes", "many"),
-    ("alloc_sizes", [-1]), ("alloc_sizes", [2**60]), ("period_start_event", -1),
+    ("alloc_sizes", [-1]), ("alloc_sizes", [2**60]), ("alloc_sizes", [True]),
+    ("alloc_sizes", [4096, 2.5]), ("alloc_sizes", [4096, -1]), ("period_start_event", -1),
     ("trace_fingerprint", 12),
 ]
 

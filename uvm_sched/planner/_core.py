@@ -100,8 +100,8 @@ pushed the driver into evicting 1.3 GB of weights.
 Note [Prediction]
 -----------------
 The builder's own estimate, in seconds and bytes: the ideal iteration, the stall (late
-prefetches accumulated along the h2d queue, ``_prefetch_stall``; waits for evictions in
-flight, ``_eviction_wait``; the remote blocks' access cost), the transfers and what is
+prefetches accumulated along the h2d queue, ``_stall.prefetch_stall``; waits for evictions in
+flight, ``_stall.eviction_wait``; the remote blocks' access cost), the transfers and what is
 left over budget.
 
 Note [Complexity and the bound]
@@ -116,13 +116,12 @@ would, but sees only its use model, issues at allocator events and pays the queu
 """
 from __future__ import annotations
 
-import bisect
 import dataclasses
 from typing import Any
 
 import numpy as np
 
-from . import _fast, _reference
+from . import _fast, _reference, _stall
 from ._excess import Excess as _Excess
 from ._queues import timing
 
@@ -232,7 +231,8 @@ class _Timeline:
     h2d: np.ndarray  # (n,) ns a prefetch takes on the h2d engine
     base: np.ndarray  # (T,) bytes resident at each tick without a plan
     duplex_slow: float = 1.0  # a prefetch's rate while evictions run, over its own rate
-    _lists: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
+    # the arrays converted once per timeline (`listed`, `int64`), by name
+    _converted: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
     def listed(self, name: str) -> list:
         """The array ``name`` (this timeline's, else its problem's) as a Python list, built
@@ -240,12 +240,22 @@ class _Timeline:
         without a numpy scalar each, and without converting the array at every pass (at
         1M events the per-block arrays hold half a million elements). The arrays are
         never written after the timeline is built."""
-        out = self._lists.get(name)
+        out = self._converted.get(name)
         if out is None:
             # a timeline field by that name, else the problem's (derived from the fields
             # themselves, so a field added later is found where it lives)
             arr = getattr(self if name in self.__dataclass_fields__ else self.p, name)
-            out = self._lists[name] = arr.tolist()
+            out = self._converted[name] = arr.tolist()
+        return out
+
+    def int64(self, name: str) -> np.ndarray:
+        """The array ``name`` (as ``listed`` finds it) as int64, converted once per
+        timeline (for the compiled timing pass, ``_fast_timing``)."""
+        key = "int64:" + name
+        out = self._converted.get(key)
+        if out is None:
+            arr = getattr(self if name in self.__dataclass_fields__ else self.p, name)
+            out = self._converted[key] = np.ascontiguousarray(arr, np.int64)
         return out
 
     @property
@@ -337,7 +347,7 @@ class _GapColumns:
         return tuple(np.concatenate(c) for c in self.cols)
 
 
-def _candidate_gaps(tl: _Timeline, guards) -> list[_Gap]:
+def _candidate_gaps(tl: _Timeline, guards) -> _Gaps:
     """Step 1 (Note [Candidate gaps]): the gaps of the lifetime-ends blocks (vectorised:
     the common case), then those of blocks with explicit use ticks, each with its window."""
     p = tl.p
@@ -410,7 +420,7 @@ def _use_tick_gaps(p: Problem, nameable, guards, found: _GapColumns) -> None:
         prev_a, prev_b = a, b
 
 
-def _windows(tl: _Timeline, gb, gu1, gu2, ggrp) -> list[_Gap]:
+def _windows(tl: _Timeline, gb, gu1, gu2, ggrp) -> _Gaps:
     """Each candidate's window if the link were idle: the control points of its eviction
     (the first after ``u1`` is queued) and prefetch (the latest from which it still lands
     by ``u2``), the ticks it saves, and whether it has a window at all. Vectorised."""
@@ -441,7 +451,7 @@ def _windows(tl: _Timeline, gb, gu1, gu2, ggrp) -> list[_Gap]:
     t_on = np.where(dead, p.live_to[gb] + 1, q[kpc] + 1)
     t_on_late = np.where(dead, t_on, t_on_late)
     ok &= np.maximum(t_on, t_on_late) > t_off
-    gaps: list[_Gap] = []
+    gaps = _Gaps()
     groups: dict[int, list] = {}
     # the kept windows as Python lists (the same ints and floats as int()/float() of each
     # element, without a numpy scalar per field: tens of thousands of gaps)
@@ -460,12 +470,45 @@ def _windows(tl: _Timeline, gb, gu1, gu2, ggrp) -> list[_Gap]:
         if not is_dead:
             g.kp = g.kp_sel = k_p
         gaps.append(g)
+    gaps.fixed = _fixed_columns(gb[j], t_off[j], t_on_late[j], ggrp[j], dead[j])
     return gaps
+
+
+class _Gaps(list):
+    """The candidate gaps (``_Gap`` objects, in the order they were found) and ``fixed``:
+    the fields no step changes, as arrays (``_fast.fixed_fields``'s tuple), made from the
+    columns the gaps were made from (gathering them from the objects cost more than the
+    compiled sweep that reads them)."""
+
+    fixed: tuple = ()
+
+
+def _fixed_columns(blk, t_off, t_on_late, group, dead) -> tuple:
+    """``_fast.fixed_fields`` of the gaps ``_windows`` makes from these columns (one row per
+    gap, in list order; ``group``: the sibling group, < 0 none; a dead tail has no
+    siblings): the groups numbered in order of first appearance, each gap's level its
+    place in its group. Vectorised."""
+    n = len(blk)
+    rows = np.flatnonzero((group >= 0) & ~dead)
+    keys, first, inv = np.unique(group[rows], return_index=True, return_inverse=True)
+    rank = np.empty(len(keys), np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(keys))
+    of_row = rank[inv.ravel()]
+    order = np.argsort(of_row, kind="stable")
+    members = rows[order].astype(np.int64)
+    ptr = np.zeros(len(keys) + 1, np.int64)
+    ptr[1:] = np.cumsum(np.bincount(of_row, minlength=len(keys)))
+    grp = np.full(n, -1, np.int64)
+    grp[rows] = of_row
+    level = np.zeros(n, np.int64)
+    level[members] = np.arange(len(members)) - ptr[of_row[order]]
+    return tuple(np.ascontiguousarray(a, np.int64) for a in
+                 (blk, t_off, t_on_late, level, grp, ptr, members))
 
 
 # -- step 2: select and time -----------------------------------------------------------------
 
-def _select_and_time(tl: _Timeline, gaps: list[_Gap], rounds: int, seeded=()):
+def _select_and_time(tl: _Timeline, gaps: _Gaps, rounds: int, seeded=()):
     """Step 2 (Note [Selection], Note [Timing]): rounds of selection at the ticks still
     over budget, each followed by the timing pass over everything chosen so far (the
     ``seeded`` gaps first). Returns the chosen gaps and the bytes they save per tick."""
@@ -480,7 +523,7 @@ def _select_and_time(tl: _Timeline, gaps: list[_Gap], rounds: int, seeded=()):
         resident = tl.base - saved
         if not (resident > tl.budget).any():
             break
-        picked = _select(gaps, resident, tl.budget, tl.size, tl.T, tl.q)
+        picked = _select(gaps, resident, tl.budget, tl.size, tl.T, tl.q, gaps.fixed)
         if not picked:
             break
         # each gap once, at its first place (by identity: a gap may be picked again)
@@ -490,14 +533,15 @@ def _select_and_time(tl: _Timeline, gaps: list[_Gap], rounds: int, seeded=()):
     return chosen, saved
 
 
-def _select(gaps, resident, budget, size, T, q) -> list:
+def _select(gaps, resident, budget, size, T, q, fixed=None) -> list:
     """One Belady-like sweep: at each over-budget tick evict, among the unchosen gaps
     whose on-time window covers it, the one whose window reaches furthest (next use
     furthest). When none is left, delay a prefetch past the tick (a predicted stall, which
     costs less than the driver evicting and faulting the block back). The sweep itself is
     ``_reference.select`` (plain Python, the definition) or ``_fast.select`` (the same
-    decisions in a compiled kernel, used when numba is installed). Note [Selection]."""
-    return _fast.select(gaps, resident, budget, size, T, q) if _fast.available() \
+    decisions in a compiled kernel, used when numba is installed; ``fixed``: its
+    ``_fast.fixed_fields(gaps)``). Note [Selection]."""
+    return _fast.select(gaps, resident, budget, size, T, q, fixed) if _fast.available() \
         else _reference.select(gaps, resident, budget, size, T, q)
 
 
@@ -574,10 +618,10 @@ def _prediction(tl: _Timeline, chosen: list[_Gap], remote: list[int], resident: 
     p, C, T, size, budget = tl.p, tl.C, tl.T, tl.size, tl.budget
     late_ns = [max(0.0, g.p_end - C[g.u2]) for g in chosen if not g.dead]
     over = np.maximum(resident - budget, 0)
-    wait = _eviction_wait(chosen, resident, tl)
+    wait = _stall.eviction_wait(chosen, resident, tl)
     return {
         "ideal_s": float(C[T]) * 1e-9,
-        "stall_s": (_prefetch_stall(chosen, tl) + wait
+        "stall_s": (_stall.prefetch_stall(chosen, tl) + wait
                     + float(sum(p.remote_cost_ns[i] for i in remote))) * 1e-9,
         "eviction_wait_s": wait * 1e-9,
         "late_prefetches": int(sum(1 for x in late_ns if x > 0)),
@@ -592,89 +636,3 @@ def _prediction(tl: _Timeline, chosen: list[_Gap], remote: list[int], resident: 
         "max_over_budget_bytes": int(over.max()) if T else 0,
         "candidate_gaps": candidates,
     }
-
-
-def _prefetch_stall(chosen, tl: _Timeline) -> float:
-    """Device ns the compute waits for late prefetches. Late prefetches overlap: a wait
-    delays the compute, and with it every later issue and deadline, so the waits are not
-    added up but accumulated along the h2d queue (FIFO in issue order): each prefetch is
-    issued when its control point runs (the ideal time plus the waits at deadlines before
-    it), and the compute waits where one lands after its use would start. A Fenwick tree
-    over deadline ticks gives the wait so far at an issue time. O(G log T)."""
-    pf = sorted((g for g in chosen if not g.dead), key=lambda g: g.p_start)
-    if not pf:
-        return 0.0
-    # each prefetch's issue tick in one vectorised search; the loop reads Python floats
-    # (the same IEEE values as the arrays', so the same sums and maxima)
-    issue_at = tl.tau[np.fromiter((g.kp for g in pf), np.int64, len(pf))]
-    issue_ticks = (np.searchsorted(tl.C, issue_at, side="right") - 1).tolist()
-    issue_at_l, C = issue_at.tolist(), tl.listed("C")
-    n = len(C)
-    tree = [0.0] * (n + 1)
-
-    def add(i: int, v: float) -> None:
-        i += 1
-        while i <= n:
-            tree[i] += v
-            i += i & -i
-
-    def upto(i: int) -> float:  # waits at deadline ticks <= i
-        i += 1
-        total = 0.0
-        while i > 0:
-            total += tree[i]
-            i -= i & -i
-        return total
-
-    total = 0.0
-    free_at = 0.0
-    for g, issue_tick, issued in zip(pf, issue_ticks, issue_at_l):
-        start = max(issued + upto(issue_tick), free_at)
-        free_at = start + (g.p_end - g.p_start)  # its time on the queue (duplex cap included)
-        need_at = C[g.u2] + upto(g.u2 - 1)
-        if free_at > need_at:
-            add(g.u2, free_at - need_at)
-            total += free_at - need_at
-    return total
-
-
-def _eviction_wait(chosen, resident, tl: _Timeline) -> float:
-    """Device ns the compute waits for evictions still in flight when it needs their room
-    (the budget counts an eviction from its issue). Walks the over-budget ticks with the
-    delay so far (a wait at one tick gives later evictions time to land). The d2h engine is
-    FIFO, so the evictions in flight at a tick are a contiguous run of the queue: each tick
-    costs two binary searches. O(G log G + T log G)."""
-    if not chosen:
-        return 0.0
-    C, T, budget = tl.C, tl.T, tl.budget
-    order = sorted(chosen, key=lambda g: g.e_done)
-    toff = np.array([g.t_off for g in order], np.int64)
-    edone = np.array([g.e_done for g in order])
-    sz = np.array([tl.size[g.blk] for g in order], np.int64)
-    S = np.concatenate([[0], np.cumsum(sz)])
-    # t_off is monotone in queue order only up to ties; a running max keeps searches valid
-    toff_run = np.maximum.accumulate(toff)
-    # bytes in flight at the ideal start of each tick (an upper bound on what is pending)
-    t_done = np.searchsorted(C, edone, side="left")
-    pend = np.zeros(2 * T + 2, np.int64)
-    np.add.at(pend, np.minimum(toff, 2 * T + 1), sz)
-    np.add.at(pend, np.minimum(np.maximum(t_done, toff), 2 * T + 1), -sz)
-    pend = np.cumsum(pend)
-    pend = pend[:T] + pend[T:2 * T]
-    risky = np.flatnonzero((pend > 0) & (resident + pend > budget))
-    delay = 0.0
-    # bisect on lists: np.searchsorted's positions (side "right" is bisect_right, "left"
-    # bisect_left) and the same IEEE values, without a numpy call per scalar
-    C_l, toff_l, edone_l, S_l = tl.listed("C"), toff_run.tolist(), edone.tolist(), S.tolist()
-    room = (budget - resident[risky]).tolist()
-    for t, free in zip(risky.tolist(), room):
-        now = C_l[t] + delay
-        hi = bisect.bisect_right(toff_l, t)
-        lo = bisect.bisect_right(edone_l, now)
-        if hi <= lo:
-            continue
-        need = (S_l[hi] - S_l[lo]) - free
-        if need > 0:
-            k = min(bisect.bisect_left(S_l, S_l[lo] + need) - 1, hi - 1)
-            delay += max(0.0, edone_l[k] - now)
-    return delay

@@ -20,7 +20,7 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["available", "select", "calls"]
+__all__ = ["available", "select", "fixed_fields", "calls"]
 
 logger = logging.getLogger(__name__)
 
@@ -49,17 +49,16 @@ def calls() -> int:
     return _state["calls"]
 
 
-def select(gaps, resident, budget, size, T, q) -> list:
-    """``_reference.select`` (same arguments, same effects on the gaps, same result),
-    compiled. O((G + T) log G) plus the heap traffic of the late-prefetch queue."""
+def fixed_fields(gaps) -> tuple:
+    """The fields of ``gaps`` that no sweep and no timing pass changes (``_core._windows``
+    sets them): ``blk``, ``t_off``, ``t_on_late``, ``level`` (ticks; arrays) and the sibling
+    groups as CSR (``grp``, ``ptr``, ``members``), in the reference's list order (the order
+    the groups were built in). Gathered once per schedule and handed to each ``select``:
+    rebuilding them at every sweep cost ten times the compiled sweep itself."""
     n = len(gaps)
-    # the gaps' fields in one pass (one row per gap; the flags as 0/1)
-    fields = operator.attrgetter("blk", "t_off", "t_on", "t_on_late", "level", "kp_min",
-                                 "chosen", "bad")
-    table = np.array([fields(g) for g in gaps], np.int64).reshape(n, 8).T
-    blk, t_off, t_on, t_on_late, level, kp_min = (np.ascontiguousarray(c) for c in table[:6])
-    chosen, bad = table[6] != 0, table[7] != 0
-    # sibling groups as CSR in the reference's list order (the order they were built in)
+    fields = operator.attrgetter("blk", "t_off", "t_on_late", "level")
+    table = np.array([fields(g) for g in gaps], np.int64).reshape(n, 4).T
+    blk, t_off, t_on_late, level = (np.ascontiguousarray(c) for c in table)
     index = {id(g): i for i, g in enumerate(gaps)}
     grp = np.full(n, -1, np.int64)
     ptr = [0]
@@ -74,10 +73,26 @@ def select(gaps, resident, budget, size, T, q) -> list:
             members.extend(index[id(x)] for x in g.sibs)
             ptr.append(len(members))
         grp[i] = k
+    return (blk, t_off, t_on_late, level, grp, np.asarray(ptr, np.int64),
+            np.asarray(members, np.int64))
+
+
+def select(gaps, resident, budget, size, T, q, fixed=None) -> list:
+    """``_reference.select`` (same arguments, same effects on the gaps, same result),
+    compiled. ``fixed``: ``fixed_fields(gaps)``, where the caller sweeps the same gaps
+    again (else gathered here). O((G + T) log G) plus the heap traffic of the late-prefetch
+    queue."""
+    n = len(gaps)
+    blk, t_off, t_on_late, level, grp, ptr, members = \
+        fixed if fixed is not None else fixed_fields(gaps)
+    # the fields a sweep or a timing pass changes, in one pass (the flags as 0/1)
+    fields = operator.attrgetter("t_on", "kp_min", "chosen", "bad")
+    table = np.array([fields(g) for g in gaps], np.int64).reshape(n, 4).T
+    t_on, kp_min = (np.ascontiguousarray(c) for c in table[:2])
+    chosen, bad = table[2] != 0, table[3] != 0
     old_on, old_kp, old_chosen = t_on.copy(), kp_min.copy(), chosen.copy()
     assert _kernel is not None  # the planner calls select only when available() built it
-    picked = _kernel(blk, t_off, t_on, t_on_late, level, chosen, bad, kp_min, grp,
-                     np.asarray(ptr, np.int64), np.asarray(members, np.int64),
+    picked = _kernel(blk, t_off, t_on, t_on_late, level, chosen, bad, kp_min, grp, ptr, members,
                      np.ascontiguousarray(resident, np.int64), np.int64(budget),
                      np.ascontiguousarray(size, np.int64), np.int64(T),
                      np.ascontiguousarray(q, np.int64))

@@ -284,7 +284,7 @@ def _priced(trace, full: Plan, extra: dict, budget: int, prof, accesses: bool,
     out = cands[best]
     out.meta["pricing"] = {"chosen": best, **{f"{k}_s": v for k, v in times.items()},
                            "judge": _JUDGES[bool(accesses) + bool(trace.meta.get("samples_view"))]}
-    if at_least:  # refuted before their last view: their figures are lower bounds
+    if at_least:  # refuted early (_pricing): their figures are lower bounds
         out.meta["pricing"]["at_least"] = list(at_least)
     if best != "plan":
         out.meta["fallback"] = (

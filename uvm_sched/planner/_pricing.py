@@ -77,6 +77,24 @@ simulation time) decides nothing. Its figure in ``plan.meta["pricing"]`` is then
 of the views that ran, a lower bound (listed under ``at_least``; the same figure where the
 skipped view would not have raised it).
 
+Note [Runs stopped once decided]. No plan runs first in each view; a later candidate's run
+stops as soon as the part of the measured iteration it has simulated already decides what
+its run is read for (the simulator's clock never goes back, so the whole iteration takes at
+least that long: ``sim/_api.py``, Note [A run stopped once it is slower]). In the allocator
+events alone and the kept reads, a run slower than no plan by more than no plan's own stall
+has the ratio 1 whatever its exact time (``ratio``: the view sees too little to refute it),
+and in the allocator events alone it is also ``slower`` -- so past ``max(t0 + stall0, t0 *
+(1 + rounding))`` nothing read from the run changes (its figure stays exact). In the
+one-unseen-use view, and in the one view of the trace with its own accesses, a run above
+``t0 * (1 + rounding)`` refutes its candidate (as in Note [Refuted candidates run no further
+views]), and its figure is a lower bound (listed under ``at_least``). The stop is checked on
+the time returned (with the same expressions as the choice reads; a run that stopped short
+of deciding is run again in full), so the choice and every other figure are those of full
+runs. On the LLM traces of ``benchmarks/bench_scale.py`` at 50% of h200-pcie5, the full
+plan is 12x no plan in the allocator events alone and 3.6x in the one-unseen-use view
+(300k events): its two runs stop a twelfth and a quarter into the measured iteration, the
+last of three.
+
 ``plan.meta["pricing"]`` holds the three predicted iteration times (s) and the choice; when
 it is not the full plan, ``plan.meta["fallback"]`` says why in words. No constant is
 involved: the candidates are compared as they run.
@@ -162,6 +180,21 @@ def _kept_reads_view(view, starts, midpoints: bool = False):
     return Trace(cols, tick_ns=view.tick_ns, meta=view.meta)
 
 
+def _decided_above(j: int, yardstick: tuple, accesses: bool) -> float:
+    """The iteration time (s) above which a candidate's run in view ``j`` decides all it is
+    read for, given no plan's ``(time, stall)`` in that view (Note [Runs stopped once
+    decided]); a little above it (the check on the time returned is exact), inf where no
+    time does."""
+    t0, stall0 = yardstick
+    if t0 <= 0:
+        return float("inf")
+    if accesses or j == 2:
+        at = t0 * (1 + _ROUNDING)
+    else:
+        at = max(t0 + stall0, t0 * (1 + _ROUNDING) if j == 0 else t0)
+    return at * (1 + 1e3 * _ROUNDING)
+
+
 def price(trace, candidates: dict, budget: int, prof, *, accesses: bool = False,
           starts=(), oblivious: bool = True,
           _prune: bool = True) -> tuple[str, dict, tuple[str, ...]]:
@@ -172,10 +205,12 @@ def price(trace, candidates: dict, budget: int, prof, *, accesses: bool = False,
     seconds}`` (the worst of the views, as a ratio to ``none``'s time in the same view,
     times ``none``'s extremal time; the one-unseen-use view counts only where it refutes,
     Note [One unseen use]) and the labels whose figure is a lower bound (refuted before
-    their last view, Note [Refuted candidates run no further views]; ``_prune`` False runs
-    every view, for tests). ``starts``: the iteration start ticks (for the reads of the
-    never-freed blocks, see the module docstring). Raises the simulator's ``BudgetError``
-    when a tick's working set exceeds the budget (nothing can be judged)."""
+    their last view, Note [Refuted candidates run no further views], or by a run stopped
+    once it refuted them, Note [Runs stopped once decided]; ``_prune`` False runs every
+    view, each run to its end, for tests). ``starts``: the iteration start ticks (for the
+    reads of the never-freed blocks, see the module docstring). Raises the simulator's
+    ``BudgetError`` when a tick's working set exceeds the budget (nothing can be
+    judged)."""
     from ..sim import BudgetError, simulate
 
     from ..trace.zoo import allocator_only
@@ -210,6 +245,15 @@ def price(trace, candidates: dict, budget: int, prof, *, accesses: bool = False,
             v.append(runs[2][label][0] / runs[2]["none"][0])
         return v
 
+    def decided(j, label, t, yardstick):
+        """A run stopped at ``t`` (s) decides what a full run would (Note [Runs stopped
+        once decided]), by the expressions ``slower``, ``ratio`` and ``refuted`` read."""
+        t0, stall0 = yardstick
+        if accesses or j == 2:
+            base = t0 if not j else runs[0]["none"][0]
+            return t > t0 * (1 + _ROUNDING) and base * (t / t0) > base * (1 + _ROUNDING)
+        return t > t0 and stall0 < t - t0 and (j > 0 or t > t0 * (1 + _ROUNDING))
+
     def refuted(label):
         # Note [Refuted candidates run no further views]
         base = runs[0]["none"][0]
@@ -232,10 +276,21 @@ def price(trace, candidates: dict, budget: int, prof, *, accesses: bool = False,
         cache: dict = {}
         run: dict = {}
         try:
-            for label, p in todo.items():
+            # no plan first: the other runs may stop once decided (Note [Runs stopped ...])
+            for label in sorted(todo, key=lambda k: k != "none"):
+                stop = _decided_above(j, run["none"], accesses) \
+                    if _prune and label != "none" else float("inf")
                 # two figures are read: no frames built (sim/_api.py Note [Figures only])
-                r = simulate(view, p, prof, budget, _cache=cache, _figures_only=True)
-                run[label] = (float(r.iteration_time_s), float(r.stall_time_s))
+                r = simulate(view, todo[label], prof, budget, _cache=cache, _figures_only=True,
+                             _stop_above_s=stop)
+                t = float(r.iteration_time_s)
+                if r.counters.get("stopped") and not decided(j, label, t, run["none"]):
+                    r = simulate(view, todo[label], prof, budget, _cache=cache,
+                                 _figures_only=True)  # short of deciding: run in full
+                    t = float(r.iteration_time_s)
+                if r.counters.get("stopped") and (accesses or j == 2):
+                    cut.add(label)  # refuted by a lower bound of its time
+                run[label] = (t, float(r.stall_time_s))
                 del r
         except BudgetError:
             if not j:

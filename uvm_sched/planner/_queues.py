@@ -36,15 +36,25 @@ def timing(chosen, tl: _Timeline) -> np.ndarray:
     prefetches as late as their deadline and the prefetches behind them allow (backward
     list scheduling). A gap the link cannot serve in time is dropped (``bad``); repeated
     until the choice is stable."""
+    from . import _fast_timing  # (it reads this module's functions: imported at run time)
+
     for _ in range(4):
         live = [g for g in chosen if g.chosen]
-        saved, dropped = _timing_once(live, tl)
+        # the compiled pass where the compiled sweep runs (the same values, _fast_timing)
+        saved, dropped = _fast_timing.timing_once(live, tl) \
+            if live and _fast_timing.available() else _timing_once(live, tl)
         if not dropped:
             return saved
     return saved
 
 
-def _earliest_with_room(resident, tl: _Timeline, sz: int, lo: int, hi: int, cap=4096) -> int:
+# How far back (ticks) a prefetch looks for room to land early: bounds the work per
+# prefetch (``_earliest_with_room``, ``_early.pull_forward``).
+ROOM_LOOKBACK_TICKS = 4096
+
+
+def _earliest_with_room(resident, tl: _Timeline, sz: int, lo: int, hi: int,
+                        cap=ROOM_LOOKBACK_TICKS) -> int:
     """The earliest control point in [lo, hi] from which the block (``sz`` bytes) can be
     back on the device until ``hi``'s tick without exceeding the budget; claims the room
     in ``resident``. Looks back at most ``cap`` ticks. O(ticks looked at), vectorised."""

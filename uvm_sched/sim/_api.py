@@ -149,6 +149,7 @@ def _simulate(trace, policy, hw, budget, **opts) -> SimResult:
     cache = opts.pop("_cache", None)
     # private, for the planner's pricing (Note [Figures only])
     figures_only = bool(opts.pop("_figures_only", False))
+    stop_above_s = float(opts.pop("_stop_above_s", float("inf")))  # Note [A run stopped ...]
     pool = bool(opts.pop("pool", True))
     zero_fill = bool(opts.pop("zero_fill_faults", True))
     prep = _prepared(trace, hw, cache)
@@ -219,7 +220,7 @@ def _simulate(trace, policy, hw, budget, **opts) -> SimResult:
             warnings.warn(str(e).split(" Plan for this trace")[0], PlanMismatchWarning,
                           stacklevel=3)  # the caller of simulate
         if figures_only and not to_end:
-            return _run_figures(prep, hw, B, policy, pool, zero_fill)
+            return _run_figures(prep, hw, B, policy, pool, zero_fill, stop_above_s)
         sched: Schedule = PlanSchedule(policy, prep)
     elif name == "demand":
         sched = Schedule()
@@ -347,19 +348,34 @@ def _run(prep, hw, B, sched: Schedule, name: str, pool: bool, zero_fill: bool,
 # action table for the next view (the views differ in their ACCESS rows only) saved
 # another 0.1 s per 100k events but held ~150 bytes per event more at the peak (1M events:
 # 1,008 -> 1,163 bytes per event over the start, past the 1 KiB target), so it is not done.
+#
+# Note [A run stopped once it is slower] -- the pricing decides some runs from a lower
+# bound of their iteration time alone (``planner/_pricing.py``, Note [Runs stopped once
+# decided]): ``simulate(..., _figures_only=True, _stop_above_s=x)`` stops the compiled loop
+# after the first tick of the measured window at which the window's time so far is above
+# ``x`` seconds. The clock never goes back (each tick adds its compute and its stalls), so
+# the whole window's time is at least the figure returned; the result's
+# ``counters["stopped"]`` (True; absent after a full run) says so, and its other figures
+# (stall, bytes, faults) are those of the part that ran. The reference loop runs to the
+# end (a full run is a valid answer).
 
 
-def _run_figures(prep, hw, B, plan: Plan, pool: bool, zero_fill: bool) -> SimResult:
+def _run_figures(prep, hw, B, plan: Plan, pool: bool, zero_fill: bool,
+                 stop_above_s: float = float("inf")) -> SimResult:
     """A Plan's run with its window's figures only (Note [Figures only]): timeline,
-    transfers and actions are None."""
+    transfers and actions are None; stopped early once above ``stop_above_s`` where the
+    compiled loop runs (Note [A run stopped once it is slower])."""
     sched = PlanSchedule(plan, prep)
     if _fast.available():
         books = _fast.run(prep, hw, B, sched, pool, zero_fill, False, DISCARD_MIN_BYTES,
-                          figures_only=True)
+                          figures_only=True, stop_above_s=stop_above_s)
     else:
         books = _run_reference(prep, hw, B, sched, pool, zero_fill)
         books.update(timeline=None, transfers=None)
-    return _window_result(prep, hw, B, "plan", pool, books, frames=False)
+    result = _window_result(prep, hw, B, "plan", pool, books, frames=False)
+    if books.get("stopped"):  # (only then: a full run's figures are simulate's own)
+        result.counters["stopped"] = True
+    return result
 
 
 def _run_reference(prep, hw, B, sched: Schedule, pool: bool, zero_fill: bool,

@@ -143,11 +143,13 @@ def _plan_table(sched, prep: Prepared, end_t: int):
 
 
 def run(prep: Prepared, hw, B: int, sched, pool: bool, zero_fill: bool, to_end: bool,
-        discard_min: int, figures_only: bool = False) -> dict:
+        discard_min: int, figures_only: bool = False,
+        stop_above_s: float = float("inf")) -> dict:
     """The run ``_api._run`` makes, compiled: the window's books as a dict (see
     ``_api._window_result``) plus ``actions`` (tick, stage, code, block, event arrays).
     ``figures_only``: no timeline, copies or actions (None; ``_api``'s Note [Figures
-    only])."""
+    only]); ``stop_above_s``: stop once the window's time so far is above it (the books
+    then say ``stopped``; ``_api``, Note [A run stopped once it is slower])."""
     assert available()
     ws, we = prep.window
     end_t = prep.n_ticks if to_end else we
@@ -156,13 +158,13 @@ def run(prep: Prepared, hw, B: int, sched, pool: bool, zero_fill: bool, to_end: 
                     hw.remote_read_Bps, hw.d2h_prefetch_Bps, hw.h2d_prefetch_Bps,
                     hw.remote_write_Bps, hw.action_call_s,
                     float(hw.access_counter_migration), hw.duplex_Bps], float)
-    I, outf, outi, rows_f, rows_i, trf, tri, ran = _mod.run(
+    I, outf, outi, rows_f, rows_i, trf, tri, ran, stopped = _mod.run(
         prep.n_ticks, ws, we, to_end, np.ascontiguousarray(prep.dur_s, float), prep.ev_ptr,
         prep.ev_kind, prep.ev_block, prep.acc_ptr, prep.acc_chunk, prep.acc_need,
         prep.acc_write, prep.acc_read, prep.bchunk0, prep.bnchunk, prep.bsize, prep.csize,
         prep.cblock, ptr, code, blk, lo, hi, flag, int(B), int(hw.va_block_bytes),
         int(hw.fault_batch_bytes), hwf, bool(pool), bool(zero_fill), int(discard_min),
-        _starts(prep))
+        _starts(prep), float(stop_above_s))
     _state["calls"] += 1
     if I[_mod.ERR] == 1:
         raise RuntimeError(
@@ -198,5 +200,5 @@ def run(prep: Prepared, hw, B: int, sched, pool: bool, zero_fill: bool, to_end: 
             "bytes_d2h": int(outi[4]), "faults": int(outi[5]), "peak": int(outi[6]),
             "led": {k: int(v) for k, v in zip(LEDGER, outi[8:])},
             "divergences": int(div[we] - div[ws]),
-            "timeline": tl, "transfers": tr, "actions": actions}
+            "timeline": tl, "transfers": tr, "actions": actions, "stopped": bool(stopped)}
 

@@ -239,9 +239,11 @@ def _executes(code, b, alive_b, flag, bsize, discard_min):  # _api._executes
 @jit
 def run(n_ticks, ws, we, to_end, dur, ev_ptr, ev_kind, ev_block, acc_ptr, acc_chunk,
         acc_need, acc_write, acc_read, bchunk0, bnchunk, bsize, csize, cblock, a_ptr, a_code,
-        a_block, a_lo, a_hi, a_flag, B, V, fbb, hwf, pool, zero_fill, discard_min, is_start):
+        a_block, a_lo, a_hi, a_flag, B, V, fbb, hwf, pool, zero_fill, discard_min, is_start,
+        stop_above):
     """The whole run (``_api._run``'s loop): returns the state arrays, the window's
-    timeline, its copies, which table actions ran, and the figures at the window's end."""
+    timeline, its copies, which table actions ran, the figures at the window's end and
+    whether it stopped above ``stop_above`` s (``_api``, Note [A run stopped once ...])."""
     nc = len(csize)
     nb = len(bsize)
     I = np.zeros(NI, np.int64)
@@ -286,7 +288,7 @@ def run(n_ticks, ws, we, to_end, dur, ev_ptr, ev_kind, ev_block, acc_ptr, acc_ch
     outi = np.zeros(8 + 10, np.int64)
     t_start = 0.0
     sf = se = sl = 0.0
-    done = False
+    done = stopped = False
     end_t = n_ticks if to_end else we
     for t in range(end_t):
         if t == we:
@@ -349,9 +351,12 @@ def run(n_ticks, ws, we, to_end, dur, ev_ptr, ev_kind, ev_block, acc_ptr, acc_ch
             rows_i[r, 0] = I[CLAIMED]
             rows_i[r, 1] = I[TH2D]
             rows_i[r, 2] = I[TD2H]
+            if F[NOW] - t_start > stop_above:  # the clock never goes back: T is above too
+                stopped = True
+                break
     if not done:
         _snapshot(I, F, led, rb, outf, outi, t_start, sf, se, sl)
-    return I, outf, outi, rows_f, rows_i, trf, tri, ran
+    return I, outf, outi, rows_f, rows_i, trf, tri, ran, stopped
 
 
 @jit
