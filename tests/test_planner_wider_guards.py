@@ -2,6 +2,8 @@
 wider guards]): hand-made iterations with a known answer (fast)."""
 from __future__ import annotations
 
+import dataclasses
+
 from uvm_sched.planner import plan
 from uvm_sched.sim import simulate
 from uvm_sched.trace import AccessMode, TraceBuilder
@@ -39,9 +41,9 @@ def _early_pressure(read_at: int | None = None, b_from: int = 12, b_to: int = 20
     return tb.build()
 
 
-def _plan(tr, mode: str):
+def _plan(tr, mode: str, hw=None):
     pat = one_iteration(tr)
-    return plan(tr, 5000, hw=slow_link(4e9), pattern=pat, mode=mode, populate=False,
+    return plan(tr, 5000, hw=hw or slow_link(4e9), pattern=pat, mode=mode, populate=False,
                 guard="auto", price=False), pat
 
 
@@ -61,6 +63,14 @@ def test_a_gap_narrowed_for_the_budget_is_evicted_again_at_its_widest_guard():
     assert len(out) == 2
     assert 8 <= out[0] < 12 and 32 <= out[1] < back[0] < N_TICKS - 1
     assert p.meta["predicted"]["over_budget_ticks"] == 0
+
+
+def test_a_block_too_small_to_pay_for_the_repeated_call_is_evicted_once():
+    # 1 ms per driver call: A's 4000 bytes overstaying cost the driver 4000 x 1.5 ns
+    # (write-back at 2 GB/s, fault-back at 1 GB/s), far less than the call
+    hw = dataclasses.replace(slow_link(4e9), action_call_s=1e-3)
+    p, pat = _plan(_early_pressure(), "oblivious", hw)
+    assert len(_ticks(p, pat, "prefetch_to_host")) == 1
 
 
 def test_a_gap_at_its_widest_guard_is_evicted_once():

@@ -176,6 +176,7 @@ class Problem:
     d2h_Bps: float
     duplex_Bps: float = float("inf")  # both directions together (the link's duplex cap)
     overflow_ns_per_byte: float = 0.0  # what the driver pays per byte left over budget
+    action_call_ns: float = 0.0  # host time of one planned action (a driver call)
     remote_min_excess: int = 0  # remote fallback only when the excess left is this large
     touch_guard_min: int = 0  # ticks: the narrowest guard around a sampled touch (noise)
 

@@ -26,6 +26,14 @@ sizes): ResNet-50 GH200 30% 75.3 -> 51.9 ms, Inception-v3 GH200 30% 63.2 -> 57.3
 far inside lifetimes are common. Repeating it at every wider guard (each level between)
 cost Llama-7B 7.8-9.3% and Inception-v3 PCIe 30% 10.4%: the widest only.
 
+Only where it can pay for itself: the repeated row costs one host call (``hw.action_call_s``;
+the host makes the calls one after another, so on an iteration dense with actions it
+delays the prefetches behind it), and the most it can save is the driver's write-back and
+fault-back of the block's bytes (``overflow_ns_per_byte``); a block smaller than the call
+over that price is left alone (generated workloads, ``bench_robust``: a U-Net whose hedged
+blocks had a median of 512 bytes priced 0.6 ms worse per 3 ms iteration and fell back to
+advice only, 30% slower). The sizes follow from the hardware profile: 37.5 KB on PCIe Gen5.
+
 Only guessed uses: around a sampled touch the guard absorbs timing slack, the touch is
 seen, and the repeated rows would only cost host calls (measured: sampled plans slower,
 Inception-v3 on GH200 at 30% 46.4 -> 51.3 ms, when they were issued there too).
@@ -47,9 +55,13 @@ def evictions_at_wider_guards(tl: _Timeline, chosen: list[_Gap], evict_at: Calla
     ``evict_at(k, b)`` / ``prefetch_at(k, b)``: the issue point of control point ``k``
     for block ``b`` (``_core._issue_points``)."""
     guessed, size = tl.listed("end_lo"), tl.listed("size")
+    # the smallest block whose overstay costs the driver more than the repeated call costs
+    # the host (Note [Evictions at the wider guards])
+    min_bytes = tl.p.action_call_ns / tl.p.overflow_ns_per_byte if tl.p.overflow_ns_per_byte \
+        else 0.0
     out = []
     for g in chosen:
-        if g.dead or g.level == 0 or guessed[g.blk] < 0:
+        if g.dead or g.level == 0 or guessed[g.blk] < 0 or size[g.blk] < min_bytes:
             continue
         k = evict_at(g.sibs[0].ke, g.blk)  # the widest guard's (level 0) eviction point
         if evict_at(g.ke, g.blk) < k < prefetch_at(g.kp, g.blk):
