@@ -124,6 +124,7 @@ import numpy as np
 from . import _fast, _reference, _stall
 from ._excess import Excess as _Excess
 from ._queues import timing
+from ._wider_guards import evictions_at_wider_guards
 
 __all__ = ["Problem", "Schedule", "build_schedule"]
 
@@ -174,6 +175,7 @@ class Problem:
     d2h_Bps: float
     duplex_Bps: float = float("inf")  # both directions together (the link's duplex cap)
     overflow_ns_per_byte: float = 0.0  # what the driver pays per byte left over budget
+    action_call_ns: float = 0.0  # host time of one planned action (a driver call)
     remote_min_excess: int = 0  # remote fallback only when the excess left is this large
     touch_guard_min: int = 0  # ticks: the narrowest guard around a sampled touch (noise)
 
@@ -590,7 +592,9 @@ def _remote_fallback(tl: _Timeline, chosen: list[_Gap], saved: np.ndarray):
 def _issue_points(tl: _Timeline, chosen: list[_Gap]):
     """Step 4 (Note [Issue points]): ``(event_unrolled, block, size)`` rows, evictions at
     the first control point of their group, prefetches at the last, each within its
-    block's lifetime (after its ALLOC, before its FREE, unrolled like the point)."""
+    block's lifetime (after its ALLOC, before its FREE, unrolled like the point); a gap of
+    guessed uses at a narrowed guard is evicted again at its widest guard's point
+    (``_wider_guards``)."""
     q, E, size = tl.q, tl.E, tl.size
     first_of = np.searchsorted(q, q, side="left")
     last_of = np.searchsorted(q, q, side="right") - 1
@@ -607,6 +611,8 @@ def _issue_points(tl: _Timeline, chosen: list[_Gap]):
     evictions = [(evict_at(g.ke, g.blk), g.blk, int(size[g.blk])) for g in chosen]
     prefetches = [(prefetch_at(g.kp, g.blk), g.blk, int(size[g.blk]))
                   for g in chosen if not g.dead]
+    # Note [Evictions at the wider guards]
+    evictions += evictions_at_wider_guards(tl, chosen, evict_at, prefetch_at)
     return evictions, prefetches
 
 

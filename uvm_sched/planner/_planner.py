@@ -538,6 +538,7 @@ def _problem(pat, prof, samples: dict | None, remote_fallback: bool = False,
         remote_cost_ns=remote_cost, touch_count=touch_count, h2d_Bps=prof.h2d_prefetch_Bps, d2h_Bps=prof.d2h_prefetch_Bps,
         duplex_Bps=prof.duplex_Bps,
         overflow_ns_per_byte=1e9 / prof.d2h_evict_Bps + 1e9 / prof.h2d_fault_Bps,
+        action_call_ns=prof.action_call_s * 1e9,
     )
     live = np.zeros(T + 1, np.int64)
     np.add.at(live, live_from, size)
