@@ -61,6 +61,38 @@ def one_iteration(trace) -> OneIteration:
     return OneIteration(ev, blocks, np.asarray(trace.tick_ns, float), 0, n, len(rows))
 
 
+def a_and_b(n_ticks: int, b_from: int, b_to: int, *, reads=(), name: str = "a-and-b",
+            mark: bool = False):
+    """A hand-made iteration: A (4000 B) lives all ``n_ticks`` ticks and is read at ticks 0
+    and n-1 and at each of ``reads``; B (4000 B) lives and is used at ``b_from..b_to``, so
+    under a 5000-byte budget A must be away over B's life. A 1-byte block allocated and
+    freed at every tick but the first gives the runtime a control point there. ``mark``:
+    a marker first (the simulator then measures the whole trace as one iteration)."""
+    from uvm_sched.trace import AccessMode, TraceBuilder
+
+    tb = TraceBuilder(name=name)
+    if mark:
+        tb.mark()
+    A = tb.alloc(4000)
+    B = None
+    for t in range(n_ticks):
+        x = tb.alloc(1) if t > 0 else None
+        if t == b_from:
+            B = tb.alloc(4000)
+        if t in (0, n_ticks - 1) or t in reads:
+            tb.access(A, AccessMode.READ)
+        if b_from <= t <= b_to:
+            tb.access(B, AccessMode.READ_WRITE)
+        if t == b_to:
+            tb.free(B)
+        if t == n_ticks - 1:
+            tb.free(A)
+        if x is not None:
+            tb.free(x)
+        tb.next_tick(1000.0)
+    return tb.build()
+
+
 def slow_link(bytes_per_s: float = 1e9, name: str = "h200-pcie5"):
     """The shipped profile with every link bandwidth set to ``bytes_per_s`` and calls that
     cost next to nothing (1 ps: the cases' ticks are microseconds, where the assumed 5 us

@@ -6,9 +6,8 @@ import pytest
 
 from uvm_sched.planner import plan
 from uvm_sched.sim import simulate
-from uvm_sched.trace import AccessMode, TraceBuilder
 
-from _planner_helpers import one_iteration, slow_link
+from _planner_helpers import a_and_b, one_iteration, slow_link
 
 
 def _room_back_at(b_from: int = 6, b_to: int = 8, n_ticks: int = 20):
@@ -16,25 +15,7 @@ def _room_back_at(b_from: int = 6, b_to: int = 8, n_ticks: int = 20):
     b_from..b_to, so under a 5000-byte budget A must be away over B's life and there is
     room for it again from tick b_to + 1. A 1-byte block allocated and freed at every tick
     gives the runtime a control point there."""
-    tb = TraceBuilder(name="room-back")
-    A = tb.alloc(4000)
-    B = None
-    for t in range(n_ticks):
-        x = tb.alloc(1) if t > 0 else None
-        if t == b_from:
-            B = tb.alloc(4000)
-        if t in (0, n_ticks - 1):
-            tb.access(A, AccessMode.READ)
-        if b_from <= t <= b_to:
-            tb.access(B, AccessMode.READ_WRITE)
-        if t == b_to:
-            tb.free(B)
-        if t == n_ticks - 1:
-            tb.free(A)
-        if x is not None:
-            tb.free(x)
-        tb.next_tick(1000.0)
-    return tb.build()
+    return a_and_b(n_ticks, b_from, b_to, name="room-back")
 
 
 def _prefetch_ticks(p, pat) -> list[int]:

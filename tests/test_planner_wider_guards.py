@@ -6,9 +6,8 @@ import dataclasses
 
 from uvm_sched.planner import plan
 from uvm_sched.sim import simulate
-from uvm_sched.trace import AccessMode, TraceBuilder
 
-from _planner_helpers import one_iteration, slow_link
+from _planner_helpers import a_and_b, one_iteration, slow_link
 
 N_TICKS = 200
 
@@ -19,26 +18,8 @@ def _early_pressure(read_at: int | None = None, b_from: int = 12, b_to: int = 20
     budget A must leave before tick b_from: before its 16- and 32-tick guards have passed,
     after its 8-tick one. A 1-byte block allocated and freed at every tick gives the runtime
     a control point there."""
-    tb = TraceBuilder(name="early-pressure")
-    tb.mark()  # the simulator measures the whole trace (one iteration)
-    A = tb.alloc(4000)
-    B = None
-    for t in range(N_TICKS):
-        x = tb.alloc(1) if t > 0 else None
-        if t == b_from:
-            B = tb.alloc(4000)
-        if t in (0, N_TICKS - 1) or t == read_at:
-            tb.access(A, AccessMode.READ)
-        if b_from <= t <= b_to:
-            tb.access(B, AccessMode.READ_WRITE)
-        if t == b_to:
-            tb.free(B)
-        if t == N_TICKS - 1:
-            tb.free(A)
-        if x is not None:
-            tb.free(x)
-        tb.next_tick(1000.0)
-    return tb.build()
+    return a_and_b(N_TICKS, b_from, b_to, reads=() if read_at is None else (read_at,),
+                   name="early-pressure", mark=True)
 
 
 def _plan(tr, mode: str, hw=None):
