@@ -75,9 +75,9 @@ E2E_MODES = ("default", "uvm", "uvm-oblivious", "uvm-sampled")
 STEPS = ("build", "library", "compile", "gpu-tests", "calibrate", "sidebyside", "e2e", "predict")
 
 # Time limit of each step (seconds), before the deadline cuts it.  The proving steps
-# (build, library, compile, the first two e2e runs, predict) add up to 465 s, inside the default
-# 480 s deadline; test_gpu_kit checks that sum.
-LIMITS = {"build": 120, "library": 30, "compile": 90, "e2e": 75, "e2e-budget": 90, "predict": 60,
+# (build, library, compile, the first two e2e runs, predict) add up to the default
+# deadline, 480 s; test_gpu_kit checks that sum.
+LIMITS = {"build": 90, "library": 30, "compile": 150, "e2e": 60, "e2e-budget": 90, "predict": 60,
           "gpu-tests": 90, "calibrate": 120, "calibrate:self": 60, "sidebyside": 60}
 PROVING = ("build", "library", "compile", "e2e", "e2e-budget", "predict")
 # A Scheduler's run trains on until ARMED_STEPS steps ran with its plan armed; E2E_SETUP_S
