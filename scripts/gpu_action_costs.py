@@ -168,8 +168,9 @@ def main(argv=None) -> int:
         print(f"{r['bytes'] // MiB:6d} MiB  {r['action']:<40} call {r['call_us']:10.1f} us  "
               f"done {r['done_us']:10.1f} us {g}")
     for r in busy:
+        left_ms = r["queue_left_after_call_s"] * 1e3
         print(f"busy {r['queued_s'] * 1e3:6.0f} ms queued  {r['action']:<28} call "
-              f"{r['call_us']:10.1f} us, queue left after the call {r['queue_left_after_call_s'] * 1e3:8.1f} ms")
+              f"{r['call_us']:10.1f} us, queue left after the call {left_ms:8.1f} ms")
     return 0
 
 

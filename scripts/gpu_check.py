@@ -18,8 +18,9 @@ libcuda.so.1`` when ``make -C tests/native`` has built it, else compiled into
 Steps, in the order they run: the ones that prove the product come first, so a lease cut
 short still brings them back: build, library (loads the library and makes each direct
 driver call once: the backend and its reason are recorded), compile (one small plan and
-simulation, so numba's cache holds the compiled kernels before a Scheduler needs them), e2e (first GPT with PyTorch's
-allocator, then GPT under the Scheduler, at half its memory with ``--oversubscribe``),
+simulation, so numba's cache holds the compiled kernels before a Scheduler needs them),
+e2e (first GPT with PyTorch's allocator, then GPT under the Scheduler, at half its memory
+with ``--oversubscribe``),
 predict (the simulator's prediction beside those runs); then gpu-tests, calibrate (the
 ``kernels/`` microbenchmarks, then ``calibrate:self``: the runtime's own probe,
 ``uvm_sched.calibrate``, beside them in ``OUTDIR/calibration_compare.json`` and the

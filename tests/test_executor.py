@@ -127,14 +127,17 @@ def test_side_streams_wait_on_an_event_recorded_on_the_compute_stream():
         assert uvm_sched.stats()["actions_skipped"] == 1
 
 
-def test_a_populate_goes_on_the_allocating_stream_ahead_of_its_kernels():
+@pytest.mark.parametrize("legacy", [False, True], ids=["created-stream", "legacy-stream"])
+def test_a_populate_goes_on_the_allocating_stream_ahead_of_its_kernels(legacy):
     # the block an ALLOC hands out may hold discarded pages: a kernel touching them faults
     # at ~0.5 GB/s on an H200 (results/gpu_h200.md), so the populate must precede the
     # kernels queued after the allocation, on their stream; an eviction of the same block
-    # at the same event follows it through an event recorded after it
+    # at the same event follows it through an event recorded after it. On the legacy NULL
+    # stream too: cuda.h's cuMemPrefetchAsync takes any "hStream - Stream to enqueue
+    # prefetch operation" (only cuMemDiscardBatchAsync refuses the legacy stream: D1)
     with fakecuda.backend("fake") as fake:
         fake.lib.fake_cuda_stream_create.restype = ctypes.c_void_p
-        s = fake.lib.fake_cuda_stream_create()
+        s = 0 if legacy else fake.lib.fake_cuda_stream_create()
         native.arm_plan(_plan([(0, "prefetch_to_device", 0, False, 0, 0),
                                (0, "prefetch_to_host", 0, False, 0, 0),
                                (1, "prefetch_to_device", 0, False, 0, 0)]))
@@ -147,7 +150,8 @@ def test_a_populate_goes_on_the_allocating_stream_ahead_of_its_kernels():
         populate, evict, later = (calls[i] for i in pf)
         compute = populate["stream"]
         assert (populate["ptr"], populate["loc.type"]) == (a, 1)  # A to DEVICE 0
-        assert compute not in ("s0", evict["stream"], later["stream"])
+        assert (compute == "s0") == legacy and compute not in (evict["stream"], later["stream"])
+        assert all(c["rc"] == 0 for c in (populate, evict, later))
         # the eviction's side stream waits on an event recorded on the compute stream
         # after the populate was queued there
         rec = next(c for c in calls[pf[0]:pf[1]] if c["name"] == "cuEventRecord")
@@ -160,28 +164,35 @@ def test_a_populate_goes_on_the_allocating_stream_ahead_of_its_kernels():
         assert st["actions_issued"] == 3 and st["bytes_prefetched_h2d"] == 8 * MiB
 
 
-def test_the_pool_populates_discarded_pages_before_it_hands_them_out_again():
+@pytest.mark.parametrize("legacy", [False, True], ids=["created-stream", "legacy-stream"])
+def test_the_pool_populates_discarded_pages_before_it_hands_them_out_again(legacy):
     # after a disarm (or a divergence, or a plan that leaves an allocation unpopulated) the
-    # pool reuses pages a plan discarded: it populates them on the allocating stream, once
+    # pool reuses pages a plan discarded: it populates them on the allocating stream, once.
+    # The legacy NULL stream is fine there: cuda.h's cuMemPrefetchAsync takes "hStream -
+    # Stream to enqueue prefetch operation" with no exception, unlike
+    # cuMemDiscardBatchAsync's "Must not be legacy NULL stream" (PRECONDITIONS.md D1)
     with fakecuda.backend("fake") as fake:
         fake.lib.fake_cuda_stream_create.restype = ctypes.c_void_p
-        s = fake.lib.fake_cuda_stream_create()
+        s = 0 if legacy else fake.lib.fake_cuda_stream_create()
         native.arm_plan(_plan([(3, "discard", 0, False, 0, 0)]))  # A, at its free
+        fake.clear()
         a, _ = _iteration(stream=s)
         native.disarm()
+        # the allocating stream, as the fake names it: where the discard's event was recorded
+        sid = next(c for c in fake.calls() if c["name"] == "cuEventRecord")["stream"]
+        assert (sid == "s0") == legacy
         fake.clear()
         again = uvm_sched.malloc(4 * MiB, stream=s)  # unplanned, on A's pages
         pf = [c for c in fake.calls() if c["name"] == "cuMemPrefetchAsync_v2"]
         assert again == a
-        assert [(c["ptr"], c["bytes"], c["loc.type"]) for c in pf] == [(a, 4 * MiB, 1)]
+        assert [(c["ptr"], c["bytes"], c["loc.type"], c["stream"], c["rc"]) for c in pf] == \
+            [(a, 4 * MiB, 1, sid, 0)]
         rec = [c for c in fake.calls() if c["name"] == "cuMemAllocManaged"]
         assert not rec  # the same arena: nothing new was reserved
         uvm_sched.free(again)
         fake.clear()
         uvm_sched.free(uvm_sched.malloc(4 * MiB, stream=s))  # populated since: no prefetch
         assert not [c for c in fake.calls() if c["name"] == "cuMemPrefetchAsync_v2"]
-        # a prefetch of the pages goes on the stream the allocation was made on
-        assert pf[0]["stream"] not in ("s0",)
 
 
 def test_a_legacy_driver_gets_device_ordinals_and_no_discard():

@@ -280,8 +280,6 @@ static bool release_empty_arenas(uvm_pool *p) {
     return true;
 }
 
-/* The fallback ladder, as in PyTorch's caching allocator's malloc
- * (alloc_block || (release_available_cached_blocks && alloc_block) || ...). */
 static bool page_discarded(const uvm_arena *a, uint64_t pg) {
     return (a->discarded[pg / 64] >> (pg % 64)) & 1;
 }
@@ -319,6 +317,8 @@ static void populate_discarded(uvm_pool *p, uvm_run *r, int slot, int device) {
     }
 }
 
+/* The fallback ladder, as in PyTorch's caching allocator's malloc
+ * (alloc_block || (release_available_cached_blocks && alloc_block) || ...). */
 int uvm_take_pages(uvm_pool *p, uint64_t n, int slot, int device, uvm_run **out) {
     int s = UVM_OK;
     uvm_run *r = NULL;
