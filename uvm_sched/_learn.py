@@ -13,6 +13,22 @@ event arrays go out of band, written from a helper thread that releases the GIL 
 writes). ``kind="thread"`` runs ``learn`` in the helper thread itself (no second process;
 for environments that forbid one); if the process cannot be started, the worker falls
 back to that with a logged warning.
+
+Note [The first plan on a cold kernel cache]
+The planner and the simulator run numba kernels, compiled into numba's cache the first time
+they run: about two minutes on a fresh install (``uvm-sched warmup`` does it ahead), during
+which a helper that plans with them gives nothing; on a fresh GPU machine no plan armed within
+300 ResNet-50 steps. Their plain-Python references give the same plans (the agreement
+tests), as fast as the compiled kernels on a CNN's few thousand events per iteration and ten
+times slower on an LLM's hundreds of thousands. Which one finishes first is not known ahead
+(the cache may be warm, the trace long), so the worker does not guess. Its helper compiles
+every kernel as soon as it starts (``compile_kernels``: seconds on a warm cache); a request
+that comes before that is done goes to a stand-in helper started with the plain-Python
+kernels, and whichever answers first wins: the stand-in's plan, or the compiled helper's
+"ready", after which the stand-in is killed and the request goes to the compiled helper.
+The first plan thus costs at most what it cost before (the compile, then the compiled plan)
+and, where the references are quick, seconds. The answer says which kernels made it
+(``kernels``: "compiled" or "python").
 """
 from __future__ import annotations
 
@@ -21,6 +37,7 @@ import logging
 import os
 import pickle
 import queue
+import select
 import struct
 import subprocess
 import sys
@@ -29,6 +46,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from ._warmup import PYTHON_KERNELS_ENV
 
 __all__ = ["learn", "Worker", "Job", "main", "shared_worker"]
 
@@ -215,13 +234,15 @@ def main() -> None:
             req = _read_frame(inp)
         except EOFError:
             return
-        if req.get("ping"):  # (Worker.warm: load what learn needs, then say so)
-            from . import pattern  # noqa: F401
-            from .planner import _fast
+        if req.get("ping"):  # (Worker: compile what learn runs, then say so)
+            from ._warmup import compile_kernels
             from .trace import _native  # noqa: F401
 
-            _fast.available()  # numba and the compiled sweep, where installed
-            _write_frame(out, {"status": "ready"})
+            try:
+                ready = {"status": "ready", **compile_kernels()}
+            except Exception as e:  # the references stand in, as they do without numba
+                ready = {"status": "ready", "compile_error": f"{type(e).__name__}: {e}"}
+            _write_frame(out, ready)
             continue
         try:
             res = learn(req)
@@ -241,14 +262,18 @@ class Worker:
         if kind not in ("process", "thread"):
             raise ValueError(f"worker must be 'process' or 'thread', got {kind!r}")
         self.kind = kind
-        self._proc: subprocess.Popen | None = None
+        self._proc: subprocess.Popen | None = None  # the helper, with the compiled kernels
+        self._compiling = False  # its "ready" has not come yet
+        # the helper with the plain-Python kernels that answers while _proc compiles
+        # (Note [The first plan on a cold kernel cache])
+        self._stand_in: subprocess.Popen | None = None
         self._todo: queue.SimpleQueue = queue.SimpleQueue()  # (request, Job), in order
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
 
     def warm(self) -> None:
         """Start the helper thread and, for "process", the helper process now, in the
-        background (its imports take a second or two: better during the warm-up
+        background (its imports and kernels take seconds: better during the warm-up
         iterations than after them; and starting a thread from ``step()`` costs
         milliseconds on a loaded machine)."""
         self._ensure_thread()
@@ -275,7 +300,7 @@ class Worker:
             try:
                 if req.get("ping"):
                     try:
-                        self._remote(req)
+                        self._start_helper()
                     except Exception as e:  # the first real request tries again, says why
                         logger.debug("uvm_sched: starting the planning process: %s", e)
                 else:
@@ -287,50 +312,136 @@ class Worker:
             job.wall_s = time.perf_counter() - t0
             job.done.set()
 
-    def _ensure_process(self) -> subprocess.Popen:
-        if self._proc is None or self._proc.poll() is not None:
+    def _start_helper(self) -> subprocess.Popen:
+        """The helper process, started (and told to compile its kernels) if not running."""
+        if self._proc is not None and self._proc.poll() is not None:
+            self._proc, self._compiling = None, False
+        if self._proc is None:
             self._proc = _start_process()
+            _write_frame(self._proc.stdin, {"ping": True})
+            self._compiling = True
         return self._proc
+
+    def _helper_ready(self, timeout_s: float) -> bool:
+        """Whether the helper's kernels are compiled (its "ready" read, waiting at most
+        ``timeout_s`` seconds for it). A helper that died compiling is dropped (False)."""
+        if not self._compiling:
+            return True
+        assert self._proc is not None and self._proc.stdout is not None
+        # (the helper writes one frame per request and nothing else: no bytes of a later
+        # answer can sit in the reader's buffer, so select on its fd is exact)
+        if not select.select([self._proc.stdout], [], [], timeout_s)[0]:
+            return False
+        try:
+            ready = _read_frame(self._proc.stdout)
+        except (OSError, EOFError, pickle.UnpicklingError) as e:
+            logger.warning("uvm_sched: the planning process died compiling its kernels "
+                           "(%s); the plain-Python kernels plan meanwhile", e)
+            self._drop("_proc")
+            self._compiling = False
+            return False
+        self._compiling = False
+        if "compile_error" in ready:
+            logger.warning("uvm_sched: compiling the planner's kernels failed (%s); they "
+                           "run as plain Python", ready["compile_error"])
+        return True
 
     def _remote(self, req: dict) -> dict:
         try:
-            proc = self._ensure_process()
+            proc = self._start_helper()
         except OSError as e:
             logger.warning("uvm_sched: cannot start the planning process (%s); planning "
                            "on a thread of this process instead", e)
             self.kind = "thread"
-            return {"status": "ready"} if req.get("ping") else learn(req)
+            return learn(req)
         try:
+            if not self._helper_ready(0):
+                res = self._ask_stand_in(req)
+                if res is not None:
+                    return res
+                proc = self._start_helper()  # (ready now, or restarted if it died)
+            self._drop("_stand_in")  # the compiled kernels are there: no more need of it
             _write_frame(proc.stdin, req)
             res = _read_frame(proc.stdout)
         except (OSError, EOFError, pickle.UnpicklingError) as e:
             self.close()
             raise RuntimeError(f"the planning process failed: {e}") from None
-        if "traceback" in res:
-            logger.warning("uvm_sched: the planner raised in the planning process:\n%s",
-                           res["traceback"])
-        return res
+        return _logged(res, "compiled")
+
+    def _ask_stand_in(self, req: dict) -> dict | None:
+        """The stand-in's answer to ``req``, or None when the helper's kernels compiled
+        first (the stand-in is then killed). Note [The first plan on a cold kernel cache]."""
+        if self._stand_in is None or self._stand_in.poll() is not None:
+            self._stand_in = _start_process(python_kernels=True)
+        stand_in = self._stand_in
+        assert stand_in.stdout is not None
+        _write_frame(stand_in.stdin, req)
+        while True:
+            waiting: list = [stand_in.stdout]
+            if self._compiling and self._proc is not None:
+                waiting.append(self._proc.stdout)
+            ready = select.select(waiting, [], [])[0]
+            if stand_in.stdout in ready:
+                return _logged(_read_frame(stand_in.stdout), "python")
+            if self._helper_ready(0):
+                logger.info("uvm_sched: the kernels compiled before the plain-Python plan "
+                            "was done; planning with them")
+                self._drop("_stand_in")
+                return None
+
+    def _drop(self, which: str) -> None:
+        """Kill the helper ``which`` ("_proc" or "_stand_in"), if there is one."""
+        p = getattr(self, which)
+        setattr(self, which, None)
+        if p is not None and p.poll() is None:
+            p.kill()
+            p.wait()
 
     def close(self) -> None:
-        p, self._proc = self._proc, None
-        if p is not None:
-            try:
-                if p.stdin is not None:
-                    p.stdin.close()
-                p.wait(timeout=5)
-            except Exception:  # already gone, or stuck: it must not outlive us
-                p.kill()
+        """Close the helpers. One still compiling its kernels is not waited for: it ends
+        on its own once they are in numba's cache (the next run's gain), reading the
+        closed pipe."""
+        for which in ("_proc", "_stand_in"):
+            p = getattr(self, which)
+            setattr(self, which, None)
+            if p is not None:
+                try:
+                    if p.stdin is not None:
+                        p.stdin.close()
+                    if not (which == "_proc" and self._compiling):
+                        p.wait(timeout=5)
+                except Exception:  # already gone, or stuck: it must not outlive us
+                    p.kill()
+        self._compiling = False
 
 
-def _start_process() -> subprocess.Popen:
-    root = str(Path(__file__).resolve().parents[1])  # the folder holding uvm_sched
+def _logged(res: dict, kernels: str) -> dict:
+    """``res`` (a helper's answer) with the kernels that made it; a traceback in it logged."""
+    if "traceback" in res:
+        logger.warning("uvm_sched: the planner raised in the planning process:\n%s",
+                       res["traceback"])
+    res["kernels"] = kernels
+    return res
+
+
+def helper_env(python_kernels: bool = False) -> dict[str, str]:
+    """A helper process' environment: this one's, with the folder holding uvm_sched first
+    on ``PYTHONPATH`` (the helper imports the same uvm_sched as the loop), and the
+    plain-Python kernels switched on when ``python_kernels``."""
+    root = str(Path(__file__).resolve().parents[1])
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([root] + ([env["PYTHONPATH"]]
                                                   if env.get("PYTHONPATH") else []))
+    if python_kernels:
+        env.update(PYTHON_KERNELS_ENV)
+    return env
+
+
+def _start_process(python_kernels: bool = False) -> subprocess.Popen:
     # its own session: a Ctrl-C meant for the training loop does not kill it mid-plan
     return subprocess.Popen([sys.executable, "-c", "from uvm_sched._learn import main; main()"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
-                            start_new_session=True)
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            env=helper_env(python_kernels), start_new_session=True)
 
 
 _shared: dict[str, Worker] = {}

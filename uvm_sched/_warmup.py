@@ -14,7 +14,10 @@ import importlib.util
 import time
 from typing import Any
 
-__all__ = ["compile_kernels"]
+__all__ = ["compile_kernels", "PYTHON_KERNELS_ENV"]
+
+#: the switches that make the planner and the simulator run their plain-Python references
+PYTHON_KERNELS_ENV = {"UVM_SCHED_PLANNER_KERNEL": "python", "UVM_SCHED_SIM_KERNEL": "python"}
 
 
 def compile_kernels() -> dict[str, Any]:

@@ -177,12 +177,11 @@ class Scheduler:
         self._steps = Steps()  # every marked step: its kind, armed or why not; kind plans
         self.watching: str | None = None  # why the Scheduler stopped learning
         # values: counts, seconds, and steps_before_plan (None until the first plan)
-        self._counters: dict[str, Any] = {"plans": 0, "relearns": 0, "iterations_armed": 0,
-                                          "divergences": 0, "learn_failures": 0,
-                                          "plan_time_s": 0.0, "steps": 0,
-                                          "steps_before_plan": None, "steps_while_planning": 0,
-                                          "arm_time_s": 0.0, "watchdog_disarms": 0,
-                                          "learn_retries": 0}
+        self._counters: dict[str, Any] = {
+            "plans": 0, "relearns": 0, "iterations_armed": 0, "divergences": 0,
+            "learn_failures": 0, "plan_time_s": 0.0, "steps": 0, "steps_before_plan": None,
+            "steps_while_planning": 0, "arm_time_s": 0.0, "watchdog_disarms": 0,
+            "learn_retries": 0, "plan_kernels": None}
 
     # -- lifecycle ----------------------------------------------------------------------
     def start(self) -> "Scheduler":
@@ -510,6 +509,7 @@ class Scheduler:
         assert job is not None and job.result is not None  # _finish_learning enters with it
         res = job.result
         self._counters["plan_time_s"] += job.wall_s
+        self._counters["plan_kernels"] = res.get("kernels")
         p, pat, addrs = res["plan"], res["pattern"], res["addrs"]
         phase_allocs: list[int] | None = None
         if p.meta.get("sync") == "period":  # arm now, mid-iteration if need be
@@ -641,12 +641,13 @@ class Scheduler:
         ``steps_before_plan``: markers seen when the first plan was armed (None before),
         ``steps_while_planning``: markers the loop ran through while a plan was being made;
         ``planning``: one is being made now; ``arm_time_s``: seconds the training thread
-        spent arming plans), ``problems`` (the history of runtime problems: kind,
-        message, state, time), ``predicted`` (in every state: the planner's prediction for
-        the plan held, ``{}`` before the first plan and while re-learning), the steps
-        (``_runtime_kinds.Steps.report``), ``watching`` (why learning stopped, or None), the
-        native counters (``native``) and what calibration measured (``calibration``).
-        ``state`` is a plain string, like the rest (JSON)."""
+        spent arming plans; ``plan_kernels``: the last plan's, "compiled", "python" (numba
+        was compiling them) or None (a thread worker)), ``problems`` (the history of runtime
+        problems: kind, message, state, time), ``predicted`` (in every state: the planner's
+        prediction for the plan held, ``{}`` before the first plan and while re-learning),
+        the steps (``_runtime_kinds.Steps.report``), ``watching`` (why learning stopped, or
+        None), the native counters (``native``) and what calibration measured
+        (``calibration``). ``state`` is a plain string, like the rest (JSON)."""
         from . import native
 
         with self._lock:
