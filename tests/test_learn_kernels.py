@@ -12,7 +12,7 @@ import pytest
 
 from uvm_sched import _learn
 
-from test_runtime import Loop, _run, host  # noqa: F401  (host: the fixture)
+from test_runtime import armed_run, host  # noqa: F401  (host: the fixture)
 
 #: a helper whose kernels are "compiled" at once (numba's real compile is not what is tested)
 QUICK = ("import uvm_sched._warmup as w; w.compile_kernels = lambda: {}; "
@@ -64,17 +64,7 @@ def worker(monkeypatch):
 
 def _plan_kernels(worker) -> str:
     """Run the miniature loop until a plan is armed; the kernels that made it."""
-    from uvm_sched.runtime import Scheduler
-
-    loop = Loop()
-    with Scheduler(budget="60%", warmup_iters=2, hook=False) as s:
-        _run(s, loop, batch=8, iters=3)
-        assert s.wait_planned(300), s.last_error
-        _run(s, loop, batch=8, iters=2)
-        st = s.stats()
-        assert st["native"]["actions_issued"] > 0 and st["native"]["divergences"] == 0
-    loop.close()
-    return st["plan_kernels"]
+    return armed_run()["plan_kernels"]
 
 
 def test_a_plan_asked_while_the_helper_compiles_comes_from_the_plain_python_stand_in(
