@@ -52,6 +52,7 @@ def test_figures_only_runs_give_simulates_figures_in_every_view(kernel, pct):
         starts = bare.iteration_starts
         for view in (bare, _kept_reads_view(bare, starts),
                      _kept_reads_view(bare, starts, midpoints=True)):
+            view.validate()  # the views are built unvalidated: valid by construction
             try:
                 full = simulate(view, p, HW, pct)
             except sim.BudgetError as e:  # a view's reads above the budget: refused alike

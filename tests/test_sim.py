@@ -519,3 +519,30 @@ def test_bound_counts_when_data_is_needed_not_only_how_much():
     assert bound.bytes_h2d == 4 * MiB
     for policy in ("demand", "swap-activations", "prefetch-on-alloc"):
         assert simulate(t, policy, hw, budget).iteration_time_s >= bound.iteration_time_s
+
+
+def test_action_rows_codes_each_name_and_names_the_first_unknown():
+    """A Plan's action names become the engine's codes row by row (sorted by tick, the
+    plan's order within one tick), and an unknown name raises KeyError naming the first
+    unknown one in sorted order (a missing name reads as ``'None'``)."""
+    import pandas as pd
+
+    from uvm_sched.sim._policies import _CODES, _action_rows
+
+    names = list(_CODES)
+    df = pd.DataFrame({"tick": [3, 1, 2, 1] * 3, "action": (names * 2)[:12],
+                       "block": range(12), "persistent": [False, True] * 6,
+                       "offset": [-1, 0, 5, 7] * 3, "bytes": [0, 10, -1, 3] * 3})
+    k, code, block, pers, lo, hi = _action_rows(df)
+    order = np.argsort(df["tick"].to_numpy(), kind="stable")
+    assert k.tolist() == df["tick"].to_numpy()[order].tolist()
+    assert code.tolist() == [_CODES[a] for a in df["action"].to_numpy()[order]]
+    assert block.tolist() == order.tolist()
+    assert lo.tolist() == [max(o, 0) for o in df["offset"].to_numpy()[order]]
+    assert hi.tolist() == [max(o, 0) + n if n > 0 else -1 for o, n in
+                           zip(df["offset"].to_numpy()[order], df["bytes"].to_numpy()[order])]
+    assert [len(c) for c in _action_rows(df.iloc[:0])] == [0] * 6
+    with pytest.raises(KeyError, match="'aa'"):
+        _action_rows(df.assign(action=["zz", "aa"] + names[:1] * 10))
+    with pytest.raises(KeyError, match="'None'"):
+        _action_rows(df.assign(action=[None, "x"] + names[:1] * 10))

@@ -125,11 +125,15 @@ def _action_rows(df) -> tuple[np.ndarray, ...]:
     """A Plan's actions as int64 columns ``k, code, ordinal, persistent (bool), lo, hi``
     (bytes; ``hi`` -1: to the block's end), sorted by ``k`` keeping the plan's row order
     within one ``k``. Raises ``KeyError`` naming an unknown action."""
-    act = df["action"].to_numpy()
-    names: np.ndarray
-    names, inv = np.unique(act.astype(str), return_inverse=True) if len(act) \
-        else (np.asarray([], str), act)
-    bad = [a for a in names.tolist() if a not in _CODES]
+    import pandas as pd
+
+    # by hashing (a few distinct names over 10^5-10^6 rows: sorting the strings, as
+    # np.unique does, was most of this function's time); a missing name (-1) is named as
+    # str() names it
+    inv, uniq = pd.factorize(df["action"])
+    names = np.asarray([str(a) for a in uniq] + ([str(None)] if (inv < 0).any() else []))
+    inv = np.where(inv < 0, len(names) - 1, inv)
+    bad = sorted(a for a in names.tolist() if a not in _CODES)
     if bad:
         raise KeyError(bad[0])
     code = np.asarray([_CODES[a] for a in names.tolist()], np.int64)[np.asarray(inv, np.int64)]
