@@ -65,6 +65,7 @@ def test_a_write_back_the_link_cannot_finish_in_time_leaves_right_after_the_touc
     assert out[0] < 8
     assert back[0] <= N_TICKS - 1 - 32  # the prefetch end keeps the widest guard
     assert p.meta["predicted"]["eviction_wait_s"] == 0.0
+    assert p.meta["predicted"]["early_evictions"] is True  # the second build was kept
     # simulated: the compute never waits for the write-back (the 32-tick guard's plan
     # waits 13 us at tick 60)
     r = simulate(tr, p, slow_link(1e8), 5000)
@@ -75,6 +76,7 @@ def test_a_write_back_that_lands_in_time_keeps_the_widest_guard():
     # 1 GB/s: 4 us from the 32-tick guard, long before B: no wait, the safest guard stays
     p, pat = _plan(_late_pressure(), "sampled", 1e9)
     assert 32 <= _ticks(p, pat, "prefetch_to_host")[0] < 60
+    assert p.meta["predicted"]["early_evictions"] is False
 
 
 def test_guessed_uses_keep_their_guard_however_slow_the_link():

@@ -343,6 +343,13 @@ def build_schedule(p: Problem, budget: int, *, guards=(4,), rounds: int = 6,
     return out
 
 
+def kept_build(sched: Schedule) -> int:
+    """Which of ``build_schedule``'s builds ``sched`` is (0: the first; 1: the second, its
+    seen-use gaps leaving right after the touch), for a ``seed`` that records each call's
+    gaps (``_lp_guided``)."""
+    return int(sched.predicted["early_evictions"])
+
+
 def _steps(tl: _Timeline, guards, rounds: int, seed, early_evictions: bool) -> Schedule:
     """Steps 1-5 of ``build_schedule`` on ``tl``; ``early_evictions``: the gaps between
     seen uses leave at the narrowest guard (Note [Evictions right after a seen touch])."""
@@ -353,6 +360,7 @@ def _steps(tl: _Timeline, guards, rounds: int, seed, early_evictions: bool) -> S
     out = Schedule(evictions, prefetches, remote,
                    _prediction(tl, chosen, remote, resident, len(gaps)),
                    np.maximum(resident - tl.budget, 0))
+    out.predicted["early_evictions"] = early_evictions
     # siblings list each other (a reference cycle): emptied here, the gaps are freed on
     # return instead of at the collector's next full pass (~150 bytes per event held)
     for g in gaps:
