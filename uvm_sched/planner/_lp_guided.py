@@ -52,7 +52,7 @@ import time
 
 import numpy as np
 
-from ._core import build_schedule
+from ._core import build_schedule, kept_build
 from ._plan import PlanError
 from ._queues import segments
 
@@ -84,7 +84,7 @@ def schedule(trace, pat, prob, budget: int, prof, guards, mode: str, opts: dict)
     seen: dict = {}
 
     def watch(tl, gaps):
-        seen["greedy"] = gaps
+        seen.setdefault("greedy", []).append(gaps)
         return ()
 
     greedy = build_schedule(prob, budget, guards=guards, rounds=rounds, seed=watch)
@@ -97,14 +97,16 @@ def schedule(trace, pat, prob, budget: int, prof, guards, mode: str, opts: dict)
     res = solved[0]
 
     def seed(tl, gaps):
-        seen["lp"] = gaps
+        seen.setdefault("lp", []).append(gaps)
         return _seeds_needed(tl, gaps, off)
 
     sched = build_schedule(prob, budget, guards=guards, rounds=rounds, seed=seed)
     meta = {"lp_s": time.perf_counter() - t0, "bound_s": res.time_s, "columns": res.columns,
             "ticks_per_slot": res.coarsen, "solve_s": res.solve_s, "threshold": LP_OFF,
             "bytes_in": float(res.bytes_in.sum()), "bytes_out": float(res.bytes_out.sum()),
-            "teaches": _teaches(seen["lp"], seen["greedy"], prob)}
+            # the gaps of the builds kept (build_schedule may build twice)
+            "teaches": _teaches(seen["lp"][kept_build(sched)],
+                                seen["greedy"][kept_build(greedy)], prob)}
     return sched, greedy, meta
 
 
