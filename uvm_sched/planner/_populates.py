@@ -24,18 +24,19 @@ worst tick's excess as it was: where it lowers that, the driver's eviction at th
 it leaves alone is part of what the plan counted on too (moe-s0 at 90% of peak on
 h200-pcie5, 10 ticks over budget that its moves leave as they were, its worst tick
 17.2 -> 13.4 MiB over: leaving out the populates at those 10 ticks cost 0.97x -> 1.24x
-demand paging; on seeds 400-429 at 90% and 75% of peak the restriction gave 2 rows
-fewer slower than before and the same rows slower than demand). A remote mapping frees room as an
-eviction does: comparing with the excess of the advice alone instead (remote mappings
-kept) left out populates at the ticks the mappings clear, and cost 32 of 120 rows at
-40-60% of peak on seeds 400-419, none faster (mlp-s414 gh200-c2c 60%: 0.65x -> 0.76x
-demand paging). The advice-only candidate is the plan without its moves, so it leaves
-out the same populates (giving it those its own excess would leave out, every populate
-at a tick over budget, turned bench_robust's unet-s216 at 60% of peak on h200-pcie5 from
-0.86x demand paging into no plan). Measured in
-benchmarks/results/robust.md ("Before / after: populates where the moves free nothing"),
-and, when the rule applied only to schedules that move no block, on bench_robust's repro
-set (75 rows, 25 of them slower than demand): 25 -> 15 oblivious rows slower than demand;
+demand paging). A remote mapping frees room as an eviction does: comparing with the
+excess of the advice alone instead (remote mappings kept) left out populates at the
+ticks the mappings clear, and cost 32 of 120 rows at 40-60% of peak on seeds 400-419,
+none faster (mlp-s414 gh200-c2c 60%: 0.65x -> 0.76x demand paging). The advice-only
+candidate is the plan without its moves, so it leaves out the same populates (giving it
+those its own excess would leave out, every populate at a tick over budget, turned
+bench_robust's unet-s216 at 60% of peak on h200-pcie5 from 0.86x demand paging into no
+plan). Measured in benchmarks/results/robust.md ("Before /
+after: populates where the schedule frees nothing"): on seeds 400-429 at 90% and 75% of
+peak, 13 -> 6 oblivious plans slower than demand paging, 13 rows faster, 3 slower
+(unet-s420 at 90%, slower than demand paging before too); and, when the rule applied
+only to schedules that move no block, on bench_robust's repro set (75 rows, 25 of them
+slower than demand): 25 -> 15 oblivious rows slower than demand;
 3 rows got slower (mlp-s28 gh200-c2c 90%: 1.00x -> 1.24x demand, a first touch at the
 ALLOC's own tick). No constant.
 
