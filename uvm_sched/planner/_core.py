@@ -215,6 +215,9 @@ class Schedule:
     # (T,) bytes over the budget at each tick of the iteration with this schedule (None:
     # not computed; the populates' rule, ``_populates``, Note [Populates that evict])
     over_budget: np.ndarray | None = None
+    # (T,) the same with no action at all: where it equals ``over_budget`` the schedule
+    # freed nothing at that tick (None: not computed)
+    over_budget_unplanned: np.ndarray | None = None
 
 
 class _Gap:
@@ -359,7 +362,7 @@ def _steps(tl: _Timeline, guards, rounds: int, seed, early_evictions: bool) -> S
     evictions, prefetches = _issue_points(tl, chosen)
     out = Schedule(evictions, prefetches, remote,
                    _prediction(tl, chosen, remote, resident, len(gaps)),
-                   np.maximum(resident - tl.budget, 0))
+                   np.maximum(resident - tl.budget, 0), np.maximum(tl.base - tl.budget, 0))
     out.predicted["early_evictions"] = early_evictions
     # siblings list each other (a reference cycle): emptied here, the gaps are freed on
     # return instead of at the collector's next full pass (~150 bytes per event held)

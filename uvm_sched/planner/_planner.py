@@ -201,11 +201,11 @@ def resolve_mode(trace, mode: str = "auto", samples=None) -> tuple[str, str]:
 def _candidates(pat, prob: Problem, info: dict, sched, greedy, act_opts) -> dict:
     """The actions priced beside the plan, in order of preference: the greedy plan (beside
     an LP-guided one), the plan's advice alone; on the run-time sizes as the plan."""
-    # a schedule that moves nothing is its own advice: the same ticks over budget, so the
-    # same populates left out (_populates); else the excess without the moves is not known
-    over = sched.over_budget if not (sched.evictions or sched.prefetches) else None
-    out = {k: _actions(prob, info, s, *act_opts) for k, s in
-           (("greedy", greedy), ("advice-only", Schedule([], [], sched.remote, {}, over)))
+    # the advice alone is the plan without its moves: the same populates left out
+    # (_populates), not those its own excess would leave out
+    advice = Schedule([], [], sched.remote, {})
+    out = {k: _actions(prob, info, s, *act_opts, left_out=lo) for k, s, lo in
+           (("greedy", greedy, None), ("advice-only", advice, populates_that_evict(prob, sched)))
            if s is not None}
     for a in out.values():
         _sizes_at_run_time(pat, info, a)
@@ -585,7 +585,7 @@ _RANK = {"discard": 0, "prefetch_to_host": 1, "advise_preferred_host": 1,
 
 
 def _actions(prob: Problem, info: dict, sched, prof, discard: bool, discard_min: int,
-             populate: bool):
+             populate: bool, *, left_out: np.ndarray | None = None):
     import pandas as pd
 
     E = prob.E
@@ -602,7 +602,11 @@ def _actions(prob: Problem, info: dict, sched, prof, discard: bool, discard_min:
     own_tick = np.where(pers | (prob.alloc_event < 0), 0, prob.alloc_event)
     populated_at = np.full(len(size), -1, np.int64)
     # Note [Populates that evict], Note [Discards the pool needs] (``_populates``)
-    left_out = populates_that_evict(prob, sched) if populate else np.zeros(len(size), bool)
+    # ``left_out``: given for the plan's advice alone (``_candidates``), else the schedule's
+    if not populate:
+        left_out = np.zeros(len(size), bool)
+    elif left_out is None:
+        left_out = populates_that_evict(prob, sched)
     if populate:
         # Fresh memory is populated on the device by a prefetch (no fault, no link
         # traffic); without it the first touch faults once per VA block.
@@ -631,7 +635,9 @@ def _actions(prob: Problem, info: dict, sched, prof, discard: bool, discard_min:
     put(own_tick[idx], "advise_read_mostly", idx)
     if discard:
         disc = (~pers) & (prob.alloc_event >= 0) & (prob.free_event >= 0) & (size >= discard_min)
-        disc &= ~discards_the_pool_needs(prob, left_out, disc)
+        evicted = np.zeros(len(size), bool)
+        evicted[[i for _, i, _ in sched.evictions]] = True
+        disc &= ~discards_the_pool_needs(prob, left_out, disc, evicted)
         idx = np.flatnonzero(disc)
         put(prob.free_event[idx], "discard", idx)
     if not parts:

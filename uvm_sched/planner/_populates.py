@@ -1,5 +1,6 @@
 """Which fresh blocks a plan populates at their ALLOC, and which freed blocks it discards at
-their FREE, where the schedule moves nothing (``_planner._actions``, Note [Action table]).
+their FREE, at the ticks where the schedule's moves free nothing (``_planner._actions``,
+Note [Action table]).
 
 Note [Populates that evict]
 ---------------------------
@@ -8,14 +9,36 @@ when the block is first touched (in generated workloads up to ~10 ticks later). 
 schedule leaves a tick over budget, a populate there makes the driver evict, at once and
 least recently migrated first, what the next ticks read; demand paging claims the memory
 at the first touch, after the FREEs in between made room, and at 90% of peak evicts
-little. Where the schedule moves blocks, its evictions make room for its populates and
-the driver's eviction of the rest is what the plan counted on (GPT-2 at 50% of peak:
-skipping the populates at its 3 over-budget ticks cost 2.73x -> 3.12x ideal). Where it
-moves nothing -- no gap the link can serve -- the excess is the driver's alone, and the
-populates at the ticks over budget are left out: the block faults in at its first touch
-as without a plan. Measured on bench_robust's repro set (75 rows, 25 of them slower than
-demand): 25 -> 15 oblivious rows slower than demand; 3 rows got slower (mlp-s28 gh200-c2c
-90%: 1.00x -> 1.24x demand, a first touch at the ALLOC's own tick). No constant.
+little. At a tick where the schedule's evictions free room, they make it for its
+populates, and the driver's eviction of the rest is what the plan counted on (GPT-2 at
+50% of peak: skipping the populates at its 3 over-budget ticks cost 2.73x -> 3.12x
+ideal). At a tick where the schedule frees nothing -- no gap the link can serve covers
+it and no remote mapping spans it: ``Schedule.over_budget`` equals
+``over_budget_unplanned``, the excess with no action, there -- the excess is the driver's
+alone, and the populates at those ticks are left out: the block faults in at its first
+touch as without a plan. The rule is per tick: a schedule may clear one stretch of the
+iteration and leave another as it was (moe-s417 at 90% of peak: moves of 14 MiB, the
+worst tick's 74 MiB over budget untouched; with its populates there 1.46x demand paging
+on h200-pcie5, without them no plan is emitted). But only where the schedule leaves the
+worst tick's excess as it was: where it lowers that, the driver's eviction at the ticks
+it leaves alone is part of what the plan counted on too (moe-s0 at 90% of peak on
+h200-pcie5, 10 ticks over budget that its moves leave as they were, its worst tick
+17.2 -> 13.4 MiB over: leaving out the populates at those 10 ticks cost 0.97x -> 1.24x
+demand paging). A remote mapping frees room as an eviction does: comparing with the
+excess of the advice alone instead (remote mappings kept) left out populates at the
+ticks the mappings clear, and cost 32 of 120 rows at 40-60% of peak on seeds 400-419,
+none faster (mlp-s414 gh200-c2c 60%: 0.65x -> 0.76x demand paging). The advice-only
+candidate is the plan without its moves, so it leaves out the same populates (giving it
+those its own excess would leave out, every populate at a tick over budget, turned
+bench_robust's unet-s216 at 60% of peak on h200-pcie5 from 0.86x demand paging into no
+plan). Measured in benchmarks/results/robust.md ("Before /
+after: populates where the schedule frees nothing"): on seeds 400-429 at 90% and 75% of
+peak, 13 -> 6 oblivious plans slower than demand paging, 13 rows faster, 3 slower
+(unet-s420 at 90%, slower than demand paging before too); and, when the rule applied
+only to schedules that move no block, on bench_robust's repro set (75 rows, 25 of them
+slower than demand): 25 -> 15 oblivious rows slower than demand;
+3 rows got slower (mlp-s28 gh200-c2c 90%: 1.00x -> 1.24x demand, a first touch at the
+ALLOC's own tick). No constant.
 
 Note [Discards the pool needs]
 ------------------------------
@@ -30,7 +53,9 @@ without their discards these plans are exactly no plan (the populates of residen
 do nothing), and the discards are what made mlp-s411 on gh200-c2c 1.47x demand paging
 (faults 14 -> 28, the same bytes over the link) and encdec-s308 1.25-1.72x on all three
 profiles. So where populates are left out, the plan keeps (does not discard) the ranges
-freed before each left-out ALLOC that the pool needs to hand it resident bytes: walking
+freed before each left-out ALLOC that the pool needs to hand it resident bytes (not
+those of blocks the schedule evicts: their ranges hold no resident bytes at the FREE, or
+dead ones the driver would write back and migrate in again): walking
 back from the ALLOC, the latest freed first, counting that a populated ALLOC in between
 that came up short takes them before it does (a replay of the pool's byte queue over the
 iteration's allocator events, twice round for the queue the previous iteration leaves).
@@ -58,29 +83,41 @@ __all__ = ["populates_that_evict", "discards_the_pool_needs"]
 
 def populates_that_evict(prob: Problem, sched) -> np.ndarray:
     """(n,) bool: the blocks whose populate is left out (Note [Populates that evict]):
-    allocated at a tick the schedule leaves over budget, when the schedule moves no block;
-    none where the schedule holds no per-tick excess (not computed)."""
+    allocated at a tick the schedule leaves over budget (bytes) and frees nothing at, where
+    it leaves the worst tick's excess as it was (every tick over budget, where it acts on
+    no block); none where the schedule holds no per-tick excess (not computed)."""
     out = np.zeros(len(prob.size), bool)
-    over = sched.over_budget
-    if over is None or sched.evictions or not len(over):
+    over, unplanned = sched.over_budget, sched.over_budget_unplanned
+    if over is None or not len(over):
         return out
+    if (sched.evictions or sched.remote) and (unplanned is None or
+                                              over.max() < unplanned.max()):
+        # not known where the schedule frees room; or it lowers the worst tick's excess,
+        # and its populates claim the room it makes (Note [Populates that evict])
+        return out
+    # moves and remote mappings only ever take bytes off a tick: equal means they freed
+    # nothing there
+    alone = over > 0 if unplanned is None else (over > 0) & (over >= unplanned)
     lf = prob.live_from.astype(np.int64)
     ok = (prob.alloc_event >= 0) & (lf >= 0) & (lf < len(over))
-    out[ok] = over[lf[ok]] > 0
+    out[ok] = alone[lf[ok]]
     return out
 
 
-def discards_the_pool_needs(prob: Problem, left_out: np.ndarray,
-                            discarded: np.ndarray) -> np.ndarray:
+def discards_the_pool_needs(prob: Problem, left_out: np.ndarray, discarded: np.ndarray,
+                            fixed: np.ndarray | None = None) -> np.ndarray:
     """(n,) bool: the blocks of ``discarded`` (the plan's discards, by block) that are kept
     instead, so that the pool hands each ALLOC of ``left_out`` (blocks not populated)
-    resident bytes (Note [Discards the pool needs]). A byte queue replayed over the
-    iteration's allocator events: a FREE not discarded adds its bytes (the block's size),
-    an ALLOC takes up to its size; O(events) per pass, plus the walks back from left-out
-    ALLOCs that came up short (each discard is taken back at most once)."""
+    resident bytes (Note [Discards the pool needs]); ``fixed``: blocks whose discard stays
+    (the schedule evicts them: a kept range of theirs would hold no resident bytes, or dead
+    ones written back). A byte queue replayed over the iteration's allocator events: a FREE
+    not discarded adds its bytes (the block's size), an ALLOC takes up to its size;
+    O(events) per pass, plus the walks back from left-out ALLOCs that came up short (each
+    discard is taken back at most once)."""
     E = prob.E
     keep = np.zeros(len(prob.size), bool)
-    if not left_out.any() or not discarded.any():
+    movable = discarded if fixed is None else discarded & ~fixed
+    if not left_out.any() or not movable.any():
         return keep
     ev_block = np.full(E, -1, np.int64)
     for events in (prob.alloc_event, prob.free_event):
@@ -88,7 +125,8 @@ def discards_the_pool_needs(prob: Problem, left_out: np.ndarray,
         ev_block[events[i]] = i
     evb, is_free = ev_block.tolist(), prob.ev_free.tolist()
     size, lo, disc = prob.size.tolist(), left_out.tolist(), discarded.tolist()
-    n_disc = int(discarded.sum())
+    can_keep = movable.tolist()
+    n_disc = int(movable.sum())
     short = [0] * E  # bytes each ALLOC came up short in the latest pass (populated fresh)
     queued = 0  # bytes of freed, resident ranges the pool holds
     for _ in range(2):  # the second pass starts from the queue the first one leaves
@@ -114,7 +152,7 @@ def discards_the_pool_needs(prob: Problem, left_out: np.ndarray,
                     # the pool serves that ALLOC first: it takes a kept range before e does
                     debt += short[k]
                     short[k] = 0
-                elif disc[bk]:
+                elif disc[bk] and can_keep[bk]:
                     disc[bk] = False
                     keep[bk] = True
                     n_disc -= 1
