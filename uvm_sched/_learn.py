@@ -359,7 +359,11 @@ class Worker:
                 res = self._ask_stand_in(req)
                 if res is not None:
                     return res
-                proc = self._start_helper()  # (ready now, or restarted if it died)
+                # None only once the helper said "ready" (a helper that died compiling
+                # leaves the stand-in to answer): restarting one here would send the request
+                # to a helper whose "ready" is still to be read
+                assert self._proc is not None
+                proc = self._proc
             self._drop("_stand_in")  # the compiled kernels are there: no more need of it
             _write_frame(proc.stdin, req)
             res = _read_frame(proc.stdout)
