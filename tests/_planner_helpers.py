@@ -62,12 +62,13 @@ def one_iteration(trace) -> OneIteration:
 
 
 def a_and_b(n_ticks: int, b_from: int, b_to: int, *, reads=(), name: str = "a-and-b",
-            mark: bool = False):
+            mark: bool = False, written_first: bool = False):
     """A hand-made iteration: A (4000 B) lives all ``n_ticks`` ticks and is read at ticks 0
-    and n-1 and at each of ``reads``; B (4000 B) lives and is used at ``b_from..b_to``, so
-    under a 5000-byte budget A must be away over B's life. A 1-byte block allocated and
-    freed at every tick but the first gives the runtime a control point there. ``mark``:
-    a marker first (the simulator then measures the whole trace as one iteration)."""
+    and n-1 and at each of ``reads`` (``written_first``: written, not read, at tick 0, so its
+    eviction is a write-back); B (4000 B) lives and is used at ``b_from..b_to``, so under a
+    5000-byte budget A must be away over B's life. A 1-byte block allocated and freed at
+    every tick but the first gives the runtime a control point there. ``mark``: a marker
+    first (the simulator then measures the whole trace as one iteration)."""
     from uvm_sched.trace import AccessMode, TraceBuilder
 
     tb = TraceBuilder(name=name)
@@ -79,7 +80,9 @@ def a_and_b(n_ticks: int, b_from: int, b_to: int, *, reads=(), name: str = "a-an
         x = tb.alloc(1) if t > 0 else None
         if t == b_from:
             B = tb.alloc(4000)
-        if t in (0, n_ticks - 1) or t in reads:
+        if t == 0 and written_first:
+            tb.access(A, AccessMode.WRITE)
+        elif t in (0, n_ticks - 1) or t in reads:
             tb.access(A, AccessMode.READ)
         if b_from <= t <= b_to:
             tb.access(B, AccessMode.READ_WRITE)
@@ -206,3 +209,20 @@ def host_backend():
     yield
     native.disarm()
     native._reset("host", force=True)
+
+
+def plan_one_iteration(tr, mode: str, hw):
+    """``tr`` planned as one iteration under a 5000-byte budget, unpriced and without
+    populates (the hand-made cases' subject is the schedule): (plan, its OneIteration)."""
+    from uvm_sched.planner import plan
+
+    pat = one_iteration(tr)
+    return plan(tr, 5000, hw=hw, pattern=pat, mode=mode, populate=False, guard="auto",
+                price=False), pat
+
+
+def block_action_ticks(p, pat, action: str, block: int = 0) -> list[int]:
+    """The trace ticks of the allocator events ``block``'s ``action`` rows are issued at."""
+    ev_tick = pat.events.set_index("event")["tick"]
+    a = p.actions[(p.actions["action"] == action) & (p.actions["block"] == block)]
+    return sorted(int(ev_tick.loc[k]) for k in a["tick"])

@@ -2,10 +2,9 @@
 touch]): hand-made iterations with a known answer (fast)."""
 from __future__ import annotations
 
-from uvm_sched.planner import plan
 from uvm_sched.sim import simulate
 
-from _planner_helpers import one_iteration, slow_link
+from _planner_helpers import a_and_b, block_action_ticks, plan_one_iteration, slow_link
 
 N_TICKS = 200
 
@@ -14,45 +13,15 @@ def _late_pressure():
     """A (4000 B) lives ticks 0..199, is written at tick 0 and read at 199; B (4000 B)
     lives 60..70, so under a 5000-byte budget A must be off the device by tick 60 (60 us:
     ticks are 1 us). A sampled plan sees both touches, so A's gap (0, 199) is a candidate
-    at the 32-tick guard, whose eviction starts at tick 33. A 1-byte block allocated and
-    freed at every tick but the first gives the runtime a control point there."""
-    from uvm_sched.trace import AccessMode, TraceBuilder
-
-    tb = TraceBuilder(name="late-pressure")
-    tb.mark()
-    A = tb.alloc(4000)
-    B = None
-    for t in range(N_TICKS):
-        x = tb.alloc(1) if t > 0 else None
-        if t == 60:
-            B = tb.alloc(4000)
-        if t == 0:
-            tb.access(A, AccessMode.WRITE)  # written: its eviction is a write-back
-        if t == N_TICKS - 1:
-            tb.access(A, AccessMode.READ)
-        if 60 <= t <= 70:
-            tb.access(B, AccessMode.READ_WRITE)
-        if t == 70:
-            tb.free(B)
-        if t == N_TICKS - 1:
-            tb.free(A)
-        if x is not None:
-            tb.free(x)
-        tb.next_tick(1000.0)
-    return tb.build()
+    at the 32-tick guard, whose eviction starts at tick 33."""
+    return a_and_b(N_TICKS, 60, 70, name="late-pressure", mark=True, written_first=True)
 
 
 def _plan(tr, mode: str, bytes_per_s: float):
-    pat = one_iteration(tr)
-    return plan(tr, 5000, hw=slow_link(bytes_per_s), pattern=pat, mode=mode, populate=False,
-                guard="auto", price=False), pat
+    return plan_one_iteration(tr, mode, slow_link(bytes_per_s))
 
 
-def _ticks(p, pat, action: str) -> list[int]:
-    """The trace ticks of the allocator events A's ``action`` rows are issued at."""
-    ev_tick = pat.events.set_index("event")["tick"]
-    a = p.actions[(p.actions["action"] == action) & (p.actions["block"] == 0)]
-    return sorted(int(ev_tick.loc[k]) for k in a["tick"])
+_ticks = block_action_ticks
 
 
 def test_a_write_back_the_link_cannot_finish_in_time_leaves_right_after_the_touch():

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from uvm_sched.planner import plan
 from uvm_sched.sim import simulate
 
-from _planner_helpers import a_and_b, one_iteration, slow_link
+from _planner_helpers import a_and_b, block_action_ticks, plan_one_iteration, slow_link
 
 N_TICKS = 200
 
@@ -23,16 +22,10 @@ def _early_pressure(read_at: int | None = None, b_from: int = 12, b_to: int = 20
 
 
 def _plan(tr, mode: str, hw=None):
-    pat = one_iteration(tr)
-    return plan(tr, 5000, hw=hw or slow_link(4e9), pattern=pat, mode=mode, populate=False,
-                guard="auto", price=False), pat
+    return plan_one_iteration(tr, mode, hw or slow_link(4e9))
 
 
-def _ticks(p, pat, action: str) -> list[int]:
-    """The trace ticks of the allocator events A's ``action`` rows are issued at."""
-    ev_tick = pat.events.set_index("event")["tick"]
-    a = p.actions[(p.actions["action"] == action) & (p.actions["block"] == 0)]
-    return sorted(int(ev_tick.loc[k]) for k in a["tick"])
+_ticks = block_action_ticks
 
 
 def test_a_gap_narrowed_for_the_budget_is_evicted_again_at_its_widest_guard():
