@@ -23,8 +23,7 @@ from ._known_view import judged_view
 from ._lp_guided import schedule
 from ..trace._model import EventKind
 from ._plan import PLAN_VERSION, Plan, PlanError, trace_fingerprint
-from ._populates import (discards_the_pool_needs, moves_that_leave_the_worst_tick,
-                          populates_that_evict)
+from ._populates import discards_the_pool_needs, populates_that_evict
 
 __all__ = ["plan", "MODES", "resolve_mode", "tuning_candidates"]
 
@@ -108,7 +107,6 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "auto", **opts: Any) -> Pla
         if rf == "auto" and mode == "oblivious" else 0
     _check_feasible(prob, info, budget_bytes)
     sched, greedy, lp_meta = schedule(trace, pat, prob, budget_bytes, prof, guards, mode, opts)
-    sched = moves_that_leave_the_worst_tick(sched)
     act_opts = (prof, discard, discard_min, bool(opts.get("populate", True)))
     actions = _actions(prob, info, sched, *act_opts)
     _sizes_at_run_time(pat, info, actions)

@@ -76,9 +76,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._core import Problem, Schedule
+from ._core import Problem
 
-__all__ = ["populates_that_evict", "discards_the_pool_needs", "moves_that_leave_the_worst_tick"]
+__all__ = ["populates_that_evict", "discards_the_pool_needs"]
 
 
 def populates_that_evict(prob: Problem, sched) -> np.ndarray:
@@ -162,16 +162,3 @@ def discards_the_pool_needs(prob: Problem, left_out: np.ndarray, discarded: np.n
             short[e] = max(debt, 0)
             queued += max(-debt, 0)  # what the kept ranges hold beyond e's bytes
     return keep
-
-
-def moves_that_leave_the_worst_tick(sched: Schedule) -> Schedule:
-    """``sched`` without its evictions and prefetches where they leave the worst tick's
-    excess (bytes over budget) as it was and nothing is mapped remotely: the driver
-    evicts that excess whatever the plan does, and the moves only change what it evicts
-    (experimental, Note [Populates that evict])."""
-    over, unplanned = sched.over_budget, sched.over_budget_unplanned
-    if (not sched.evictions or sched.remote or over is None or unplanned is None
-            or not len(over) or unplanned.max() <= 0 or over.max() < unplanned.max()):
-        return sched
-    return Schedule([], [], [], dict(sched.predicted), over_budget=unplanned.copy(),
-                    over_budget_unplanned=unplanned)
