@@ -58,21 +58,50 @@ def test_the_quick_run_writes_its_report(tmp_path):
     assert "all pessimistic" in text and "no plan slower than demand" in text
 
 
-@pytest.mark.parametrize("family,seed", [("moe", 0)])
-def test_a_plan_on_a_generated_workload_stays_within_demand_at_both_corners(family, seed):
-    # planned with the nominal h200-pcie5 profile (what a user without a GPU has), run on
-    # hardware at either corner of the constants' ranges, and planned there too
+def _moe_at_corner(corner_label):
+    """(trace, nominal h200-pcie5 profile, the corner's profile) for moe-s0 at 50%."""
     pytest.importorskip("torch")
-    from uvm_sched import planner, sim
     from uvm_sched.trace import zoo
 
-    tr = zoo.record_random(seed, family, iters=3)
+    tr = zoo.record_random(0, "moe", iters=3)
     hw = load_profile("h200-pcie5")
-    nominal = planner.plan(tr, "50%", hw)
-    for label, setting in bs.settings(hw, hw.uncertain(), quick=True)[1:]:
-        corner = bs.varied(hw, setting)
-        demand = sim.simulate(tr, "demand", corner, "50%").iteration_time_s
-        for which, plan in (("nominal", nominal), ("own", planner.plan(tr, "50%", corner))):
-            t = sim.simulate(tr, plan, corner, "50%").iteration_time_s
-            assert t <= demand * 1.01, f"{family}-s{seed} {label}, {which} plan: " \
-                                       f"{t / demand:.3f}x demand paging"
+    setting = dict(bs.settings(hw, hw.uncertain(), quick=True))[corner_label]
+    return tr, hw, bs.varied(hw, setting)
+
+
+def _times_demand(tr, plan, corner):
+    from uvm_sched import sim
+
+    demand = sim.simulate(tr, "demand", corner, "50%").iteration_time_s
+    return sim.simulate(tr, plan, corner, "50%").iteration_time_s / demand
+
+
+@pytest.mark.parametrize("corner_label", ["all pessimistic", "all optimistic"])
+def test_a_plan_made_with_the_hardware_it_runs_on_stays_within_demand(corner_label):
+    # what the runtime does: it plans with the profile uvm_sched.calibrate measured
+    from uvm_sched import planner
+
+    tr, _, corner = _moe_at_corner(corner_label)
+    ratio = _times_demand(tr, planner.plan(tr, "50%", corner), corner)
+    assert ratio <= 1.01, f"moe-s0 {corner_label}, own plan: {ratio:.3f}x demand paging"
+
+
+def test_a_nominal_plan_on_faster_hardware_stays_within_demand():
+    from uvm_sched import planner
+
+    tr, hw, corner = _moe_at_corner("all optimistic")
+    ratio = _times_demand(tr, planner.plan(tr, "50%", hw), corner)
+    assert ratio <= 1.01, f"moe-s0 all optimistic, nominal plan: {ratio:.3f}x demand paging"
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "a plan made for 50 GB/s device-to-host prefetches loses to demand paging where they run "
+    "at the 2.7 GB/s an H200 measured (benchmarks/results/sensitivity.md, 'Never slower than "
+    "demand paging'); the runtime plans with calibrated rates and its watchdog disarms such a "
+    "plan by the clock, an offline plan has neither"))
+def test_a_nominal_plan_on_the_pessimistic_corner_stays_within_demand():
+    from uvm_sched import planner
+
+    tr, hw, corner = _moe_at_corner("all pessimistic")
+    ratio = _times_demand(tr, planner.plan(tr, "50%", hw), corner)
+    assert ratio <= 1.01, f"moe-s0 all pessimistic, nominal plan: {ratio:.3f}x demand paging"
