@@ -51,7 +51,7 @@ def _provenance() -> dict:
 
 
 SIM_POLICIES = (("demand", "demand"), ("prefetch-on-alloc", "prefetch-on-alloc"),
-                ("swap-activations", "swap-activations"))
+                ("swap-activations", "swap-activations"), ("bound", "bound"))
 LP_BUDGET_S = 300.0  # HiGHS's time budget for the LP bound (s); past it the fast bound stands
 
 
@@ -138,10 +138,11 @@ def one(n: int, hw: str, budget: str, sim: bool, reference: bool, sim_reference:
     if lp:
         from uvm_sched.sim import LP_BOUND
 
-        b = simulate(tr, "bound", hw, budget)
+        b = simulate(tr, "bound", hw, budget) if not sim else None
         res = timed("lp_s", simulate, tr, LP_BOUND, hw, budget, lp_time_limit_s=LP_BUDGET_S)
         c = res.counters
-        r.update(lp_bound_s=float(res.iteration_time_s), fast_bound_s=float(b.iteration_time_s),
+        r.update(lp_bound_s=float(res.iteration_time_s), fast_bound_s=(float(b.iteration_time_s) if b is not None
+                                                  else r["sim_bound_iteration_s"]),
                  lp_fallback=c.get("lp_fallback", ""), lp_ticks_per_slot=c.get("lp_ticks_per_slot"),
                  lp_classes=c.get("lp_classes"), lp_columns=c.get("lp_columns"),
                  lp_blocks=c.get("lp_blocks"))
@@ -398,7 +399,7 @@ def _columns(rows: list[dict]) -> list[tuple[str, str]]:
             ("sim_demand_reference_s", "simulate demand (reference loop)"),
             ("sim_prefetch-on-alloc_s", "simulate prefetch-on-alloc"),
             ("sim_swap-activations_s", "simulate swap-activations"),
-            ("sim_plan_s", "simulate plan"),
+            ("sim_bound_s", "simulate bound"), ("sim_plan_s", "simulate plan"),
             ("sim_plan_reference_s", "simulate plan (reference loop)"), ("lp_s", "LP bound")]
     cols = [c for c in cols if any(c[0] in r for r in rows)]
     return cols
@@ -509,7 +510,7 @@ def _rss_table(rows: list[dict], cols: list[tuple[str, str]]) -> list[str]:
 
 
 FAST_PATH = ("build_s", "save_s", "load_s", "analyze_s", "plan_s", "sim_demand_s",
-             "sim_prefetch-on-alloc_s", "sim_swap-activations_s", "sim_plan_s")
+             "sim_prefetch-on-alloc_s", "sim_swap-activations_s", "sim_bound_s", "sim_plan_s")
 
 
 def _fast_path_rss(r: dict) -> float:

@@ -192,7 +192,7 @@ def test_scale_smoke_100k_events_takes_the_compiled_loop_and_gives_the_reference
     trace = llm_trace_for_events(100_000)
     assert len(trace.kind) >= 90_000
     p = plan(trace, "50%", HW, price=False)  # (pricing would run six more simulations)
-    for pol in ("demand", p):
+    for pol in ("demand", "bound", p):  # (the plan last: its run is checked below)
         ref, fast = _both(trace, pol, "50%", monkeypatch)
         _assert_identical(ref, fast)
     assert fast.bytes_h2d > 0 and len(fast.actions) > 0  # the plan's run moved data
@@ -255,3 +255,28 @@ def test_action_table_lists_a_plans_actions_by_tick_and_stage():
             int(ev[i])) for i in range(len(code))]
     assert len(want) > 0 and got == want
     assert int(div[-1]) == ref.divergences
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(data=st.data(), W=st.integers(1, 60), A=st.integers(0, 80), ties=st.booleans())
+def test_compiled_deadline_sweep_finds_the_references_bound_and_pair(data, W, A, ties):
+    # the sweep's running float sums differ from the reference's integer bytes in the last
+    # bits; ties (zero-length ticks, equal sizes) are where a different pair would show
+    from uvm_sched.sim import _bound
+
+    dur = np.asarray(data.draw(st.lists(
+        st.sampled_from([0.0, 0.25, 0.5]) if ties else st.floats(0, 1e-3), min_size=W,
+        max_size=W)))
+    lo = np.asarray(data.draw(st.lists(st.integers(0, W - 1), min_size=A, max_size=A)),
+                    np.int64)
+    hi = np.minimum(W - 1, lo + np.asarray(data.draw(st.lists(
+        st.integers(0, W), min_size=A, max_size=A)), np.int64))
+    n = np.asarray(data.draw(st.lists(
+        st.sampled_from([1 << 20, 2 << 20, 3 << 20]) if ties else st.integers(1, 10**9),
+        min_size=A, max_size=A)), np.int64)
+    budget = data.draw(st.integers(0, 8 << 20) if ties else st.integers(0, 3 * 10**9))
+    bw = data.draw(st.sampled_from([2.0**22, 1e9, 3.3e9, 5e10]))
+    before = _fast.calls()
+    fast = _bound._deadline_bound(dur, budget, bw, lo, hi, n)
+    assert _fast.calls() == before + 1, "the compiled sweep was not used"
+    assert fast == _bound._deadline_bound_reference(dur, budget, bw, lo, hi, n)

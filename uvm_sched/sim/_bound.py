@@ -40,8 +40,9 @@ boundary and must cross before kernel ``d`` starts, and the kernels strictly bet
     T >= C + max over t < d of (N(t, d) - B)^+ / bw - C(t+1 .. d-1),
 
 (``d`` = the window's last tick is the first term again, less its last kernel's overlap:
-so this one is the tighter wherever data is needed early). Every pair (t, d) is a T x T table, built in row chunks: O(T^2 + A) time, O(T)
-memory per chunk row.
+so this one is the tighter wherever data is needed early). Every pair (t, d) is a T x T
+table: the reference walks it in row chunks (O(T^2 + A) time); ``_bound_fast`` sweeps the
+deadline with a segment tree over the boundaries (O((T + A) log T) time, O(T) memory).
 
 It ignores fault latencies, so it is loose when they dominate, and it lets the link run
 flat out with perfect foresight, but no schedule the simulator runs can beat it (a plan
@@ -150,10 +151,31 @@ def lower_bound(prep: Prepared, hw, budget: int) -> tuple[float, int, int, int]:
 
 
 def _deadline_bound(dur: np.ndarray, budget: int, bw: float, lo: np.ndarray,
-                    hi: np.ndarray, n: np.ndarray, rows_per_chunk: int = 256):
+                    hi: np.ndarray, n: np.ndarray):
     """The deadline term of the module docstring over ``_read_intervals`` (rows ``lo ..
     hi``, read at window tick ``j = hi``): (bound seconds, boundary row, bytes that must
-    come in between it and their deadline), or None when no pair binds."""
+    come in between it and their deadline), or None when no pair binds. Compiled
+    (``_bound_fast``) where the simulator's kernels are, else the reference."""
+    from . import _fast
+
+    if not _fast.available():
+        return _deadline_bound_reference(dur, budget, bw, lo, hi, n)
+    from ._bound_fast import deadline_sweep
+
+    P = np.concatenate([[0.0], np.cumsum(dur)])
+    lo, hi, n = (np.ascontiguousarray(a, np.int64) for a in (lo, hi, n))
+    stall, r, d = deadline_sweep(P, lo, hi, n, int(budget), float(bw))
+    _fast._state["calls"] += 1
+    if not stall > 0:
+        return None
+    need = int(n[(lo <= r) & (r <= hi) & (hi <= d)].sum())  # the pair's bytes, N(r, d)
+    return float(P[-1]) + stall, int(r), need - int(budget)
+
+
+def _deadline_bound_reference(dur: np.ndarray, budget: int, bw: float, lo: np.ndarray,
+                              hi: np.ndarray, n: np.ndarray, rows_per_chunk: int = 256):
+    """``_deadline_bound`` over the whole (boundary, deadline) table, in row chunks: O(W^2)
+    time, O(W) memory per chunk row (the definition the compiled sweep is tested against)."""
     W = len(dur)
     j = hi
     P = np.concatenate([[0.0], np.cumsum(dur)])  # P[k] = compute of window ticks < k

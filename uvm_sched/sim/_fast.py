@@ -54,8 +54,8 @@ def available() -> bool:
 
 
 def calls() -> int:
-    """How many runs the compiled loop has made in this process (for tests that check the
-    fast path was taken)."""
+    """How many compiled runs (the event loop, the lower bound's deadline sweep) this process
+    has made (for tests that check the fast path was taken)."""
     return _state["calls"]
 
 
