@@ -91,13 +91,18 @@ def one(n: int, hw: str, budget: str, sim: bool, reference: bool, sim_reference:
     r["base_rss_bytes"] = _rss_now()
     peak = [_peak_since_reset()]  # the process's peak, kept across the per-stage resets
 
-    def timed(key, fn, *args, **kw):
+    def timed(key, fn, *args, repeat=1, **kw):
+        # the best of `repeat` runs (as timeit reports): a stage of a few hundredths of a
+        # second is otherwise the machine's noise, and its growth exponent with it
         peak[0] = max(peak[0], _peak_since_reset())
         _reset_peak()
-        t, c = time.perf_counter(), time.process_time()
-        out = fn(*args, **kw)
-        r[key] = time.perf_counter() - t
-        r[_cpu(key)] = time.process_time() - c
+        for i in range(repeat):
+            out = None  # (a repeat's result is dropped before the next run)
+            t, c = time.perf_counter(), time.process_time()
+            out = fn(*args, **kw)
+            wall, cpu = time.perf_counter() - t, time.process_time() - c
+            r[key] = min(r.get(key, wall), wall) if i else wall
+            r[_cpu(key)] = min(r[_cpu(key)], cpu) if i else cpu
         r[_rss(key)] = _peak_since_reset()
         return out
 
@@ -106,8 +111,8 @@ def one(n: int, hw: str, budget: str, sim: bool, reference: bool, sim_reference:
     r["name"] = tr.meta.get("name")
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "t.parquet"
-        timed("save_s", tr.save, path)
-        back = timed("load_s", load, path)
+        timed("save_s", tr.save, path, repeat=3)
+        back = timed("load_s", load, path, repeat=3)
         assert len(back.kind) == len(tr.kind)
         del back
     pat = timed("analyze_s", analyze, tr)
@@ -417,7 +422,8 @@ def _stage_table(a: argparse.Namespace, rows: list[dict],
              "wall clock also counts waiting for a core; the targets are checked on CPU "
              "time, wall beside it). `plan` uses the compiled selection sweep, `plan (reference "
              "sweep)` the plain-Python one (the baseline; `same plan` checks the two plans' "
-             "actions are equal). Each size runs in a fresh process; machine: 2 shared cores, "
+             "actions are equal); Parquet save and load: the best of 3 runs. Each size runs "
+             "in a fresh process; machine: 2 shared cores, "
              f"load average {os.getloadavg()[0]:.1f} when the table was written. First calls "
              "(imports, the compiled sweep's load from numba's cache) are timed apart, on a "
              f"3k-event trace: {rows[0].get('first_call_s', float('nan')):.1f} s in the first "
