@@ -46,3 +46,9 @@ def test_a_write_back_that_lands_in_time_keeps_the_widest_guard():
     p, pat = _plan(_late_pressure(), "sampled", 1e9)
     assert 32 <= _ticks(p, pat, "prefetch_to_host")[0] < 60
     assert p.meta["predicted"]["early_evictions"] is False
+
+
+def test_guessed_uses_keep_their_guard_however_slow_the_link():
+    # oblivious mode cannot see that no op reads A after its ALLOC: the guard stays
+    p, pat = _plan(_late_pressure(), "oblivious", 1e8)
+    assert _ticks(p, pat, "prefetch_to_host")[0] >= 32

@@ -141,7 +141,6 @@ from . import _fast, _reference, _stall
 from ._excess import Excess as _Excess
 from ._queues import timing
 from ._wider_guards import evictions_at_wider_guards
-from ._write_back_backlog import narrower_alloc_guards, widest_guard_points
 
 __all__ = ["Problem", "Schedule", "build_schedule"]
 
@@ -219,8 +218,6 @@ class Schedule:
     # (T,) the same with no action at all: where it equals ``over_budget`` the schedule
     # freed nothing at that tick (None: not computed)
     over_budget_unplanned: np.ndarray | None = None
-    # blocks whose write-backs are in flight where the compute is predicted to wait
-    eviction_backlog: list | None = None
 
 
 class _Gap:
@@ -330,9 +327,7 @@ def build_schedule(p: Problem, budget: int, *, guards=(4,), rounds: int = 6,
 
     Where the compute is predicted to wait for room and some blocks have seen uses, steps
     1-5 run again with those gaps leaving right after the touch, and the schedule with the
-    lower predicted stall is kept (Note [Evictions right after a seen touch]); likewise
-    with the guessed-use blocks it waits behind leaving at narrower guards after their
-    ALLOC (``_write_back_backlog``, Note [Write-backs the compute waits behind]).
+    lower predicted stall is kept (Note [Evictions right after a seen touch]).
 
     Time complexity: O((E + T + G) log G) per round for G candidate gaps
     (Note [Complexity and the bound]).
@@ -341,47 +336,33 @@ def build_schedule(p: Problem, budget: int, *, guards=(4,), rounds: int = 6,
     first sweep (timed with the rest; the sweeps then repair what is still over budget):
     the LP-guided planner's rounding (``_lp_guided``)."""
     tl = _Timeline.of(p, budget)
-    builds = [_steps(tl, guards, rounds, seed, early_evictions=False)]
-    out = builds[0]
+    out = _steps(tl, guards, rounds, seed, early_evictions=False)
     if out.predicted["eviction_wait_s"] > 0 and any(u is not None for u in p.uses):
         # Note [Evictions right after a seen touch]
-        builds.append(alt := _steps(tl, guards, rounds, seed, early_evictions=True))
+        alt = _steps(tl, guards, rounds, seed, early_evictions=True)
         if alt.predicted["stall_s"] < out.predicted["stall_s"] and \
                 alt.predicted["max_over_budget_bytes"] <= out.predicted["max_over_budget_bytes"]:
             out = alt
-    early = out.predicted["early_evictions"]
-
-    def build(alloc_guard: np.ndarray) -> Schedule:  # Note [Write-backs the compute waits behind]
-        builds.append(_steps(tl, guards, rounds, seed, early, alloc_guard))
-        return builds[-1]
-
-    out = narrower_alloc_guards(tl, guards, out, build, rounds)
-    out.predicted["build"] = next(i for i, b in enumerate(builds) if b is out)
     return out
 
 
 def kept_build(sched: Schedule) -> int:
-    """Which of ``build_schedule``'s builds ``sched`` is (0: the first; then in the order
-    they were made), for a ``seed`` that records each call's gaps (``_lp_guided``)."""
-    return int(sched.predicted["build"])
+    """Which of ``build_schedule``'s builds ``sched`` is (0: the first; 1: the second, its
+    seen-use gaps leaving right after the touch), for a ``seed`` that records each call's
+    gaps (``_lp_guided``)."""
+    return int(sched.predicted["early_evictions"])
 
 
-def _steps(tl: _Timeline, guards, rounds: int, seed, early_evictions: bool,
-           alloc_guard: np.ndarray | None = None) -> Schedule:
+def _steps(tl: _Timeline, guards, rounds: int, seed, early_evictions: bool) -> Schedule:
     """Steps 1-5 of ``build_schedule`` on ``tl``; ``early_evictions``: the gaps between
-    seen uses leave at the narrowest guard (Note [Evictions right after a seen touch]);
-    ``alloc_guard``: (n,) ticks, the widest guard after each guessed-use block's ALLOC
-    (Note [Write-backs the compute waits behind])."""
-    gaps = _candidate_gaps(tl, guards, early_evictions, alloc_guard)
+    seen uses leave at the narrowest guard (Note [Evictions right after a seen touch])."""
+    gaps = _candidate_gaps(tl, guards, early_evictions)
     chosen, saved = _select_and_time(tl, gaps, rounds, seed(tl, gaps) if seed else ())
     chosen, remote, resident = _remote_fallback(tl, chosen, saved)
-    widest = widest_guard_points(tl, guards, alloc_guard) if alloc_guard is not None else {}
-    evictions, prefetches = _issue_points(tl, chosen, widest)
-    backlog: list = []
+    evictions, prefetches = _issue_points(tl, chosen)
     out = Schedule(evictions, prefetches, remote,
-                   _prediction(tl, chosen, remote, resident, len(gaps), backlog),
-                   np.maximum(resident - tl.budget, 0), np.maximum(tl.base - tl.budget, 0),
-                   eviction_backlog=sorted({g.blk for g in backlog}))
+                   _prediction(tl, chosen, remote, resident, len(gaps)),
+                   np.maximum(resident - tl.budget, 0), np.maximum(tl.base - tl.budget, 0))
     out.predicted["early_evictions"] = early_evictions
     # siblings list each other (a reference cycle): emptied here, the gaps are freed on
     # return instead of at the collector's next full pass (~150 bytes per event held)
@@ -412,31 +393,26 @@ class _GapColumns:
         return tuple(np.concatenate(c) for c in self.cols)
 
 
-def _candidate_gaps(tl: _Timeline, guards, early_evictions: bool = False,
-                    alloc_guard: np.ndarray | None = None) -> _Gaps:
+def _candidate_gaps(tl: _Timeline, guards, early_evictions: bool = False) -> _Gaps:
     """Step 1 (Note [Candidate gaps]): the gaps of the lifetime-ends blocks (vectorised:
     the common case), then those of blocks with explicit use ticks, each with its window
-    (``early_evictions``: Note [Evictions right after a seen touch]; ``alloc_guard``:
-    Note [Write-backs the compute waits behind])."""
+    (``early_evictions``: Note [Evictions right after a seen touch])."""
     p = tl.p
     nameable = p.persistent | (p.alloc_event >= 0)
     found = _GapColumns()
-    _lifetime_end_gaps(p, nameable, guards, found, alloc_guard)
+    _lifetime_end_gaps(p, nameable, guards, found)
     _use_tick_gaps(p, nameable, guards, found, early_evictions)
     return _windows(tl, *found.arrays())
 
 
-def _lifetime_end_gaps(p: Problem, nameable, guards, found: _GapColumns,
-                       alloc_guard: np.ndarray | None = None) -> None:
+def _lifetime_end_gaps(p: Problem, nameable, guards, found: _GapColumns) -> None:
     """A block used within ``guard`` ticks of each end of its lifetime: one candidate per
     guard level, the levels of a block siblings (group = the block); its dead tail last
-    (Note [Candidate gaps]). ``alloc_guard``: (n,) ticks, no level wider than it after
-    the ALLOC (Note [Write-backs the compute waits behind])."""
+    (Note [Candidate gaps])."""
     fam = np.flatnonzero(nameable & (p.end_lo >= 0))
-    cap = alloc_guard[fam] if alloc_guard is not None else np.full(len(fam), max(guards))
     prev_a = prev_b = None
     for g in guards:
-        a = np.minimum(p.end_lo[fam] + np.minimum(cap, g), p.end_hi[fam])
+        a = np.minimum(p.end_lo[fam] + g, p.end_hi[fam])
         b = np.maximum(p.end_hi[fam] - g, p.end_lo[fam])
         ok = b - a >= 2
         if g > WIDE_GUARD_TICKS:
@@ -660,12 +636,12 @@ def _remote_fallback(tl: _Timeline, chosen: list[_Gap], saved: np.ndarray):
 
 # -- step 4: issue points ---------------------------------------------------------------------
 
-def _issue_points(tl: _Timeline, chosen: list[_Gap], widest: dict[int, int]):
+def _issue_points(tl: _Timeline, chosen: list[_Gap]):
     """Step 4 (Note [Issue points]): ``(event_unrolled, block, size)`` rows, evictions at
     the first control point of their group, prefetches at the last, each within its
     block's lifetime (after its ALLOC, before its FREE, unrolled like the point); a gap of
     guessed uses at a narrowed guard is evicted again at its widest guard's point
-    (``_wider_guards``; ``widest``: the points of blocks leaving right after their ALLOC)."""
+    (``_wider_guards``)."""
     q, E, size = tl.q, tl.E, tl.size
     first_of = np.searchsorted(q, q, side="left")
     last_of = np.searchsorted(q, q, side="right") - 1
@@ -683,20 +659,19 @@ def _issue_points(tl: _Timeline, chosen: list[_Gap], widest: dict[int, int]):
     prefetches = [(prefetch_at(g.kp, g.blk), g.blk, int(size[g.blk]))
                   for g in chosen if not g.dead]
     # Note [Evictions at the wider guards]
-    evictions += evictions_at_wider_guards(tl, chosen, evict_at, prefetch_at, widest)
+    evictions += evictions_at_wider_guards(tl, chosen, evict_at, prefetch_at)
     return evictions, prefetches
 
 
 # -- step 5: prediction -----------------------------------------------------------------------
 
 def _prediction(tl: _Timeline, chosen: list[_Gap], remote: list[int], resident: np.ndarray,
-                candidates: int, backlog: list) -> dict[str, Any]:
-    """Step 5 (Note [Prediction]): seconds and bytes, as ``meta["predicted"]`` holds them
-    (``backlog``: the gaps the compute waits behind are appended, ``_stall.eviction_wait``)."""
+                candidates: int) -> dict[str, Any]:
+    """Step 5 (Note [Prediction]): seconds and bytes, as ``meta["predicted"]`` holds them."""
     p, C, T, size, budget = tl.p, tl.C, tl.T, tl.size, tl.budget
     late_ns = [max(0.0, g.p_end - C[g.u2]) for g in chosen if not g.dead]
     over = np.maximum(resident - budget, 0)
-    wait = _stall.eviction_wait(chosen, resident, tl, backlog)
+    wait = _stall.eviction_wait(chosen, resident, tl)
     return {
         "ideal_s": float(C[T]) * 1e-9,
         "stall_s": (_stall.prefetch_stall(chosen, tl) + wait

@@ -68,14 +68,12 @@ def prefetch_stall(chosen, tl: _Timeline) -> float:
     return total
 
 
-def eviction_wait(chosen, resident, tl: _Timeline, waited: list | None = None) -> float:
+def eviction_wait(chosen, resident, tl: _Timeline) -> float:
     """Device ns the compute waits for evictions still in flight when it needs their room
     (the budget counts an eviction from its issue). Walks the over-budget ticks with the
     delay so far (a wait at one tick gives later evictions time to land). The d2h engine is
     FIFO, so the evictions in flight at a tick are a contiguous run of the queue: each tick
-    costs two binary searches. O(G log G + T log G). ``waited``: where given, the gaps
-    the compute waits behind at a tick where it waits are appended to it: those still in
-    flight and those ahead of them since the d2h engine last stood idle (the backlog)."""
+    costs two binary searches. O(G log G + T log G)."""
     if not chosen:
         return 0.0
     C, T, budget = tl.C, tl.T, tl.budget
@@ -98,11 +96,6 @@ def eviction_wait(chosen, resident, tl: _Timeline, waited: list | None = None) -
     # bisect on lists: np.searchsorted's positions (side "right" is bisect_right, "left"
     # bisect_left) and the same IEEE values, without a numpy call per scalar
     C_l, toff_l, edone_l, S_l = tl.listed("C"), toff_run.tolist(), edone.tolist(), S.tolist()
-    if waited is not None:  # where the engine's busy run that holds each eviction began
-        idle = np.flatnonzero(edone[1:] - tl.d2h[[g.blk for g in order[1:]]] > edone[:-1]) + 1
-        busy_from = np.zeros(len(order), np.int64)
-        busy_from[idle] = idle
-        busy_from = np.maximum.accumulate(busy_from).tolist()
     room = (budget - resident[risky]).tolist()
     for t, free in zip(risky.tolist(), room):
         now = C_l[t] + delay
@@ -113,7 +106,5 @@ def eviction_wait(chosen, resident, tl: _Timeline, waited: list | None = None) -
         need = (S_l[hi] - S_l[lo]) - free
         if need > 0:
             k = min(bisect.bisect_left(S_l, S_l[lo] + need) - 1, hi - 1)
-            if edone_l[k] > now and waited is not None:
-                waited.extend(order[busy_from[lo]:hi])
             delay += max(0.0, edone_l[k] - now)
     return delay

@@ -49,14 +49,11 @@ __all__ = ["evictions_at_wider_guards"]
 
 
 def evictions_at_wider_guards(tl: _Timeline, chosen: list[_Gap], evict_at: Callable,
-                              prefetch_at: Callable,
-                              widest: dict[int, int]) -> list[tuple[int, int, int]]:
+                              prefetch_at: Callable) -> list[tuple[int, int, int]]:
     """``(event_unrolled, block, size)`` rows: the repeated evictions of Note [Evictions
     at the wider guards], each strictly between the gap's own eviction and its prefetch.
     ``evict_at(k, b)`` / ``prefetch_at(k, b)``: the issue point of control point ``k``
-    for block ``b`` (``_core._issue_points``); ``widest``: block -> the widest guard's
-    control point (first iteration) of a block whose every level leaves right after its
-    ALLOC (``_write_back_backlog``), repeated there at any level."""
+    for block ``b`` (``_core._issue_points``)."""
     guessed, size = tl.listed("end_lo"), tl.listed("size")
     # the smallest block whose overstay costs the driver more than the repeated call costs
     # the host (Note [Evictions at the wider guards])
@@ -64,12 +61,9 @@ def evictions_at_wider_guards(tl: _Timeline, chosen: list[_Gap], evict_at: Calla
         else 0.0
     out = []
     for g in chosen:
-        at = widest.get(g.blk)
-        if g.dead or (g.level == 0 and at is None) or guessed[g.blk] < 0 or \
-                size[g.blk] < min_bytes:
+        if g.dead or g.level == 0 or guessed[g.blk] < 0 or size[g.blk] < min_bytes:
             continue
-        # the widest guard's eviction point: its level 0's, unless every level leaves early
-        k = evict_at(g.sibs[0].ke if at is None else at + (g.ke >= tl.E) * tl.E, g.blk)
+        k = evict_at(g.sibs[0].ke, g.blk)  # the widest guard's (level 0) eviction point
         if evict_at(g.ke, g.blk) < k < prefetch_at(g.kp, g.blk):
             out.append((k, g.blk, size[g.blk]))
     return out
