@@ -275,15 +275,23 @@ def _priced(trace, full: Plan, extra: dict, budget: int, prof, accesses: bool,
         extra = {**extra, **_oblivious_actions(trace, budget, prof, *source)}
     cands = {"plan": full, **{k: Plan(a, dict(full.meta)) for k, a in extra.items()},
              "none": Plan(extra["advice-only"].iloc[:0], dict(full.meta))}
+    judged_at = budget
     try:
         best, times, at_least = price(trace, cands, budget, prof, accesses=accesses,
                                       starts=starts, oblivious=oblivious)
     except BudgetError as e:
-        full.meta["pricing"] = {"chosen": "plan", "unpriced": str(e)}
-        return full
+        if e.needed_bytes <= budget:
+            full.meta["pricing"] = {"chosen": "plan", "unpriced": str(e)}
+            return full
+        # Note [Judged at the least budget that runs]
+        judged_at = e.needed_bytes
+        best, times, at_least = price(trace, cands, judged_at, prof, accesses=accesses,
+                                      starts=starts, oblivious=oblivious)
     out = cands[best]
     out.meta["pricing"] = {"chosen": best, **{f"{k}_s": v for k, v in times.items()},
                            "judge": _JUDGES[bool(accesses) + bool(trace.meta.get("samples_view"))]}
+    if judged_at != budget:
+        out.meta["pricing"]["judged_at_bytes"] = int(judged_at)
     if at_least:  # refuted early (_pricing): their figures are lower bounds
         out.meta["pricing"]["at_least"] = list(at_least)
     if best != "plan":
