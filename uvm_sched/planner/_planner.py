@@ -273,9 +273,9 @@ def _priced(trace, full: Plan, extra: dict, budget: int, prof, accesses: bool,
     in its meta (``oblivious``: the plan was made without samples). ``source``: the
     pattern and options the plan was made from; with ``accesses``, the oblivious plan's
     tables are priced too (Note [The oblivious plan as a candidate]). The plan and its advice
-    alone are left out where their twins (``extra``'s "local" and "local advice-only",
-    ``_twins``) are faster with a read of a remotely mapped block per repeat of the
-    iteration's inner loop (Note [A read per repeat] in ``_pricing``)."""
+    alone give their place to their twins (``extra``'s "local" and "local advice-only",
+    ``_twins``) where those are faster with a read of a remotely mapped block per repeat of
+    the iteration's inner loop (Note [A read per repeat] in ``_pricing``)."""
     from ..sim import BudgetError
     from ._pricing import price, remote_refuted
 
@@ -289,10 +289,11 @@ def _priced(trace, full: Plan, extra: dict, budget: int, prof, accesses: bool,
         extra = {**extra, **_oblivious_actions(trace, budget, prof, *source)}
     cands = {"plan": full, **{k: Plan(a, dict(full.meta)) for k, a in extra.items()},
              "none": Plan(extra["advice-only"].iloc[:0], dict(full.meta))}
-    refuted = remote_refuted(trace, cands, {"plan": "local", "advice-only": "local advice-only"},
-                             budget, prof, starts) if "local" in extra else {}
-    for k in refuted:
-        del cands[k]
+    twins = {"plan": "local", "advice-only": "local advice-only"}
+    refuted = remote_refuted(trace, cands, twins, budget, prof, starts) if "local" in extra else {}
+    # a twin takes the place of the candidate it refuted, and only there
+    cands = {twins[k] if k in refuted else k: cands[twins[k] if k in refuted else k]
+             for k in cands if k not in twins.values()}
     gone = {"remote_refuted": {k: list(v) for k, v in refuted.items()}} if refuted else {}
     try:
         best, times, at_least = price(trace, cands, budget, prof, accesses=accesses,

@@ -29,8 +29,9 @@ acts less]); in sampled mode with samples drawn from the trace itself, the trace
    remote mapping and read-mostly advice stay);
 3. ``none``: no action at all (demand paging);
 
-and, in oblivious mode where the plan maps blocks remotely, the plan made without remote
-mapping and its advice alone, the twins of the first two (Note [A read per repeat]).
+in oblivious mode where the plan maps blocks remotely, the plan made without remote mapping
+or its advice alone takes the place of the first or second where Note [A read per repeat]
+refutes it.
 
 Note [A tie acts less]: in oblivious mode, among candidates equal up to float rounding, the
 earliest one that some view shows faster than no plan is emitted; where no view shows any
@@ -91,10 +92,12 @@ about c / n reads of each); a recurrent model's time steps, many more repeats th
 read each of them many times, and every read of a remote block crosses the link. So the
 plan and its advice alone, where they map blocks remotely, are each run against a twin --
 the same planner's plan without remote mapping (``remote_fallback=False``) and its advice
-alone -- in the kept-reads view with those reads added, and left out of the candidates
-where the twin is faster there; the twins are priced beside them as candidates of their
-own. Only the pair is compared, with the same reads in both, so the view's guess about
-the other blocks cancels out; where no string repeats, nothing is run. A tick of that view
+alone -- in the kept-reads view with those reads added, and where the twin is faster
+there, the twin takes its place among the candidates. A twin is not a candidate of its
+own: the other views, which read each never-freed block once, cannot judge moves planned
+for a different excess, and letting them rank the twins beside the plan gave wins away.
+Only the pair is compared, with the same reads in both, so the view's guess about the
+other blocks cancels out; where no string repeats, nothing is run. A tick of that view
 may hold more than the budget (the reads at a tick where the allocator events already fill
 it): the pair is then judged at the least budget that runs the view (``BudgetError.
 needed_bytes``), both at the same budget. Where no view can judge the candidates at the
