@@ -313,7 +313,7 @@ def _priced(trace, full: Plan, extra: dict, budget: int, prof, accesses: bool,
     if best != "plan" and "plan" in refuted:
         out.meta["fallback"] = (
             f"{best}: the full plan maps blocks host-resident and was slower than the plan "
-            f"without that mapping with a read of each of them per repeat of the iteration's "
+            f"without that mapping with one of them read per repeat of the iteration's "
             f"inner loop ({refuted['plan'][0]:.6g} s against {refuted['plan'][1]:.6g} s); "
             f"{best} at {times[best]:.6g} s (no plan: {times['none']:.6g} s)")
     elif best != "plan":
