@@ -46,8 +46,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["Detection", "detect_period", "tokenize", "RollingHash", "make_hash", "score_lag",
-           "repeat_starts"]
+__all__ = ["Detection", "detect_period", "tokenize", "RollingHash", "make_hash", "score_lag"]
 
 BALANCE_TOL = 0.02  # |net bytes| per period window <= 2% of the bytes allocated in it
 COVERAGE_TOL = 0.01  # candidates within 1% of the sequence of the best coverage tie
@@ -210,36 +209,6 @@ def score_lag(tok: np.ndarray, net_cum: np.ndarray, alloc_cum: np.ndarray, p: in
     prev = np.concatenate(([0], np.maximum.accumulate(cov_end)[:-1]))
     covered = np.maximum(0, cov_end - np.maximum(starts, prev)).sum()
     return LagScore(p, int(covered), starts, ends)
-
-
-def repeat_starts(kind: np.ndarray, size: np.ndarray, ev_tick: np.ndarray) -> np.ndarray:
-    """The ticks where the repeats of one iteration's innermost loop begin: the allocator
-    events of one iteration (``kind`` 0 alloc / 1 free, ``size`` bytes, ``ev_tick`` trace
-    ticks, in order), the candidate lag (``candidate_lags``) whose runs of ``tok[i] ==
-    tok[i+p]`` hold the most whole copies of a length-``p`` string, and the start of every
-    copy in each run of at least two (Note [A read per repeat] in ``planner/_pricing``).
-    Unlike an iteration, a repeat need not be balanced: a recurrent layer's time steps, or
-    a stack of identical layers, keep what they allocate for the backward pass. Empty where
-    no string repeats. O(n) per candidate lag."""
-    tok = tokenize(kind, size)
-    n = len(tok)
-    best_p, best_copies = 0, 1
-    for p in candidate_lags(tok, int(tok.max()) + 1 if n else 0).tolist():
-        eq = tok[:-p] == tok[p:]
-        d = np.diff(np.concatenate(([0], eq.view(np.int8), [0])).astype(np.int8))
-        runs = np.flatnonzero(d == -1) - np.flatnonzero(d == 1)
-        copies = int(runs.max()) // p + 1 if len(runs) else 1
-        if copies > best_copies:
-            best_p, best_copies = p, copies
-    if best_copies < 2:
-        return np.empty(0, np.int64)
-    p = best_p
-    eq = tok[:-p] == tok[p:]
-    d = np.diff(np.concatenate(([0], eq.view(np.int8), [0])).astype(np.int8))
-    a, b = np.flatnonzero(d == 1), np.flatnonzero(d == -1)
-    keep = b - a >= p
-    at = [s + p * np.arange((e - s) // p + 1) for s, e in zip(a[keep].tolist(), b[keep].tolist())]
-    return np.unique(ev_tick[np.concatenate(at)]) if at else np.empty(0, np.int64)
 
 
 @dataclass

@@ -151,8 +151,8 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "auto", **opts: Any) -> Pla
         extra = _candidates(pat, prob, info, sched, greedy, act_opts)
         if opts.get("price") is _AS_CANDIDATES:  # _oblivious_actions: the tables, unpriced
             return _as_tables(mode, out, extra)
-        extra.update(_twins(trace, budget_bytes, prof, pat, opts, mode, rf, sched.remote))
-        # the schedule's arrays are dropped before the simulator builds its own (peak memory)
+        # the schedule's arrays (hundreds of bytes per event) are not needed to price it:
+        # dropped before the simulator's own arrays are built (peak memory)
         del prob, info, sched, greedy, samples
         view, accesses = judged_view(trace, pat, mode, opts.get("samples"))
         # given samples do not make the trace's accesses known: no oblivious candidate
@@ -253,17 +253,6 @@ def _oblivious_actions(trace, budget: int, prof, pat, opts: dict) -> dict:
     return tables
 
 
-def _twins(trace, budget: int, prof, pat, opts: dict, mode: str, rf, remote) -> dict:
-    """``{"local": table, "local advice-only": table}``: the plan made without remote mapping
-    and its advice alone, the twins of an oblivious plan (``mode``) that maps blocks
-    (``remote``) host-resident on its own (``rf``: ``"auto"``), Note [A read per repeat] in
-    _pricing; else empty."""
-    if mode != "oblivious" or rf != "auto" or not len(remote):
-        return {}
-    t = _oblivious_actions(trace, budget, prof, pat, {**opts, "remote_fallback": False})
-    return {"local": t["oblivious"], "local advice-only": t["oblivious advice-only"]}
-
-
 def _priced(trace, full: Plan, extra: dict, budget: int, prof, accesses: bool,
             starts, oblivious: bool, source=None) -> Plan:
     """The fastest of the full plan, the ``extra`` candidates (``{label: actions}``, in
@@ -272,12 +261,9 @@ def _priced(trace, full: Plan, extra: dict, budget: int, prof, accesses: bool,
     by the simulator on the trace's allocator events (``_pricing``); the choice is noted
     in its meta (``oblivious``: the plan was made without samples). ``source``: the
     pattern and options the plan was made from; with ``accesses``, the oblivious plan's
-    tables are priced too (Note [The oblivious plan as a candidate]). The plan and its advice
-    alone give their place to their twins (``extra``'s "local" and "local advice-only",
-    ``_twins``) where those are faster with a read of a remotely mapped block per repeat of
-    the iteration's inner loop (Note [A read per repeat] in ``_pricing``)."""
+    tables are priced too (Note [The oblivious plan as a candidate])."""
     from ..sim import BudgetError
-    from ._pricing import price, remote_refuted
+    from ._pricing import price
 
     if not trace.has_clock:
         # the judge compares iteration times: on a trace with no clock they would be made
@@ -289,34 +275,18 @@ def _priced(trace, full: Plan, extra: dict, budget: int, prof, accesses: bool,
         extra = {**extra, **_oblivious_actions(trace, budget, prof, *source)}
     cands = {"plan": full, **{k: Plan(a, dict(full.meta)) for k, a in extra.items()},
              "none": Plan(extra["advice-only"].iloc[:0], dict(full.meta))}
-    twins = {"plan": "local", "advice-only": "local advice-only"}
-    refuted = remote_refuted(trace, cands, twins, budget, prof, starts) if "local" in extra else {}
-    # a twin takes the place of the candidate it refuted, and only there
-    cands = {twins[k] if k in refuted else k: cands[twins[k] if k in refuted else k]
-             for k in cands if k not in twins.values()}
-    gone = {"remote_refuted": {k: list(v) for k, v in refuted.items()}} if refuted else {}
     try:
         best, times, at_least = price(trace, cands, budget, prof, accesses=accesses,
                                       starts=starts, oblivious=oblivious)
     except BudgetError as e:
-        # no view can judge at this budget: the first candidate left stands unpriced (the
-        # full plan, or its twin without remote mapping where that refuted it)
-        first = next(iter(cands))
-        cands[first].meta["pricing"] = {"chosen": first, "unpriced": str(e), **gone}
-        return cands[first]
+        full.meta["pricing"] = {"chosen": "plan", "unpriced": str(e)}
+        return full
     out = cands[best]
     out.meta["pricing"] = {"chosen": best, **{f"{k}_s": v for k, v in times.items()},
                            "judge": _JUDGES[bool(accesses) + bool(trace.meta.get("samples_view"))]}
-    out.meta["pricing"].update(gone)  # Note [A read per repeat]: (its s, its twin's s)
     if at_least:  # refuted early (_pricing): their figures are lower bounds
         out.meta["pricing"]["at_least"] = list(at_least)
-    if best != "plan" and "plan" in refuted:
-        out.meta["fallback"] = (
-            f"{best}: the full plan maps blocks host-resident and was slower than the plan "
-            f"without that mapping with one of them read per repeat of the iteration's "
-            f"inner loop ({refuted['plan'][0]:.6g} s against {refuted['plan'][1]:.6g} s); "
-            f"{best} at {times[best]:.6g} s (no plan: {times['none']:.6g} s)")
-    elif best != "plan":
+    if best != "plan":
         out.meta["fallback"] = (
             f"{best}: the full plan was predicted at {'at least ' * ('plan' in at_least)}"
             f"{times['plan']:.6g} s per iteration, "

@@ -27,11 +27,7 @@ acts less]); in sampled mode with samples drawn from the trace itself, the trace
 1. ``plan``: the full schedule;
 2. ``advice-only``: the schedule without its eviction/prefetch pairs (populates, discards,
    remote mapping and read-mostly advice stay);
-3. ``none``: no action at all (demand paging);
-
-in oblivious mode where the plan maps blocks remotely, the plan made without remote mapping
-or its advice alone takes the place of the first or second where Note [A read per repeat]
-refutes it.
+3. ``none``: no action at all (demand paging).
 
 Note [A tie acts less]: in oblivious mode, among candidates equal up to float rounding, the
 earliest one that some view shows faster than no plan is emitted; where no view shows any
@@ -81,29 +77,6 @@ simulation time) decides nothing. Its figure in ``plan.meta["pricing"]`` is then
 of the views that ran, a lower bound (listed under ``at_least``; the same figure where the
 skipped view would not have raised it).
 
-Note [A read per repeat] -- oblivious mode, remote mapping. The planner maps a
-never-freed block host-resident on a guess of two reads per iteration; the allocator events
-do not say how often it is read. Where an iteration repeats a string of allocator events
-(an inner loop: a recurrent layer's time steps, a stack of identical layers, a loop over
-parameters; ``pattern._period.repeat_starts``), each repeat does the same work: if that
-work reads a remotely mapped block at all, every repeat reads one. The fewest reads that
-allows is one block per repeat, the blocks taken in turn (with c repeats and n blocks,
-about c / n reads of each); a recurrent model's time steps, many more repeats than blocks,
-read each of them many times, and every read of a remote block crosses the link. So the
-plan and its advice alone, where they map blocks remotely, are each run against a twin --
-the same planner's plan without remote mapping (``remote_fallback=False``) and its advice
-alone -- in the kept-reads view with those reads added, and where the twin is faster
-there, the twin takes its place among the candidates. A twin is not a candidate of its
-own: the other views, which read each never-freed block once, cannot judge moves planned
-for a different excess, and letting them rank the twins beside the plan gave wins away.
-Only the pair is compared, with the same reads in both, so the view's guess about the
-other blocks cancels out; where no string repeats, nothing is run. A tick of that view
-may hold more than the budget (the reads at a tick where the allocator events already fill
-it): the pair is then judged at the least budget that runs the view (``BudgetError.
-needed_bytes``), both at the same budget. Where no view can judge the candidates at the
-budget (``price`` raises ``BudgetError``), the first candidate left (the full plan, or its
-twin where the full plan was left out) stands unpriced.
-
 Note [Runs stopped once decided]. No plan runs first in each view; a later candidate's run
 stops as soon as the part of the measured iteration it has simulated already decides what
 its run is read for (the simulator's clock never goes back, so the whole iteration takes at
@@ -131,22 +104,20 @@ time; the simulator imports the planner's ``Plan`` type at module level).
 """
 from __future__ import annotations
 
-__all__ = ["price", "remote_refuted", "CANDIDATES"]
+__all__ = ["price", "CANDIDATES"]
 
 CANDIDATES = ("plan", "advice-only", "none")
 _ROUNDING = 1e-9  # relative: iteration times equal up to float rounding are equal
 
 
-def _kept_reads_view(view, starts, midpoints: bool = False, repeat_reads=None):
+def _kept_reads_view(view, starts, midpoints: bool = False):
     """``view`` (no ACCESS rows) with the simulator's extremal accesses written out (every
     block written whole at its ALLOC tick, read whole at its FREE tick) plus, in each
     iteration (``starts``: its first ticks), a whole-block READ of each never-freed block
     allocated before it, the k-th such block at the iteration's k-th tick (modulo its
     length), after that tick's allocator events; with ``midpoints``, also one whole-block
     READ of every freed block at the middle tick of its life (ALLOC and FREE two or more
-    ticks apart; Note [One unseen use]); with ``repeat_reads`` ``(ticks, blocks)``, also
-    one whole-block READ of each of those blocks allocated before it at each of those
-    ticks (Note [A read per repeat]). The extremal rows must be explicit: a
+    ticks apart; Note [One unseen use]). The extremal rows must be explicit: a
     trace with any ACCESS row is judged by its ACCESS rows alone, so the reads alone would
     leave every other block untouched (never resident: no plan then looks free and any
     populate costly)."""
@@ -177,15 +148,6 @@ def _kept_reads_view(view, starts, midpoints: bool = False, repeat_reads=None):
         t_rows.append((a0[m] + f0[m]) // 2)
         b_rows.append(fr.index.to_numpy(np.int64)[m])
         s_rows.append(fr["size"].to_numpy(np.int64)[m])
-    if repeat_reads is not None:
-        at_ticks, rblocks = (np.asarray(x, np.int64) for x in repeat_reads)
-        # the i-th repeat reads the (i mod n)-th of the n blocks: the fewest reads of each
-        # that still has every repeat read one of them (Note [A read per repeat])
-        bb = np.arange(len(at_ticks)) % max(1, len(rblocks))
-        m = bt.loc[rblocks, "alloc_tick"].to_numpy(np.int64)[bb] < at_ticks
-        t_rows.append(at_ticks[m])
-        b_rows.append(rblocks[bb[m]])
-        s_rows.append(bt.loc[rblocks, "size"].to_numpy(np.int64)[bb[m]])
     if not sum(len(t) for t in t_rows):
         return view
     n_read = sum(len(t) for t in t_rows)
@@ -219,82 +181,6 @@ def _kept_reads_view(view, starts, midpoints: bool = False, repeat_reads=None):
     # its block's life, ticks in order): not validated again, a tenth of this function's
     # time (``tests/test_planner_scale.py`` validates it on generated traces)
     return Trace(cols, tick_ns=view.tick_ns, meta=view.meta, validate=False)
-
-
-def _remote_blocks(bare, plans):
-    """The trace block ids (of ``bare``) that any of ``plans`` maps host-resident
-    (``advise_preferred_host`` of a persistent block: its ordinal is the trace's ALLOC
-    ordinal, sim ``PlanSchedule``)."""
-    import numpy as np
-
-    from ..trace import EventKind
-
-    ords = [p.actions.block[(p.actions.action == "advise_preferred_host")
-                            & p.actions.persistent].to_numpy(np.int64) for p in plans]
-    ords_all = np.unique(np.concatenate([np.empty(0, np.int64), *ords]))
-    c = bare.columns
-    alloc_blocks = c["block"][c["kind"] == EventKind.ALLOC]
-    return np.asarray(alloc_blocks[ords_all[ords_all < len(alloc_blocks)]], np.int64)
-
-
-def _repeat_starts(bare, starts):
-    """The ticks where the repeats of each iteration's innermost loop begin (``starts``:
-    the iterations' first ticks; ``pattern._period.repeat_starts``), from the allocator
-    events of ``bare``; empty where no iteration holds a repeated string."""
-    import numpy as np
-
-    from ..pattern._period import repeat_starts
-    from ..trace import EventKind
-
-    c = bare.columns
-    ev = np.flatnonzero(c["kind"] <= EventKind.FREE)
-    tick = c["tick"][ev]
-    starts = np.unique(np.asarray(starts, np.int64))
-    ends = np.append(starts[1:], bare.n_ticks)
-    out = [np.empty(0, np.int64)]
-    for s, e in zip(starts.tolist(), ends.tolist()):
-        lo, hi = np.searchsorted(tick, [s, e])
-        out.append(repeat_starts(c["kind"][ev[lo:hi]].astype(np.int8), c["size"][ev[lo:hi]],
-                                 tick[lo:hi]))
-    return np.unique(np.concatenate(out)).astype(np.int64)
-
-
-def remote_refuted(trace, candidates: dict, twins: dict, budget: int, prof,
-                   starts=()) -> dict:
-    """Note [A read per repeat]: each candidate of ``twins`` (``{label: twin label}``, both
-    in ``candidates``, ``{label: Plan}``) that maps blocks host-resident, run against its
-    twin (the plan made without remote mapping) in the kept-reads view of ``trace``'s
-    allocator events with one more read of every remotely mapped block at the start of
-    each repeat of an iteration's inner loop (``starts``: the iterations' first ticks);
-    returns ``{label: (its seconds, the twin's seconds)}`` for those slower than their twin
-    there (refuted); empty where no iteration repeats a string or the view cannot run."""
-    from ..sim import BudgetError, simulate
-    from ..trace.zoo import allocator_only
-
-    bare = allocator_only(trace) if trace.has_accesses else trace
-    remote = _remote_blocks(bare, [candidates[k] for k in twins])
-    repeats = _repeat_starts(bare, starts) if len(remote) else ()
-    if not len(repeats):
-        return {}
-    view = _kept_reads_view(bare, starts, repeat_reads=(repeats, remote))
-    cache: dict = {}
-
-    def run(at: int) -> dict:
-        out = {}
-        for label, twin in twins.items():
-            t, t_twin = (float(simulate(view, candidates[k], prof, at, _cache=cache,
-                                        _figures_only=True).iteration_time_s)
-                         for k in (label, twin))
-            if t > t_twin * (1 + _ROUNDING):
-                out[label] = (t, t_twin)
-        return out
-
-    try:
-        return run(budget)
-    except BudgetError as e:
-        # a tick of the view holds more than the budget: both at the least budget that
-        # runs it (Note [A read per repeat])
-        return run(e.needed_bytes) if e.needed_bytes > budget else {}
 
 
 def _decided_above(j: int, yardstick: tuple, accesses: bool) -> float:

@@ -72,12 +72,10 @@ def _check_budget(prep, budget: int) -> None:
     ws = prep.ws_bytes
     if len(ws) and budget < int(ws.max()):
         t = int(np.argmax(ws))
-        err = BudgetError(
+        raise BudgetError(
             f"budget {budget:,} bytes is below the working set of tick {t}: its kernel "
             f"touches {int(ws[t]):,} bytes, which must all be on the device at once; give a "
             f"budget of at least {int(ws[t]):,} bytes")
-        err.needed_bytes = int(ws[t])
-        raise err
 
 
 def _prepared(trace, hw, cache):

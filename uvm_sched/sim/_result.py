@@ -10,10 +10,7 @@ __all__ = ["SimResult", "BudgetError"]
 
 
 class BudgetError(Error, ValueError):
-    """The budget is below the bytes one tick's kernel touches: no schedule can run it.
-    ``needed_bytes``: the least budget that holds every tick (0 where not known)."""
-
-    needed_bytes: int = 0
+    """The budget is below the bytes one tick's kernel touches: no schedule can run it."""
 
 
 @dataclasses.dataclass
