@@ -234,3 +234,26 @@ def test_pricing_refuting_early_chooses_as_running_every_view(pct, monkeypatch):
     if pct == "50%":  # bench_scale's budget: the full plan is refuted by the third view
         assert pruned, "no candidate was refuted early: the test checks nothing"
         assert any(stopped), "no run was stopped once decided: the test checks nothing"
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_builder_runs_with_cyclic_gc_off_and_the_callers_setting_comes_back(enabled,
+                                                                                monkeypatch):
+    import gc
+
+    from uvm_sched.planner import _planner
+
+    seen = []
+    real = _planner.schedule
+
+    def spy(*a, **kw):
+        seen.append(gc.isenabled())
+        return real(*a, **kw)
+
+    monkeypatch.setattr(_planner, "schedule", spy)
+    (gc.enable if enabled else gc.disable)()
+    try:
+        plan(training_trace(iters=3, layers=3, markers=True), "50%", HW, price=False)
+        assert seen == [False] and gc.isenabled() is enabled
+    finally:
+        gc.enable()

@@ -12,6 +12,8 @@ then, plus in ``sampled`` mode the blocks touched then) raises ``PlanError`` nam
 """
 from __future__ import annotations
 
+import contextlib
+import gc
 import time
 from typing import Any
 
@@ -106,11 +108,11 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "auto", **opts: Any) -> Pla
     prob.remote_min_excess = int(REMOTE_AUTO_EXCESS * budget_bytes) \
         if rf == "auto" and mode == "oblivious" else 0
     _check_feasible(prob, info, budget_bytes)
-    sched, greedy, lp_meta = schedule(trace, pat, prob, budget_bytes, prof, guards, mode, opts)
+    with _cyclic_gc_paused():
+        sched, greedy, lp_meta = schedule(trace, pat, prob, budget_bytes, prof, guards, mode, opts)
     act_opts = (prof, discard, discard_min, bool(opts.get("populate", True)))
     actions = _actions(prob, info, sched, *act_opts)
     _sizes_at_run_time(pat, info, actions)
-    E = prob.E
     pred = dict(sched.predicted)
     pred.update(_coarse_cost(prob))
     pred["plan_time_s"] = time.perf_counter() - t0
@@ -121,7 +123,7 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "auto", **opts: Any) -> Pla
         "mode": mode,
         "mode_requested": requested,
         "mode_reason": mode_reason,
-        "period_events": int(E),
+        "period_events": int(prob.E),
         "alloc_sizes": [int(s) for s in info["alloc_sizes"]],
         # the planned iteration's sizes where alloc_sizes says 0 (what summary() counts)
         **({"planned_alloc_sizes": [int(s) for s in info["planned_alloc_sizes"]]}
@@ -161,6 +163,24 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "auto", **opts: Any) -> Pla
                       (pat, opts) if opts.get("samples") is None else None)
     pred["plan_time_s"] = time.perf_counter() - t0
     return out
+
+
+@contextlib.contextmanager
+def _cyclic_gc_paused():
+    """Python's cyclic garbage collector off while the schedule builder runs, then as it
+    was. Why: the builder makes an object per candidate gap (hundreds of thousands on an
+    LLM-sized trace, each linked to its siblings), and every full collection those
+    allocations trigger walks all of them, a cost that grows faster than the trace.
+    Reference counting still frees what is not in a cycle; the builder's cycles wait for
+    the next collection. The switch is process-wide: a training thread running beside a
+    planning thread goes without cyclic collection for that long too."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:  # a caller that had it off keeps it off
+            gc.enable()
 
 
 def _remote_fallback_option(opts: dict):
