@@ -12,8 +12,6 @@ then, plus in ``sampled`` mode the blocks touched then) raises ``PlanError`` nam
 """
 from __future__ import annotations
 
-import contextlib
-import gc
 import time
 from typing import Any
 
@@ -24,6 +22,7 @@ from ._core import Problem, Schedule
 from ._known_view import judged_view
 from ._lp_guided import schedule
 from ..trace._model import EventKind
+from ..trace._snapshot import gc_paused
 from ._plan import PLAN_VERSION, Plan, PlanError, trace_fingerprint
 from ._populates import discards_the_pool_needs, populates_that_evict
 
@@ -54,8 +53,7 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "auto", **opts: Any) -> Pla
     ``guard`` (ticks, or ``"auto"``: 32, 16, 8, 4 and 2 ticks, the widest preferred per gap),
     ``samples`` (a sample frame, sampled mode; rows with ``assumed`` True -- a fault-sampled
     block's unknown tail -- are planned for but not counted as certain uses by the budget
-    check),
-    ``sample_rate`` (default 1.0), ``noise`` (ticks, default 0), ``seed``,
+    check), ``sample_rate`` (default 1.0), ``noise`` (ticks, default 0), ``seed``,
     ``complete_touches`` (bool: trust idle stretches between observed touches; default True
     for given samples and for a draw at ``sample_rate=1``), ``discard``
     (default True), ``discard_min_bytes`` (default just above 1 MiB: smaller blocks share
@@ -108,7 +106,8 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "auto", **opts: Any) -> Pla
     prob.remote_min_excess = int(REMOTE_AUTO_EXCESS * budget_bytes) \
         if rf == "auto" and mode == "oblivious" else 0
     _check_feasible(prob, info, budget_bytes)
-    with _cyclic_gc_paused():
+    # an object per candidate gap, hundreds of thousands on an LLM: no GC pass walks them
+    with gc_paused():
         sched, greedy, lp_meta = schedule(trace, pat, prob, budget_bytes, prof, guards, mode, opts)
     act_opts = (prof, discard, discard_min, bool(opts.get("populate", True)))
     actions = _actions(prob, info, sched, *act_opts)
@@ -163,24 +162,6 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "auto", **opts: Any) -> Pla
                       (pat, opts) if opts.get("samples") is None else None)
     pred["plan_time_s"] = time.perf_counter() - t0
     return out
-
-
-@contextlib.contextmanager
-def _cyclic_gc_paused():
-    """Python's cyclic garbage collector off while the schedule builder runs, then as it
-    was. Why: the builder makes an object per candidate gap (hundreds of thousands on an
-    LLM-sized trace, each linked to its siblings), and every full collection those
-    allocations trigger walks all of them, a cost that grows faster than the trace.
-    Reference counting still frees what is not in a cycle; the builder's cycles wait for
-    the next collection. The switch is process-wide: a training thread running beside a
-    planning thread goes without cyclic collection for that long too."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:  # a caller that had it off keeps it off
-            gc.enable()
 
 
 def _remote_fallback_option(opts: dict):

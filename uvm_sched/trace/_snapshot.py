@@ -105,8 +105,10 @@ class _SafeUnpickler(pickle.Unpickler):
 @contextlib.contextmanager
 def gc_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector while millions of small containers are made
-    (unpickling, JSON): the data holds no cycles, and the collector's passes over the
-    growing heap would otherwise cost several times the work itself."""
+    (unpickling, JSON, the planner's candidate gaps), then restore it as the caller had it:
+    the collector's passes over the growing heap would otherwise cost several times the
+    work itself, and reference counting still frees what is not in a cycle. Process-wide:
+    a thread running beside goes without cyclic collection for that long too."""
     was = gc.isenabled()
     gc.disable()
     try:
