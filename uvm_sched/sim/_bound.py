@@ -164,12 +164,11 @@ def _deadline_bound(dur: np.ndarray, budget: int, bw: float, lo: np.ndarray,
 
     P = np.concatenate([[0.0], np.cumsum(dur)])
     lo, hi, n = (np.ascontiguousarray(a, np.int64) for a in (lo, hi, n))
-    stall, r, d = deadline_sweep(P, lo, hi, n, int(budget), float(bw))
+    stall, r, need = deadline_sweep(P, lo, hi, n, int(budget), float(bw))
     _fast._state["calls"] += 1
     if not stall > 0:
         return None
-    need = int(n[(lo <= r) & (r <= hi) & (hi <= d)].sum())  # the pair's bytes, N(r, d)
-    return float(P[-1]) + stall, int(r), need - int(budget)
+    return float(P[-1]) + stall, int(r), int(need) - int(budget)
 
 
 def _deadline_bound_reference(dur: np.ndarray, budget: int, bw: float, lo: np.ndarray,

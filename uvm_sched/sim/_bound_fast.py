@@ -84,9 +84,9 @@ def _sweep(P, lo, hi, n, budget, bw, order, near, keep):
     """One sweep of the deadline (see the module's rule). Returns the approximate best stall
     per deadline (``near`` and ``keep`` unused) or, given ``near`` (the deadlines whose
     approximate best lies within tolerance of the overall best) and ``keep`` (the
-    tolerance's floor), the exact best pair among the rows there: (stall, row, deadline),
-    the stall computed as the reference computes it, ties to the smallest row, then
-    deadline."""
+    tolerance's floor), the exact best pair among the rows there: (stall, row, its bytes
+    N(r, d)), the stall computed as the reference computes it, ties to the smallest row,
+    then deadline."""
     W = len(P) - 1
     size = 1
     while size < max(W, 1):
@@ -98,7 +98,7 @@ def _sweep(P, lo, hi, n, budget, bw, order, near, keep):
     stack = np.empty(64, np.int64)
     acc = np.empty(64)
     k, A = 0, len(hi)
-    best, best_r, best_d = 0.0, 0, 0
+    best, best_r, best_need = 0.0, 0, 0
     for d in range(W):
         # open row d at P[d]: no add so far covers it (every earlier interval ends before d)
         val[d + size] = P[d]
@@ -129,20 +129,20 @@ def _sweep(P, lo, hi, n, budget, bw, order, near, keep):
                 # first (of maxima (r1, d2) and (r2, d1), r1 < r2 <= d1 < d2, (r1, d1) is
                 # one too), the row test covers floats that round apart
                 if v > best or (v == best and v > 0 and r < best_r):
-                    best, best_r, best_d = v, r, d
+                    best, best_r, best_need = v, r, need
                 continue
             above += tag[node]
             stack[top + 1], acc[top + 1] = 2 * node + 1, above
             stack[top + 2], acc[top + 2] = 2 * node, above
             top += 2
-    return best_at, best, best_r, best_d
+    return best_at, best, best_r, best_need
 
 
 def deadline_sweep(P, lo, hi, n, budget, bw):
-    """(best stall seconds, boundary row, deadline column) over all pairs ``r <= d`` of
-    ``(N(r, d) - budget) / bw - (P[d] - P[r])``, as ``_bound._deadline_bound_reference``
-    finds it (the same float, the same pair); the stall is 0.0 (row and column 0) when no
-    pair is positive. ``P``: float64[W + 1] compute seconds before each window tick; ``lo``,
+    """(best stall seconds, boundary row, the pair's bytes ``N(r, d)``) over all pairs ``r <=
+    d`` of ``(N(r, d) - budget) / bw - (P[d] - P[r])``, as
+    ``_bound._deadline_bound_reference`` finds it (the same float, the same pair); the stall
+    is 0.0 (row 0, 0 bytes) when no pair is positive. ``P``: float64[W + 1] compute seconds before each window tick; ``lo``,
     ``hi``: int64 interval rows (``hi``: the deadline), ``n``: int64 bytes; ``budget``:
     bytes; ``bw``: bytes per second."""
     order = np.argsort(hi, kind="stable")
@@ -156,5 +156,5 @@ def deadline_sweep(P, lo, hi, n, budget, bw):
     # many rows tie), so the pair and its float are the reference's
     tol = 1e-9 * (float(P[-1]) + float(n.sum()) / bw + budget / bw + abs(top))
     keep = top - tol
-    _, best, r, d = _sweep(P, lo, hi, n, budget, bw, order, approx >= keep, keep)
-    return best, r, d
+    _, best, r, need = _sweep(P, lo, hi, n, budget, bw, order, approx >= keep, keep)
+    return best, r, need
