@@ -96,13 +96,14 @@ def one(n: int, hw: str, budget: str, sim: bool, reference: bool, sim_reference:
         # second is otherwise the machine's noise, and its growth exponent with it
         peak[0] = max(peak[0], _peak_since_reset())
         _reset_peak()
-        for i in range(repeat):
+        walls, cpus = [], []
+        for _ in range(repeat):
             out = None  # (a repeat's result is dropped before the next run)
             t, c = time.perf_counter(), time.process_time()
             out = fn(*args, **kw)
-            wall, cpu = time.perf_counter() - t, time.process_time() - c
-            r[key] = min(r.get(key, wall), wall) if i else wall
-            r[_cpu(key)] = min(r[_cpu(key)], cpu) if i else cpu
+            walls.append(time.perf_counter() - t)
+            cpus.append(time.process_time() - c)
+        r[key], r[_cpu(key)] = min(walls), min(cpus)
         r[_rss(key)] = _peak_since_reset()
         return out
 

@@ -21,15 +21,13 @@ def _plan(tr, mode: str, bytes_per_s: float):
     return plan_one_iteration(tr, mode, slow_link(bytes_per_s))
 
 
-_ticks = block_action_ticks
-
-
 def test_a_write_back_the_link_cannot_finish_in_time_leaves_right_after_the_touch():
     # 100 MB/s: A's write-back takes 40 us; from the 32-tick guard (33 us) it lands at
     # 73 us, 13 us after B needs the room; from the touch (1 us) it lands at 41 us
     tr = _late_pressure()
     p, pat = _plan(tr, "sampled", 1e8)
-    out, back = _ticks(p, pat, "prefetch_to_host"), _ticks(p, pat, "prefetch_to_device")
+    out = block_action_ticks(p, pat, "prefetch_to_host")
+    back = block_action_ticks(p, pat, "prefetch_to_device")
     assert len(out) == 1 and len(back) == 1
     assert out[0] < 8
     assert back[0] <= N_TICKS - 1 - 32  # the prefetch end keeps the widest guard
@@ -44,11 +42,11 @@ def test_a_write_back_the_link_cannot_finish_in_time_leaves_right_after_the_touc
 def test_a_write_back_that_lands_in_time_keeps_the_widest_guard():
     # 1 GB/s: 4 us from the 32-tick guard, long before B: no wait, the safest guard stays
     p, pat = _plan(_late_pressure(), "sampled", 1e9)
-    assert 32 <= _ticks(p, pat, "prefetch_to_host")[0] < 60
+    assert 32 <= block_action_ticks(p, pat, "prefetch_to_host")[0] < 60
     assert p.meta["predicted"]["early_evictions"] is False
 
 
 def test_guessed_uses_keep_their_guard_however_slow_the_link():
     # oblivious mode cannot see that no op reads A after its ALLOC: the guard stays
     p, pat = _plan(_late_pressure(), "oblivious", 1e8)
-    assert _ticks(p, pat, "prefetch_to_host")[0] >= 32
+    assert block_action_ticks(p, pat, "prefetch_to_host")[0] >= 32

@@ -25,12 +25,10 @@ def _plan(tr, mode: str, hw=None):
     return plan_one_iteration(tr, mode, hw or slow_link(4e9))
 
 
-_ticks = block_action_ticks
-
-
 def test_a_gap_narrowed_for_the_budget_is_evicted_again_at_its_widest_guard():
     p, pat = _plan(_early_pressure(), "oblivious")
-    out, back = _ticks(p, pat, "prefetch_to_host"), _ticks(p, pat, "prefetch_to_device")
+    out = block_action_ticks(p, pat, "prefetch_to_host")
+    back = block_action_ticks(p, pat, "prefetch_to_device")
     assert p.meta["predicted"]["evictions"] == 1 and len(back) == 1
     # the 8-tick guard's eviction (before B claims its room at 12), then the 32-tick
     # guard's one, before A comes back for its read at 199
@@ -44,19 +42,20 @@ def test_a_block_too_small_to_pay_for_the_repeated_call_is_evicted_once():
     # (write-back at 2 GB/s, fault-back at 1 GB/s), far less than the call
     hw = dataclasses.replace(slow_link(4e9), action_call_s=1e-3)
     p, pat = _plan(_early_pressure(), "oblivious", hw)
-    assert len(_ticks(p, pat, "prefetch_to_host")) == 1
+    assert len(block_action_ticks(p, pat, "prefetch_to_host")) == 1
 
 
 def test_a_gap_at_its_widest_guard_is_evicted_once():
     # B after A's 32-tick guard: no narrower guard is needed, nothing is repeated
     p, pat = _plan(_early_pressure(b_from=60, b_to=70), "oblivious")
-    assert len(_ticks(p, pat, "prefetch_to_host")) == 1
+    assert len(block_action_ticks(p, pat, "prefetch_to_host")) == 1
 
 
 def test_a_gap_between_seen_touches_is_evicted_once():
     # sampled mode sees A's touches: its guard only absorbs timing slack
     p, pat = _plan(_early_pressure(), "sampled")
-    assert len(_ticks(p, pat, "prefetch_to_host")) == len(_ticks(p, pat, "prefetch_to_device"))
+    assert len(block_action_ticks(p, pat, "prefetch_to_host")) == \
+        len(block_action_ticks(p, pat, "prefetch_to_device"))
 
 
 def test_a_block_an_unseen_read_brings_back_leaves_again_at_the_wider_guard():
