@@ -110,3 +110,19 @@ def test_closing_leaves_a_compiling_helper_to_finish_on_its_own(worker):
     proc = worker.helpers.started[0][1]
     assert proc.poll() is None
     assert proc.wait(60) == 0  # it compiled, read the closed pipe, and ended
+
+
+def test_a_helper_whose_loop_process_is_gone_ends_quietly():
+    # the loop's process exited (its end of the answer pipe closed) while the helper was
+    # still working: its answer meets a broken pipe, and the user's terminal gets no
+    # traceback from it
+    proc = subprocess.Popen([sys.executable, "-c", QUICK], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=_learn.helper_env())
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # first: no answer can be read before it breaks
+    _learn._write_frame(proc.stdin, {"ping": True})
+    proc.stdin.close()
+    err = proc.stderr.read()
+    assert proc.wait(60) == 0
+    assert err == b"", err.decode()

@@ -15,7 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "native"))
 import fakecuda  # noqa: E402
 
-from uvm_sched import native  # noqa: E402
+from uvm_sched import _armed, native  # noqa: E402
 
 MiB = 1 << 20
 
@@ -83,6 +83,11 @@ def test_null_out_pointers_are_einval_not_a_segfault(host):
     p = native.malloc(64)
     lib.uvm_sched_block_info.argtypes = [ctypes.c_void_p] * 4
     assert lib.uvm_sched_block_info(p, None, None, None) == -1
+    lib.uvm_sched_block_ordinals.argtypes = [ctypes.c_void_p, ctypes.c_size_t,
+                                             ctypes.c_void_p]
+    assert lib.uvm_sched_block_ordinals(None, 2, None) == -1
+    assert "ptrs is NULL" in native._last_error()
+    assert lib.uvm_sched_block_ordinals(None, 0, None) == 0  # nothing asked: nothing read
     lib.uvm_sched_stats.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
     lib.uvm_sched_stats.restype = ctypes.c_size_t
     assert lib.uvm_sched_stats(None, 1000) == len(native._STATS_NAMES)
@@ -168,3 +173,15 @@ def test_eight_threads_of_malloc_and_free_keep_every_byte(host):
     assert not errors, errors[:3]
     st = native.stats()
     assert st["allocated_blocks"] == 0 and st["allocated_bytes"] == 0
+
+
+def test_block_ordinals_name_each_live_block_and_mark_every_other_address(host):
+    a, b, c = (native.malloc(n) for n in (64, 4096, 1 << 20))
+    native.free(b)
+    asked = np.array([c, a, b, a + 16, 0], np.uint64)  # live, live, freed, inside, null
+    got = _armed._block_ordinals(asked)
+    assert got[0] == native.block_info(c)["ordinal"]
+    assert got[1] == native.block_info(a)["ordinal"]
+    assert (got[2:] == _armed._NO_BLOCK).all()
+    native.free(a)
+    native.free(c)

@@ -242,7 +242,7 @@ def main() -> None:
                 ready = {"status": "ready", **compile_kernels()}
             except Exception as e:  # the references stand in, as they do without numba
                 ready = {"status": "ready", "compile_error": f"{type(e).__name__}: {e}"}
-            _write_frame(out, ready)
+            _answer(out, ready)
             continue
         try:
             res = learn(req)
@@ -251,7 +251,17 @@ def main() -> None:
 
             res = {"status": "error", "error": f"{type(e).__name__}: {e}",
                    "traceback": traceback.format_exc()}
-        _write_frame(out, res)
+        _answer(out, res)
+
+
+def _answer(out, obj) -> None:
+    """Write a frame back; when the loop's process is gone (it exits without waiting for
+    a helper still compiling), end quietly: nobody reads the answer, and a traceback on
+    the user's terminal after their script ended would report nothing wrong."""
+    try:
+        _write_frame(out, obj)
+    except BrokenPipeError:
+        os._exit(0)  # (not exit(): flushing the broken pipe again at shutdown would warn)
 
 
 class Worker:

@@ -35,7 +35,6 @@ class Calibrator:
         if self._report["status"] != "pending":
             return self.profile if self.profile is not None else hw
         from . import native
-        from ._calibrate import measure, profile_from
 
         backend = native.backend()
         if backend != "cuda":
@@ -44,6 +43,10 @@ class Calibrator:
             if self.want is True:
                 logger.warning("calibrate=True: not calibrated, %s", self._report["why"])
             return hw
+        # (imported only here: on the training thread's step, where no probe runs, an
+        # import is milliseconds where no bytecode cache is written)
+        from ._calibrate import measure, profile_from
+
         try:
             fig = measure(device or 0, BUDGET_MS)
             self.profile = profile_from(fig, hw)

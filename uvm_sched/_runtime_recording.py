@@ -12,7 +12,6 @@ optimizer state), so persistent ordinals and addresses stay right across re-lear
 from __future__ import annotations
 
 import dataclasses
-import threading
 
 import numpy as np
 
@@ -104,12 +103,15 @@ class Recording:
         return ([self.prefix] if len(self.prefix) else []) + list(self.chunks)
 
     def release(self, empty_prefix: np.ndarray) -> None:
-        """Forget what was recorded (a plan keeps its own copy). The arrays are freed on a
-        short-lived thread: an LLM's recorded iterations are ~100 MB, whose release (~3 ms
-        of unmapping) would otherwise land on the training thread's step."""
+        """Forget what was recorded (a plan keeps its own copy). The arrays are freed on
+        the native module's memory helper thread: an LLM's recorded iterations are ~100 MB,
+        whose release (~3 ms of unmapping) would otherwise land on the training thread's
+        step."""
+        from . import native
+
         old = [self.prefix, *self.chunks]
         self.chunks, self.prefix = [], empty_prefix
-        threading.Thread(target=old.clear, name="uvm_sched-release", daemon=True).start()
+        native._DRAIN_MEMORY.drop_later(old)
 
     def last_allocator_events(self, n: int) -> np.ndarray:
         """The last ``n`` ALLOC/FREE events recorded (prefix included), oldest first."""

@@ -48,6 +48,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from ._codes import NativeEvent
+from ._drain_slabs import DrainSlabs
 from ._errors import Error
 
 __all__ = [
@@ -59,7 +60,7 @@ __all__ = [
     "UvmSchedError", "OutOfMemoryError", "FreeError", "UnsupportedError",
 ]
 
-ABI_VERSION = 4
+ABI_VERSION = 5
 
 # status codes of the C core (uvm_sched.h)
 _OK, _EINVAL, _ENOMEM, _EDRIVER, _EUNSUPPORTED = 0, -1, -2, -3, -4
@@ -177,6 +178,7 @@ def _load() -> ctypes.CDLL:
             "uvm_sched_free": (None, [c.c_void_p, c.c_size_t, c.c_int, c.c_void_p]),
             "uvm_sched_block_info": (c.c_int, [c.c_void_p, c.POINTER(c.c_uint64),
                                                c.POINTER(c.c_uint64), c.POINTER(c.c_uint64)]),
+            "uvm_sched_block_ordinals": (c.c_int, [c.c_void_p, c.c_size_t, c.c_void_p]),
             "uvm_sched_step": (c.c_int, []),
             "uvm_sched_release_cached": (c.c_int64, []),
             "uvm_sched_check_pool": (c.c_int, [c.c_int]),
@@ -549,6 +551,8 @@ def event_clock() -> int:
 # Callables given every batch of events as it leaves the ring (uvm_sched.record_memory_history
 # keeps them); empty = one check per drain.
 _DRAIN_TAPS: list = []
+# Where drains copy to: memory whose page faults a helper thread took (_drain_slabs).
+_DRAIN_MEMORY = DrainSlabs(EVENT_DTYPE)
 # Events peek_events() took from the ring and the next drain_events() hands out first.
 _UNREAD: list[np.ndarray] = []
 
@@ -582,21 +586,9 @@ def _drain_ring() -> np.ndarray:
 
 
 def _drain_ring_raw() -> np.ndarray:
-    lib = _load()
-    parts = []
-    while True:
-        n = int(lib.uvm_sched_ring_pending())
-        if n == 0:
-            break
-        out = np.empty(n, EVENT_DTYPE)
-        got = int(lib.uvm_sched_drain(out.ctypes.data, n))
-        parts.append(out[:got])
-        if got < n:
-            break
+    ev = _DRAIN_MEMORY.drain(_load())
     _flush_log()
-    if not parts:
-        return np.empty(0, EVENT_DTYPE)
-    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+    return ev
 
 
 def _reset(backend: str | None = None, force: bool = False) -> None:

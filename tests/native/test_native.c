@@ -93,6 +93,17 @@ static void test_bad_input(void) {
     CHECK(uvm_sched_free_status((char *)b + UVM_PAGE, 3 << 20, 0, NULL, 0) == UVM_EUNKNOWN,
           "interior large");
     CHECK(uvm_sched_free_status(a, 999, 0, NULL, 0) == UVM_ESIZE, "wrong size");
+    uint64_t size_a, ord_a, stream_a, ord_b, ords[4];
+    CHECK(uvm_sched_block_info(a, &size_a, &ord_a, &stream_a) == UVM_OK, "info a");
+    CHECK(uvm_sched_block_info(b, &size_a, &ord_b, &stream_a) == UVM_OK, "info b");
+    uint64_t asked[4] = {(uintptr_t)b, (uintptr_t)a, (uintptr_t)a + 8, (uintptr_t)&local};
+    CHECK(uvm_sched_block_ordinals(asked, 4, ords) == UVM_OK, "block ordinals");
+    CHECK(ords[0] == ord_b && ords[1] == ord_a && ords[2] == UINT64_MAX && ords[3] == UINT64_MAX,
+          "ordinals %llu %llu %llu %llu", (unsigned long long)ords[0],
+          (unsigned long long)ords[1], (unsigned long long)ords[2], (unsigned long long)ords[3]);
+    CHECK(uvm_sched_block_ordinals(NULL, 1, ords) == UVM_EINVAL, "NULL ptrs");
+    CHECK(uvm_sched_block_ordinals(asked, 1, NULL) == UVM_EINVAL, "NULL ordinals");
+    CHECK(uvm_sched_block_ordinals(NULL, 0, NULL) == UVM_OK, "nothing asked");
     CHECK(stat_of("allocated_blocks") == 2, "a refused free leaves the block allocated");
     CHECK(uvm_sched_free_status(a, 1000, 0, NULL, 0) == UVM_OK, "free a");
     CHECK(uvm_sched_free_status(a, 1000, 0, NULL, 0) == UVM_EDOUBLEFREE, "double free small");

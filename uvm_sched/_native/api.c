@@ -371,6 +371,23 @@ int uvm_sched_block_info(void *ptr, uint64_t *size, uint64_t *ordinal, uint64_t 
     return s;
 }
 
+int uvm_sched_block_ordinals(const uint64_t *ptrs, size_t n, uint64_t *ordinals) {
+    if (n && (!ptrs || !ordinals)) {
+        uvm_set_error("uvm_sched_block_ordinals: %s is NULL but n is %zu",
+                      !ptrs ? "ptrs" : "ordinals", n);
+        return UVM_EINVAL;
+    }
+    pthread_mutex_lock(&uvm_g.lock);
+    UVM_ENSURE_READY();
+    for (size_t i = 0; i < n; i++) {
+        uvm_block b;
+        ordinals[i] = uvm_pool_lookup(&uvm_g.pool, (void *)(uintptr_t)ptrs[i], &b) == UVM_OK
+                          ? b.ordinal : UINT64_MAX;
+    }
+    pthread_mutex_unlock(&uvm_g.lock);
+    return UVM_OK;
+}
+
 int uvm_sched_step(void) {
     pthread_mutex_lock(&uvm_g.lock);
     UVM_ENSURE_READY();

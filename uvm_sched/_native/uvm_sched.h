@@ -20,7 +20,7 @@ extern "C" {
 
 /* Bumped whenever a struct below or a function signature changes; native.py refuses a
  * library whose uvm_sched_abi_version() differs from the one it was written for. */
-#define UVM_SCHED_ABI_VERSION 4
+#define UVM_SCHED_ABI_VERSION 5
 
 /* status codes */
 #define UVM_OK 0
@@ -162,6 +162,11 @@ UVM_API int uvm_sched_free_status(void *ptr, size_t size, int device, void *stre
  * (UVM_EINVAL when an out-pointer is NULL). */
 UVM_API int uvm_sched_block_info(void *ptr, uint64_t *size, uint64_t *ordinal,
                                  uint64_t *stream);
+/* ordinals[i] = the alloc ordinal of the live block starting at ptrs[i], UINT64_MAX where
+ * none starts there, for n pointers under one hold of the pool's lock (an armed plan's
+ * identity check of thousands of persistent blocks, one call). UVM_EINVAL when n > 0 and
+ * an array is NULL. */
+UVM_API int uvm_sched_block_ordinals(const uint64_t *ptrs, size_t n, uint64_t *ordinals);
 UVM_API int uvm_sched_step(void);
 /* Return cached memory of empty arenas to the driver; returns bytes released (>= 0), or
  * UVM_EDRIVER when the driver failed to free an arena (that arena stays reserved and
