@@ -221,7 +221,7 @@ def _scheduler_run(calibrate):
             native.free(w)
 
 
-def test_the_scheduler_calibrates_once_at_its_first_learn_and_plans_with_it():
+def test_the_scheduler_calibrates_once_at_its_start_and_plans_with_it():
     with fakecuda.backend("fake", **_env(*LINKS[0])) as fake:
         st, plan = _scheduler_run(True)
         probes = len(fake.calls("cuMemGetInfo"))  # once per probe
@@ -255,3 +255,18 @@ def test_the_scheduler_refuses_a_calibrate_option_it_does_not_know():
 
     with pytest.raises(ValueError, match="calibrate must be 'auto', True or False"):
         Scheduler(calibrate="yes")
+
+
+def test_the_probe_runs_at_start_so_no_step_of_the_loop_waits_for_it():
+    # it holds the allocator for up to 200 ms of device time: inside step() that is a
+    # stall of the training loop
+    from uvm_sched.runtime import Scheduler
+
+    with fakecuda.backend("fake", **_env(*LINKS[0])) as fake:
+        with Scheduler(budget="80%", warmup_iters=2, hook=False, worker="thread",
+                       calibrate=True) as s:
+            assert len(fake.calls("cuMemGetInfo")) == 1  # the probe, before any step
+            assert s.stats()["calibration"]["status"] == "measured"
+            _loop(s, 3, [])
+            assert s.wait_planned(120), s.last_error
+            assert len(fake.calls("cuMemGetInfo")) == 1  # and never again

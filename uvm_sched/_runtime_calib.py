@@ -1,13 +1,14 @@
-"""The Scheduler's calibration: ``uvm_sched.calibrate`` run once, at the first learn, and
-the plans made with the profile it measured.
+"""The Scheduler's calibration: ``uvm_sched.calibrate`` run once, at ``start()``, and the
+plans made with the profile it measured.
 
 Rule: ``calibrate="auto"`` (the default) measures when the native backend is ``cuda`` (a
 device is there) and not on ``host`` (nothing to measure); ``True`` measures on ``cuda``
 and says why not elsewhere; ``False`` never. A probe that fails (a driver refusal, too
 little free device memory) costs nothing but the warning: the Scheduler plans with its
-configured profile, and ``stats()["calibration"]`` says why. Why at the first learn, not
-at ``start()``: that is the first moment a plan needs the profile, and the probe runs once
-per Scheduler, holding the allocator for at most its budget of device time (200 ms).
+configured profile, and ``stats()["calibration"]`` says why. Why at ``start()``, not at
+the first learn where a plan first needs the profile: the probe holds the allocator for up
+to its budget of device time (200 ms), which inside ``step()`` would stall the training
+loop; before the loop it costs the loop nothing.
 """
 from __future__ import annotations
 

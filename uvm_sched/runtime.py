@@ -111,7 +111,7 @@ class Scheduler:
     every Scheduler of this process) or ``"thread"`` (competes with the loop for the GIL).
     ``watchdog_iters``: iterations per measurement of the watchdog (0: off): with markers,
     the plan is timed against no plan and disarmed when more than ``WATCHDOG_SLACK``
-    slower. ``calibrate``: measure the device at the first learn and plan with it
+    slower. ``calibrate``: measure the device at ``start()`` and plan with it
     (``_runtime_calib``: "auto" = on CUDA).
     """
 
@@ -467,6 +467,9 @@ class Scheduler:
             self.device = current_device()
         self.rank = rank()
 
+    def _calibrate(self) -> None:
+        self._calib.hw(self.hw, self.device)  # (once: the plans take what it measured)
+
     def _warm_worker(self) -> None:
         from ._learn import shared_worker
 
@@ -600,7 +603,8 @@ class Scheduler:
     # (prev, new) -> what happens, in order; the only place a state changes (_enter)
     _TRANSITIONS: ClassVar[dict[tuple[State, State], tuple[_Action, ...]]] = {
         (State.IDLE, State.RECORDING):
-            (_find_device, _warm_worker, _install_hook, _start_touches, _log_recording),
+            (_find_device, _calibrate, _warm_worker, _install_hook, _start_touches,
+             _log_recording),
         (State.IDLE, State.CLOSED): (_release, _log_closed),
         (State.RECORDING, State.RECORDING): (_fresh_recording,),
         (State.RECORDING, State.ARMED):
