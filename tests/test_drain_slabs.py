@@ -64,11 +64,26 @@ def test_batches_carved_from_one_slab_share_no_bytes():
     assert (a["arg"] == 1).all() and (b["arg"] == 2).all()
 
 
-def test_a_drain_larger_than_any_slab_is_allocated_fresh():
+def test_a_drain_larger_than_any_slab_is_allocated_fresh_and_asks_for_no_slab():
     slabs = DrainSlabs(native.EVENT_DTYPE)
     n = _MAX_SLAB_BYTES // native.EVENT_DTYPE.itemsize + 1
     out = slabs.empty(n)
     assert len(out) == n and slabs.fresh == 1 and slabs.carved == 0
+    assert slabs.room() == 0 and slabs._helper is None  # no slab asked for: none could hold it
+
+
+def test_drains_after_a_huge_one_are_carved_from_slabs_again():
+    slabs = DrainSlabs(native.EVENT_DTYPE)
+    slabs.empty(_MAX_SLAB_BYTES // native.EVENT_DTYPE.itemsize + 1)
+    deadline = time.monotonic() + 30
+    while slabs.carved == 0:
+        assert time.monotonic() < deadline, "no drain carved from a slab after the huge one"
+        slabs.empty(1000)
+        time.sleep(0.01)
+    for _ in range(30):  # one slab holds a thousand of these: no more are made for them
+        slabs.empty(1000)
+        time.sleep(0.005)
+    assert slabs.prepared <= 2, slabs.prepared
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")

@@ -27,8 +27,8 @@ _PAGE_BYTES = 4096
 
 class DrainSlabs:
     """Hands out arrays of ``dtype`` from pre-touched slabs; thread-safe. A slab holds
-    ``_SLABS_PER_DRAIN`` times the largest drain seen (within the bounds above), and the
-    next one is asked for when the current one has less room than that drain."""
+    ``_SLABS_PER_DRAIN`` times the recent drains' size (within the bounds above), and the
+    next one is asked for when the current one has less room than that size."""
 
     _SLABS_PER_DRAIN = 4
 
@@ -37,13 +37,14 @@ class DrainSlabs:
         self._lock = threading.Lock()
         self._slab: np.ndarray | None = None  # the slab carved from
         self._used = 0  # records of it handed out
-        self._largest = 0  # the largest request seen (records)
+        self._recent = 0  # the size of recent requests (records; the largest, decaying)
         self._wanted = 0  # records the helper is asked to prepare (0: none)
         self._wake = threading.Condition(self._lock)
         self._helper: threading.Thread | None = None
         self._to_drop: list = []  # what the helper releases next (drop_later)
         self.fresh = 0  # requests no slab had room for (allocated fresh)
         self.carved = 0  # requests served from a slab
+        self.prepared = 0  # slabs the helper made
         # a forked child has no helper, and the lock may have been held by it at the fork
         os.register_at_fork(after_in_child=self._forget)
 
@@ -56,7 +57,9 @@ class DrainSlabs:
     def empty(self, n: int) -> np.ndarray:
         """An uninitialised array of ``n`` records, from a slab when one has room."""
         with self._lock:
-            self._largest = max(self._largest, n)
+            # (decaying: one huge drain, e.g. after a long time between polls, does not
+            # size every slab after it)
+            self._recent = max(n, self._recent - self._recent // 4)
             slab = self._slab
             if slab is not None and len(slab) - self._used >= n:
                 out = slab[self._used:self._used + n]
@@ -65,8 +68,11 @@ class DrainSlabs:
             else:
                 out = None
                 self.fresh += 1
-            if slab is None or len(slab) - self._used < self._largest:
-                self._ask(self._slab_records())
+            want = self._slab_records()
+            # the next slab when this one cannot hold another drain like the recent ones,
+            # unless no slab can (drains past the bound are allocated fresh)
+            if (slab is None or len(slab) - self._used < self._recent) and want >= self._recent:
+                self._ask(want)
         return out if out is not None else np.empty(n, self.dtype)
 
     def drain(self, lib) -> np.ndarray:
@@ -101,13 +107,12 @@ class DrainSlabs:
             return 0 if self._slab is None else len(self._slab) - self._used
 
     def _slab_records(self) -> int:
-        want = self._SLABS_PER_DRAIN * self._largest * self.dtype.itemsize
+        want = self._SLABS_PER_DRAIN * self._recent * self.dtype.itemsize
         return min(max(want, _MIN_SLAB_BYTES), _MAX_SLAB_BYTES) // self.dtype.itemsize
 
     def _ask(self, records: int) -> None:
-        # (under the lock) a request the helper serves; one larger than the slab bound
-        # (a huge drain) is not asked for: it is allocated fresh
-        if records * self.dtype.itemsize > _MAX_SLAB_BYTES or self._wanted >= records:
+        # (under the lock) a request the helper serves, unless one as large is pending
+        if self._wanted >= records:
             return
         self._wanted = records
         self._ensure_helper()
@@ -137,6 +142,7 @@ class DrainSlabs:
             slab = np.empty(records, self.dtype)
             slab.view(np.uint8)[::_PAGE_BYTES] = 0  # the page faults, here, not on the loop
             with self._lock:
+                self.prepared += 1
                 if self._slab is None or len(self._slab) - self._used < len(slab):
                     self._slab, self._used = slab, 0
                 self._wanted = 0
