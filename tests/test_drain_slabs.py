@@ -131,3 +131,17 @@ def test_what_is_dropped_later_is_released_on_the_helper_thread():
         assert time.monotonic() < deadline, "not released"
         time.sleep(0.01)
     assert released_on == ["uvm_sched-memory"]
+
+
+def test_a_scheduler_starts_the_memory_helper_before_its_first_step():
+    # starting a thread costs milliseconds on a loaded machine: not inside step()
+    code = """if True:
+        import sys
+        from uvm_sched import native
+        from uvm_sched.runtime import Scheduler
+        with Scheduler(budget="80%", hook=False, worker="thread"):
+            sys.exit(0 if native._DRAIN_MEMORY._helper is not None else 3)
+    """
+    proc = subprocess.run([sys.executable, "-c", code], timeout=120,
+                          env={**os.environ, "UVM_SCHED_BACKEND": "host"})
+    assert proc.returncode == 0

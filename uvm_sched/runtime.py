@@ -471,9 +471,11 @@ class Scheduler:
         self._calib.hw(self.hw, self.device)  # (once: the plans take what it measured)
 
     def _warm_worker(self) -> None:
+        from . import native
         from ._learn import shared_worker
 
         shared_worker(self.worker).warm()  # the planner loads while the loop warms up
+        native._DRAIN_MEMORY.start()  # (its helper thread: not started from a step())
 
     def _install_hook(self) -> None:
         self._hook_handle = install_hook(self._hook_pref, lambda *a, **k: self.step())
