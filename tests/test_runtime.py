@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 native = pytest.importorskip("uvm_sched.native")
 pytest.importorskip("uvm_sched.trace._native", reason="trace_from_events (native drain -> Trace) has not landed")
 
+from uvm_sched._runtime_recording import live_ordinal  # noqa: E402
 from uvm_sched.runtime import Scheduler, SchedulerWarning  # noqa: E402
 
 from _planner_helpers import host_backend  # noqa: E402
@@ -452,7 +453,7 @@ def test_live_blocks_are_tracked_across_batches_with_reused_addresses(host):
         live = {int(x) for x in s._live["addr"]}
         assert live == {c}
         ords = s._live["arg"]
-        assert s._live_ordinal(np.array([ords[0], ords[0] - 1])).tolist() == [True, False]
+        assert live_ordinal(s._live, np.array([ords[0], ords[0] - 1])).tolist() == [True, False]
         native.free(c)
         s.poll()
         assert len(s._live) == 0

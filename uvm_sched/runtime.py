@@ -49,7 +49,7 @@ from ._runtime_clock import WATCHDOG_SLACK, Tuner, Watchdog  # noqa: F401 (SLACK
 from ._runtime_calib import Calibrator
 from ._runtime_faults import FaultSampler, warmed_up
 from ._runtime_kinds import Steps, spend_relearn, why_not
-from ._runtime_recording import MARK, Recording, live_ordinal, track_live
+from ._runtime_recording import MARK, Recording, track_live
 from ._runtime_setup import (check_options, current_device, install_hook, rank,
                              silent_message, start_tracer, touch_source)
 from ._runtime_states import State, StateError
@@ -263,10 +263,6 @@ class Scheduler:
         """Update the table of live blocks with a drained batch (``_runtime_recording``)."""
         self._live = track_live(self._live, ev)
 
-    def _live_ordinal(self, ordinals: np.ndarray) -> np.ndarray:
-        """Whether each allocation ordinal is still alive (bool per ordinal)."""
-        return live_ordinal(self._live, ordinals)
-
     # -- recording ----------------------------------------------------------------------
     def _record(self, ev: np.ndarray) -> None:
         if self._check_recording():
@@ -466,9 +462,7 @@ class Scheduler:
         if self.device is None:
             self.device = current_device()
         self.rank = rank()
-
-    def _calibrate(self) -> None:
-        self._calib.hw(self.hw, self.device)  # (once: the plans take what it measured)
+        self._calib.hw(self.hw, self.device)  # its profile, measured once (_runtime_calib)
 
     def _warm_worker(self) -> None:
         from . import native
@@ -605,8 +599,7 @@ class Scheduler:
     # (prev, new) -> what happens, in order; the only place a state changes (_enter)
     _TRANSITIONS: ClassVar[dict[tuple[State, State], tuple[_Action, ...]]] = {
         (State.IDLE, State.RECORDING):
-            (_find_device, _calibrate, _warm_worker, _install_hook, _start_touches,
-             _log_recording),
+            (_find_device, _warm_worker, _install_hook, _start_touches, _log_recording),
         (State.IDLE, State.CLOSED): (_release, _log_closed),
         (State.RECORDING, State.RECORDING): (_fresh_recording,),
         (State.RECORDING, State.ARMED):
