@@ -44,8 +44,8 @@ class Calibrator:
             if self.want is True:
                 logger.warning("calibrate=True: not calibrated, %s", self._report["why"])
             return hw
-        # (imported only here: on the training thread's step, where no probe runs, an
-        # import is milliseconds where no bytecode cache is written)
+        # (imported only where a probe runs: without a bytecode cache an import costs
+        # milliseconds of the thread that makes it)
         from ._calibrate import measure, profile_from
 
         try:
