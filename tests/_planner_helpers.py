@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from uvm_sched.hw import load_profile
-from uvm_sched.trace import EventKind
+from uvm_sched.trace import AccessMode, EventKind
 
 
 @dataclasses.dataclass
@@ -226,3 +226,14 @@ def block_action_ticks(p, pat, action: str, block: int = 0) -> list[int]:
     ev_tick = pat.events.set_index("event")["tick"]
     a = p.actions[(p.actions["action"] == action) & (p.actions["block"] == block)]
     return sorted(int(ev_tick.loc[k]) for k in a["tick"])
+
+
+def written_before_the_loop(tb, *sizes: int, tick_ns: float) -> list:
+    """Blocks of ``sizes`` (bytes) allocated on the ``TraceBuilder`` and written whole
+    before its first MARK, then one tick of ``tick_ns`` ns: weights as a warm-up leaves
+    them (persistent, resident)."""
+    blocks = [tb.alloc(n) for n in sizes]
+    for b in blocks:
+        tb.access(b, AccessMode.WRITE)
+    tb.next_tick(tick_ns)
+    return blocks

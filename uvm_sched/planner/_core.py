@@ -96,11 +96,16 @@ most ``rounds`` times, until no tick is over budget.
 Note [Remote fallback]
 ----------------------
 Persistent blocks with unknown uses are the last resort: mapped host-resident (the device
-reads them over the link), largest first, while that is cheaper than leaving the excess
-to the driver (write-back at ``d2h_evict``, fault back at ``h2d_fault`` per byte over
-budget at the worst tick; where the block's touches are known, once per touch: a sweep
-over more than the device holds misses at every touch under the driver's LRU, see the
-simulator's cyclic case). Only when the excess left after eviction is above
+reads them over the link) while that is cheaper than leaving the excess to the driver
+(write-back at ``d2h_evict``, fault back at ``h2d_fault`` per byte over budget at the
+worst tick; once per touch where the touches are known, once per guessed fault-back
+otherwise, ``_reads``: a sweep over more than the device holds misses at every touch
+under the driver's LRU, see the simulator's cyclic case). Largest first: each mapping
+lowers the excess most (ranked by price per byte, the many small blocks with few reads
+went first, each lowering the excess by little; benchmarks/results/robust.md, "reads
+guessed from the gradients"). Among blocks of one size (a transformer's weights and their
+optimizer moments), those whose touches were seen go cheapest first; a guessed price
+ranks none. Only when the excess left after eviction is above
 ``remote_min_excess``; a remote block's own gaps become pointless and are dropped.
 
 Note [Issue points]
@@ -606,7 +611,11 @@ def _remote_fallback(tl: _Timeline, chosen: list[_Gap], saved: np.ndarray):
     if int((resident - budget).max(initial=0)) <= p.remote_min_excess:
         return chosen, remote, resident
     cand = np.flatnonzero(p.remote_ok)
-    cand = cand[np.lexsort((cand, -size[cand]))].tolist()  # largest first, then by index
+    # largest first (each lowers the excess most); among blocks of one size, where the
+    # touches were seen, the cheapest first (a guessed price ranks none), then by index
+    seen = np.fromiter((p.uses[i] is not None for i in cand.tolist()), bool, len(cand))
+    cost = np.where(seen, p.remote_cost_ns[cand], 0.0)
+    cand = cand[np.lexsort((cand, cost, -size[cand]))].tolist()
     of_blk: dict[int, list] = {}  # block -> its chosen gaps (one pass, not one per block)
     for g in chosen:
         of_blk.setdefault(g.blk, []).append(g)

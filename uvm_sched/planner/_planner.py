@@ -25,6 +25,7 @@ from ..trace._model import EventKind
 from ..trace._snapshot import gc_paused
 from ._plan import PLAN_VERSION, Plan, PlanError, trace_fingerprint
 from ._populates import discards_the_pool_needs, populates_that_evict
+from ._reads import guessed_reads
 
 __all__ = ["plan", "MODES", "resolve_mode", "tuning_candidates"]
 
@@ -91,7 +92,7 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "auto", **opts: Any) -> Pla
     from ._sampling import assumed_ticks
 
     assumed = assumed_ticks(opts.get("samples")) if mode == "sampled" else {}
-    prob, info = _problem(pat, prof, samples, rf is not False, complete, assumed)
+    prob, info = _problem(pat, prof, samples, rf is not False, complete, assumed, budget_bytes)
     prob.touch_guard_min = touch_guard
     discard, discard_min = bool(opts.get("discard", True)), int(opts.get("discard_min_bytes",
                                                                           DISCARD_MIN_BYTES))
@@ -101,7 +102,7 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "auto", **opts: Any) -> Pla
     prob.dead_tail &= discard & (prob.size >= discard_min)
     # auto, oblivious: only when eviction leaves a large excess (the persistent state
     # dominates, as in fine-tuning with Adam): there remote reads beat the driver's eviction
-    # and fault-back; a remote block's price is a guess (two reads), so a small excess is
+    # and fault-back; a remote block's price is a guess (``_reads``), so a small excess is
     # left alone. Sampled: the touches are counted, the price is known, any excess counts.
     prob.remote_min_excess = int(REMOTE_AUTO_EXCESS * budget_bytes) \
         if rf == "auto" and mode == "oblivious" else 0
@@ -437,7 +438,7 @@ def _sizes_at_run_time(pat, info: dict, actions) -> None:
 
 
 def _problem(pat, prof, samples: dict | None, remote_fallback: bool = False,
-             complete: bool = True, assumed: dict | None = None):
+             complete: bool = True, assumed: dict | None = None, budget: int = 0):
     """The builder's ``Problem`` for the representative iteration of ``pat`` (use ticks per
     Note [Use ticks]) and what ``plan`` needs beside it (ordinals, ALLOC sizes, the
     (tick, block) pairs the budget must hold)."""
@@ -481,6 +482,7 @@ def _problem(pat, prof, samples: dict | None, remote_fallback: bool = False,
     # a numpy scalar per field: one pass over every block)
     lf_l, lt_l, pers_l, ord_l, ae_l = (a.tolist() for a in (live_from, live_to, pers,
                                                              ordinal, ae))
+    guessed, faults = guessed_reads(size, pers, ae, budget)
     for i in range(n):
         lf, lt = lf_l[i], lt_l[i]
         s = samples.get((pers_l[i], ord_l[i])) if samples is not None else None
@@ -526,7 +528,9 @@ def _problem(pat, prof, samples: dict | None, remote_fallback: bool = False,
             continue
         if pers_l[i]:
             remote_ok[i] = remote_fallback
-            remote_cost[i] = 2 * size[i] / prof.remote_access_Bps * 1e9  # assumed: read in fwd and bwd
+            # priced by its guessed reads (_reads: autograd allocates a gradient per use)
+            remote_cost[i] = guessed[i] * size[i] / prof.remote_access_Bps * 1e9
+            touch_count[i] = faults[i]
             continue
         if ae_l[i] < 0:
             continue  # allocated in an earlier iteration: not nameable, stays resident
