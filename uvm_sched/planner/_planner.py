@@ -92,7 +92,7 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "auto", **opts: Any) -> Pla
     from ._sampling import assumed_ticks
 
     assumed = assumed_ticks(opts.get("samples")) if mode == "sampled" else {}
-    prob, info = _problem(pat, prof, samples, rf is not False, complete, assumed, budget_bytes)
+    prob, info = _problem(pat, prof, samples, rf is not False, complete, assumed, budget=budget_bytes)
     prob.touch_guard_min = touch_guard
     discard, discard_min = bool(opts.get("discard", True)), int(opts.get("discard_min_bytes",
                                                                           DISCARD_MIN_BYTES))
@@ -438,10 +438,11 @@ def _sizes_at_run_time(pat, info: dict, actions) -> None:
 
 
 def _problem(pat, prof, samples: dict | None, remote_fallback: bool = False,
-             complete: bool = True, assumed: dict | None = None, budget: int = 0):
+             complete: bool = True, assumed: dict | None = None, *, budget: int):
     """The builder's ``Problem`` for the representative iteration of ``pat`` (use ticks per
     Note [Use ticks]) and what ``plan`` needs beside it (ordinals, ALLOC sizes, the
-    (tick, block) pairs the budget must hold)."""
+    (tick, block) pairs the budget must hold); ``budget`` (bytes) prices the guessed reads
+    of persistent blocks (``_reads``)."""
     ev = pat.events
     T = int(pat.stop_tick - pat.start_tick)
     dur = _tick_durations(pat)

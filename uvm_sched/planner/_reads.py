@@ -22,8 +22,9 @@ distance between two uses is taken as the bytes the iteration allocates over the
 of those ALLOCs, divided by the uses (fresh allocations are touched, so this counts less
 than LRU sees: a block is called hot rather than cold when in doubt). A recurrent weight
 read at every time step is then hot (its uses one step apart): dearer remote than left to
-the driver. A square weight in a stack of linear layers is cold (its uses a layer's
-forward and backward apart): faulted at every use, as the driver does.
+the driver. A weight used more than once in a stack of layers is cold (its uses layers
+apart): faulted at every read, as the driver does. A weight used once shows no distance
+and is called hot: one fault-back.
 """
 from __future__ import annotations
 
@@ -50,11 +51,13 @@ def guessed_reads(size, pers, alloc_event, budget: int) -> tuple[np.ndarray, np.
         return reads, faults
     made = made[np.argsort(ae[made], kind="stable")]
     allocated = np.cumsum(size[made])  # bytes allocated through each ALLOC, in event order
-    kinds, group = np.unique(size[pers], return_inverse=True)
+    made_size = size[made]
+    held = np.flatnonzero(pers)
+    kinds, group = np.unique(size[held], return_inverse=True)
     members = np.bincount(group, minlength=len(kinds))
-    persistent_bytes = float(size[pers].sum())
+    persistent_bytes = float(size[held].sum())
     for k, kind in enumerate(kinds.tolist()):
-        at = np.flatnonzero(size[made] == kind)
+        at = np.flatnonzero(made_size == kind)
         if not len(at):
             continue
         uses = len(at) / members[k]
@@ -63,6 +66,6 @@ def guessed_reads(size, pers, alloc_event, budget: int) -> tuple[np.ndarray, np.
         share = (at[-1] - at[0]) / len(made)
         between = float(allocated[at[-1]] - allocated[at[0]]) + share * persistent_bytes
         far = between / max(uses, 1.0) > budget
-        reads[np.flatnonzero(pers)[group == k]] = r
-        faults[np.flatnonzero(pers)[group == k]] = int(round(r)) if far else 1
+        reads[held[group == k]] = r
+        faults[held[group == k]] = int(round(r)) if far else 1
     return reads, faults
