@@ -66,6 +66,42 @@ def test_recurrent_remote_fallback_is_not_slower_than_demand():
     assert r <= SLACK, f"plan {r:.3f}x demand paging ({p.meta.get('pricing')})"
 
 
+# Reads freed together past the budget (planner/_pricing.py, Note [Reads no tick can hold]):
+# lstm-s1009 on a100-40gb-pcie4 at 40% of peak frees 956,669,952 bytes at one tick, above
+# the budget, so the simulator refused the events alone and the plan went out unpriced:
+# 1.17x demand paging. With those reads spilled to the ticks before, it is priced.
+def test_a_plan_whose_freed_reads_exceed_the_budget_is_priced_not_slower_than_demand():
+    tr = zoo.record_random(1009)
+    assert tr.meta["family"] == "lstm"
+    r, p = _ratio(tr, zoo.allocator_only(tr), "40%", "a100-40gb-pcie4", "oblivious")
+    assert "unpriced" not in p.meta["pricing"], p.meta["pricing"]
+    assert r <= SLACK, f"plan {r:.3f}x demand paging ({p.meta.get('pricing')})"
+
+
+# Discards that cost more than keeping the ranges (planner/_pricing.py, Note [Discards judged
+# against keeping them]): gru-s174 on gh200-c2c at 75% of peak. The advice-only plan's
+# discards leave the pool fresh ranges to populate where demand paging reuses resident
+# ones: 1.03x demand paging, 0.78x without them.
+def test_discards_no_view_shows_paying_are_left_out_and_the_plan_is_not_slower():
+    tr = zoo.record_random(174)
+    assert tr.meta["family"] == "gru"
+    r, p = _ratio(tr, zoo.allocator_only(tr), "75%", "gh200-c2c", "oblivious")
+    assert p.meta["pricing"]["discards"].startswith("left out"), p.meta["pricing"]
+    assert r <= SLACK, f"plan {r:.3f}x demand paging ({p.meta.get('pricing')})"
+
+
+# ... and a schedule that moves blocks keeps them: it counts a freed block's bytes as room
+# from its FREE on (encdec-s505 on h200-pcie5 at 90% of peak: 0.70x demand paging with its
+# discards, 1.11x without them, which no view of the allocator events shows).
+def test_a_plan_that_moves_blocks_keeps_its_discards():
+    tr = zoo.record_random(505)
+    assert tr.meta["family"] == "encdec"
+    r, p = _ratio(tr, zoo.allocator_only(tr), "90%", "h200-pcie5", "oblivious")
+    assert p.meta["pricing"]["chosen"] == "plan" and "discards" not in p.meta["pricing"]
+    assert (p.actions["action"] == "discard").any()
+    assert r <= SLACK, f"plan {r:.3f}x demand paging ({p.meta.get('pricing')})"
+
+
 # A weight whose size some activations share (benchmarks/results/robust.md, "reads guessed
 # from the gradients"): mlp-s1008 (width 4096, batch 4096) on h200-pcie5 at 75% of peak.
 # Its feature maps are the size of its square weights, so their ALLOCs count as uses
@@ -223,6 +259,19 @@ def test_sampled_plan_is_never_slower_than_the_oblivious_one_when_it_knows_the_a
     given = planner.plan(tr, budget, hw, mode="sampled", pattern=pat,
                          samples=draw_samples(tr, pat, sample_rate=1.0, noise=0.0, seed=0))
     assert "oblivious_s" not in given.meta["pricing"], given.meta["pricing"]
+
+
+# ... and the oblivious advice without its discards, which oblivious mode may emit (Note
+# [Discards judged against keeping them]): gru-s174 on gh200-c2c at 75% of peak, 0.78x
+# demand paging either way (sampled was 0.94x before it was a candidate).
+def test_sampled_plan_is_never_slower_than_oblivious_advice_without_its_discards():
+    tr = zoo.record_random(174)
+    hw, budget = "gh200-c2c", "75%"
+    ro, po = _ratio(tr, zoo.allocator_only(tr), budget, hw, "oblivious")
+    rs, ps = _ratio(tr, tr, budget, hw, "sampled")
+    assert po.meta["pricing"]["discards"].startswith("left out"), po.meta["pricing"]
+    assert rs <= ro * (1 + 1e-9), f"sampled {rs:.3f}x, oblivious {ro:.3f}x demand paging"
+    assert "oblivious advice-only without discards_s" in ps.meta["pricing"], ps.meta["pricing"]
 
 
 # Note [Populates that evict] (planner/_populates.py): at ticks the schedule leaves over

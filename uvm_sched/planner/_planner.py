@@ -243,15 +243,21 @@ def _as_tables(mode: str, out: Plan, extra: dict) -> Any:
 
 
 def _oblivious_actions(trace, budget: int, prof, pat, opts: dict) -> dict:
-    """``{"oblivious": table, "oblivious advice-only": table}``: the actions oblivious mode
-    plans for ``trace`` with the same options (the sampling and LP options dropped) and its
-    advice alone -- each a choice its own pricing may make -- unpriced: the caller prices
-    them (Note [The oblivious plan as a candidate])."""
+    """``{"oblivious": table, "oblivious advice-only": table, ...}``: the actions oblivious
+    mode plans for ``trace`` with the same options (the sampling and LP options dropped),
+    its advice alone, and that without its discards -- each a choice its own pricing may
+    make -- unpriced: the caller prices them (Note [The oblivious plan as a candidate])."""
     drop = set(_SAMPLE_OPTS) | {"pattern", "price", "method", "lp_max_columns",
                                 "lp_time_limit_s"}
     keep = {k: v for k, v in opts.items() if k not in drop}
     tables: Any = plan(trace, budget, prof, mode="oblivious", pattern=pat,
                        price=_AS_CANDIDATES, **keep)
+    # oblivious mode may emit its advice alone without the discards (Note [Discards judged
+    # against keeping them]): a candidate too, so that sampled mode is never slower
+    acts = tables["oblivious advice-only"]
+    disc = (acts["action"] == "discard").to_numpy()
+    if disc.any():
+        tables["oblivious advice-only without discards"] = acts[~disc].reset_index(drop=True)
     return tables
 
 
@@ -265,7 +271,7 @@ def _priced(trace, full: Plan, extra: dict, budget: int, prof, accesses: bool,
     pattern and options the plan was made from; with ``accesses``, the oblivious plan's
     tables are priced too (Note [The oblivious plan as a candidate])."""
     from ..sim import BudgetError
-    from ._pricing import price
+    from ._pricing import price, without_discards
 
     if not trace.has_clock:
         # the judge compares iteration times: on a trace with no clock they would be made
@@ -277,9 +283,10 @@ def _priced(trace, full: Plan, extra: dict, budget: int, prof, accesses: bool,
         extra = {**extra, **_oblivious_actions(trace, budget, prof, *source)}
     cands = {"plan": full, **{k: Plan(a, dict(full.meta)) for k, a in extra.items()},
              "none": Plan(extra["advice-only"].iloc[:0], dict(full.meta))}
+    exact: dict = {}  # (view, label) -> iteration s, of the runs made to their end
     try:
         best, times, at_least = price(trace, cands, budget, prof, accesses=accesses,
-                                      starts=starts, oblivious=oblivious)
+                                      starts=starts, oblivious=oblivious, exact=exact)
     except BudgetError as e:
         full.meta["pricing"] = {"chosen": "plan", "unpriced": str(e)}
         return full
@@ -288,6 +295,14 @@ def _priced(trace, full: Plan, extra: dict, budget: int, prof, accesses: bool,
                            "judge": _JUDGES[bool(accesses) + bool(trace.meta.get("samples_view"))]}
     if at_least:  # refuted early (_pricing): their figures are lower bounds
         out.meta["pricing"]["at_least"] = list(at_least)
+    if best.endswith("advice-only"):  # Note [Discards judged against keeping them]
+        out, why, alone_s = without_discards(
+            trace, out, budget, prof, accesses=accesses, starts=starts,
+            known={j: t for (j, k), t in exact.items() if k == best})
+        if why:
+            out.meta["pricing"]["discards"] = why
+        if alone_s is not None:  # the judge's figure for the plan emitted
+            out.meta["pricing"][f"{best} without discards_s"] = alone_s
     if best != "plan":
         out.meta["fallback"] = (
             f"{best}: the full plan was predicted at {'at least ' * ('plan' in at_least)}"

@@ -61,6 +61,35 @@ where its schedule moves nothing and leaves ticks over budget, and keeps the fre
 the pool hands those blocks (``_populates``, Note [Populates that evict], Note [Discards
 the pool needs]).
 
+Note [Reads no tick can hold] -- oblivious mode. The extremal model reads every freed block
+at its FREE tick; where a program frees many blocks at once (the end of a backward pass,
+an LSTM's saved states), those reads together can exceed the budget although the program's
+own accesses fit it (lstm-s1009 at 40% of peak: 956,669,952 bytes freed at one tick,
+4,915 bytes over the budget; on the ground truth that tick touches 604,372,992). The simulator
+refuses a tick like that (``BudgetError``), and every candidate was emitted unpriced: the
+plan stood, 1.17x demand paging on a100-40gb-pcie4. A guess the device cannot run is the
+wrong guess, so the views then move the reads that do not fit to the tick before, the
+nearest one where the block still lives (``_spilled_reads``): the same reads, as late as
+the budget lets them be. Traces whose reads fit are judged as before (the spill is tried
+only once the events alone are refused).
+
+Note [Discards judged against keeping them]. A discard drops a freed range from the device,
+so the pool's next ALLOC of it is populated afresh instead of reusing resident bytes; it
+pays only where the driver would otherwise write the dead range back before its reuse. A
+schedule that moves blocks needs its discards: it counts a freed block's bytes as room from
+the FREE on, and the discard is what makes that so (encdec-s505 on h200-pcie5 at 90% of
+peak: 0.70x demand paging, 1.11x without its discards). The plan's advice alone moves
+nothing, and there the comparison with no plan cannot tell whether its discards pay: a
+view where no plan stalls less than a candidate's excess cannot refute the candidate
+(``ratio``), whatever the excess is made of (gru-s716 on gh200-c2c at 90%: the advice
+alone, 1.55x no plan in the events alone and 0.96x with the kept reads, went out at 1.08x
+demand paging; without its discards it is 1.00x and 0.95x there, 0.95x on the ground
+truth). So advice alone, once chosen, is run again without its discards, against itself
+rather than against no plan, in the same views: the discards are left out where no view
+shows it slower without them (``without_discards``), and kept where any view shows them
+paying. The words go in ``plan.meta["pricing"]["discards"]``; sampled mode prices the
+oblivious advice without its discards beside the rest. No constant.
+
 Note [Refuted candidates run no further views] -- oblivious mode. No plan's ratio is 1 in
 every view, so its price is the extremal time ``base`` and the fastest price is at most
 ``base``. A candidate whose worst ratio in the views run so far, times ``base``, is above
@@ -104,13 +133,90 @@ time; the simulator imports the planner's ``Plan`` type at module level).
 """
 from __future__ import annotations
 
-__all__ = ["price", "CANDIDATES"]
+from functools import partial
+
+__all__ = ["price", "without_discards", "CANDIDATES"]
 
 CANDIDATES = ("plan", "advice-only", "none")
 _ROUNDING = 1e-9  # relative: iteration times equal up to float rounding are equal
 
 
-def _kept_reads_view(view, starts, midpoints: bool = False):
+def _over_budget(bt, budget: int, blocks=None, ticks=None):
+    """The ticks (ascending) whose blocks exceed ``budget`` bytes together, each written
+    whole at its ALLOC (``bt``: the block table) and read whole at ``ticks`` (``blocks``:
+    their ids; default: each freed block at its FREE, the extremal model): the ticks the
+    simulator refuses."""
+    import numpy as np
+
+    if not len(bt):
+        return np.zeros(0, np.int64)
+    if blocks is None:
+        fr = bt[bt["free_tick"] >= 0]
+        blocks, ticks = fr.index.to_numpy(np.int64), fr["free_tick"].to_numpy(np.int64)
+    at = bt["alloc_tick"].to_numpy(np.int64)
+    pos = bt.index.get_indexer(blocks)
+    # a block read at its ALLOC tick, or twice at one tick, is counted there once
+    read = np.unique(np.stack([ticks, pos]), axis=1) if len(pos) else np.zeros((2, 0), np.int64)
+    read = read[:, at[read[1]] != read[0]]
+    size = bt["size"].to_numpy(np.int64)
+    n = int(max(at.max(), read[0].max(initial=0))) + 1
+    ws = np.bincount(at, size, n) + np.bincount(read[0], size[read[1]], n)
+    return np.flatnonzero(ws > budget)
+
+
+def _spilled_reads(bt, budget: int, blocks, ticks):
+    """The ticks of whole-block reads of ``blocks`` at ``ticks`` (in order of preference
+    within a tick), where a tick whose blocks (each written at its ALLOC, ``bt``: the block
+    table) exceed ``budget`` bytes keeps the longest prefix of its reads that fits -- its
+    own, then those moved to it -- and moves the rest to the tick before, down to the
+    block's ALLOC tick, where its write touches it (-1: the read is dropped). Note [Reads
+    no tick can hold]. Raises ``BudgetError`` when a tick's writes alone exceed the
+    budget."""
+    import numpy as np
+
+    from ..sim import BudgetError
+
+    ticks = np.asarray(ticks, np.int64)
+    over = _over_budget(bt, budget, blocks, ticks)[::-1].tolist()  # latest first
+    if not over:
+        return ticks
+    alloc_at = bt["alloc_tick"].to_numpy(np.int64)
+    size = bt["size"].to_numpy(np.int64)
+    pos = bt.index.get_indexer(blocks).tolist()
+    written: dict = {}
+    for i, t in enumerate(alloc_at.tolist()):
+        written.setdefault(t, set()).add(i)
+    own: dict = {}
+    for r, t in enumerate(ticks.tolist()):
+        own.setdefault(t, []).append(r)
+    out = ticks.copy()
+    carry: list = []
+    t = -1
+    while over or carry:
+        if not carry:
+            t = over[0]
+        if over and over[0] == t:
+            over.pop(0)
+        new = written.get(t, set())
+        fixed = int(size[list(new)].sum())
+        if fixed > budget:
+            raise BudgetError(f"budget {budget:,} bytes is below the {fixed:,} bytes "
+                              f"written by the blocks allocated at tick {t}")
+        room, held, rest = budget - fixed, set(new), list[int]()
+        for r in own.get(t, []) + carry:
+            if pos[r] in held or (not rest and size[pos[r]] <= room):
+                room -= int(size[pos[r]]) * (pos[r] not in held)
+                held.add(pos[r])
+                out[r] = t
+            else:
+                rest.append(r)
+        out[[r for r in rest if alloc_at[pos[r]] >= t - 1]] = -1
+        carry = [r for r in rest if alloc_at[pos[r]] < t - 1]
+        t -= 1
+    return out
+
+
+def _kept_reads_view(view, starts, midpoints: bool = False, budget: int | None = None):
     """``view`` (no ACCESS rows) with the simulator's extremal accesses written out (every
     block written whole at its ALLOC tick, read whole at its FREE tick) plus, in each
     iteration (``starts``: its first ticks), a whole-block READ of each never-freed block
@@ -120,7 +226,8 @@ def _kept_reads_view(view, starts, midpoints: bool = False):
     ticks apart; Note [One unseen use]). The extremal rows must be explicit: a
     trace with any ACCESS row is judged by its ACCESS rows alone, so the reads alone would
     leave every other block untouched (never resident: no plan then looks free and any
-    populate costly)."""
+    populate costly). With ``budget`` (bytes), the reads at FREE ticks that exceed it are
+    spilled to the ticks before (``_spilled_reads``)."""
     import numpy as np
 
     from ..trace import AccessMode, EventKind, Trace
@@ -129,7 +236,7 @@ def _kept_reads_view(view, starts, midpoints: bool = False):
     bt = view.block_table()
     kept = bt[bt["free_tick"] < 0] if "free_tick" in bt else bt.iloc[:0]
     starts = np.unique(np.asarray(starts, np.int64))
-    if not len(starts):
+    if not len(starts) and budget is None:
         return view
     at = kept["alloc_tick"].to_numpy(np.int64)
     blocks = kept.index.to_numpy(np.int64)
@@ -148,10 +255,22 @@ def _kept_reads_view(view, starts, midpoints: bool = False):
         t_rows.append((a0[m] + f0[m]) // 2)
         b_rows.append(fr.index.to_numpy(np.int64)[m])
         s_rows.append(fr["size"].to_numpy(np.int64)[m])
-    if not sum(len(t) for t in t_rows):
+    free = c["kind"] == EventKind.FREE
+    if budget is not None:  # Note [Reads no tick can hold]: every read spilled
+        fb = c["block"][free].astype(np.int64)
+        rb = np.concatenate([fb] + b_rows)
+        rt = _spilled_reads(bt, budget, rb, np.concatenate([c["tick"][free]] + t_rows))
+        own = rt[:len(fb)] == c["tick"][free]
+        free[np.flatnonzero(free)[~own]] = False  # the rest moved or dropped
+        m = np.arange(len(rt)) >= len(fb)
+        m[:len(fb)] = ~own
+        m &= rt >= 0
+        t_rows, b_rows = [rt[m]], [rb[m]]
+        s_rows = [bt["size"].to_numpy(np.int64)[bt.index.get_indexer(rb[m])]]
+    if not sum(len(t) for t in t_rows) and budget is None:
         return view
     n_read = sum(len(t) for t in t_rows)
-    alloc, free = c["kind"] == EventKind.ALLOC, c["kind"] == EventKind.FREE
+    alloc = c["kind"] == EventKind.ALLOC
     tick = np.concatenate([c["tick"][alloc], c["tick"][free]] + t_rows)
     mode = np.concatenate([np.full(int(alloc.sum()), AccessMode.WRITE, np.uint8),
                            np.full(int(free.sum()) + n_read, AccessMode.READ, np.uint8)])
@@ -198,8 +317,72 @@ def _decided_above(j: int, yardstick: tuple, accesses: bool) -> float:
     return at * (1 + 1e3 * _ROUNDING)
 
 
+def _views(trace, budget: int, starts, accesses: bool) -> list:
+    """The views a plan is judged in, each a callable building it when its turn comes (only
+    the figures of each run are kept, so one view's simulator arrays are live at a time):
+    the trace itself where the planner knows its accesses, else the allocator events alone,
+    with the kept reads, and with one unseen use (module docstring), their reads spilled
+    where a tick cannot hold them (Note [Reads no tick can hold])."""
+    from ..trace.zoo import allocator_only
+
+    if accesses:
+        return [lambda: trace]
+    bare = allocator_only(trace) if trace.has_accesses else trace
+    spill = budget if len(_over_budget(bare.block_table(), budget)) else None
+    return [lambda: bare if spill is None else _kept_reads_view(bare, (), budget=spill),
+            *(partial(_kept_reads_view, bare, starts, m, spill) for m in (False, True))]
+
+
+_VIEW_NAMES = ("the allocator events alone", "the kept reads", "one unseen use per freed block",
+               "the trace's own accesses")
+
+
+def without_discards(trace, chosen, budget: int, prof, *, accesses: bool, starts=(),
+                     known: dict | None = None):
+    """``(plan, why, seconds)``: ``chosen`` (a priced ``Plan``, advice alone) without its
+    discards where that is no slower in any view it is judged in (the views ``price``
+    uses), else ``chosen`` itself; why in words (None where it has no discard); and, where
+    they are left out and the accesses known (one view: the judge's own figure), the
+    iteration time without them (else None). Note [Discards judged against keeping them]. ``known``: ``{view:
+    s}``, ``chosen``'s iteration times already simulated."""
+    from ..sim import BudgetError, simulate
+    from ._plan import Plan
+
+    acts = chosen.actions
+    disc = (acts["action"] == "discard").to_numpy()
+    if not disc.any():
+        return chosen, None, None
+    kept = Plan(acts[~disc].reset_index(drop=True), dict(chosen.meta))
+    views = _views(trace, budget, starts, accesses)
+    names = _VIEW_NAMES[3:] if accesses else _VIEW_NAMES[:3]
+    judged = 0
+    # the kept reads first: where the discards pay, they show it soonest (every plan of
+    # bench_robust's sets and the LLM traces of bench_scale that kept its discards)
+    for j in (0,) if accesses else (1, 2, 0):
+        make_view = views[j]
+        cache: dict = {}
+        try:
+            view = make_view()
+            t = (known or {}).get(j) or float(simulate(
+                view, chosen, prof, budget, _cache=cache, _figures_only=True).iteration_time_s)
+            at = t * (1 + _ROUNDING)
+            r = simulate(view, kept, prof, budget, _cache=cache, _figures_only=True,
+                         _stop_above_s=at * (1 + 1e3 * _ROUNDING))
+        except BudgetError:
+            continue  # a view whose reads cannot be held judges nothing
+        seconds = float(r.iteration_time_s)
+        if r.counters.get("stopped") or seconds > at:
+            return chosen, (f"kept: {int(disc.sum())} discards, without them the plan is "
+                            f"slower with {names[j]}"), None
+        judged += 1
+    if not judged:
+        return chosen, "kept: no view could judge them", None
+    return kept, (f"left out: {int(disc.sum())} discards, the plan is no slower without "
+                  f"them in any of {judged} view{'s' * (judged > 1)}"), seconds if accesses else None
+
+
 def price(trace, candidates: dict, budget: int, prof, *, accesses: bool = False,
-          starts=(), oblivious: bool = True,
+          starts=(), oblivious: bool = True, exact: dict | None = None,
           _prune: bool = True) -> tuple[str, dict, tuple[str, ...]]:
     """Simulate each of ``candidates`` (``{label: Plan}``, in order of preference) on
     ``trace`` (its allocator events only, unless ``accesses``: the planner knows them) at
@@ -210,22 +393,13 @@ def price(trace, candidates: dict, budget: int, prof, *, accesses: bool = False,
     Note [One unseen use]) and the labels whose figure is a lower bound (refuted before
     their last view, Note [Refuted candidates run no further views], or by a run stopped
     once it refuted them, Note [Runs stopped once decided]; ``_prune`` False runs every
-    view, each run to its end, for tests). ``starts``: the iteration start ticks (for the
-    reads of the never-freed blocks, see the module docstring). Raises the simulator's
-    ``BudgetError`` when a tick's working set exceeds the budget (nothing can be
-    judged)."""
+    view, each run to its end, for tests; ``exact``, given, gets ``{(view, label): s}``
+    for the runs made to their end). ``starts``: the iteration start ticks (for the
+    reads of the never-freed blocks, see the module docstring). Raises ``BudgetError``
+    where a tick's reads, spilled (Note [Reads no tick can hold]), exceed the budget."""
     from ..sim import BudgetError, simulate
 
-    from ..trace.zoo import allocator_only
-
-    if accesses:
-        views = [lambda: trace]
-    else:
-        bare = allocator_only(trace) if trace.has_accesses else trace
-        # each view is built when its turn comes and dropped after its runs: only the two
-        # figures of each run are kept, so one view's simulator arrays are live at a time
-        views = [lambda: bare, lambda: _kept_reads_view(bare, starts),
-                 lambda: _kept_reads_view(bare, starts, midpoints=True)]
+    views = _views(trace, budget, starts, accesses)
 
     def slower(r, label):
         t, t0 = r[label][0], r["none"][0]
@@ -275,6 +449,7 @@ def price(trace, candidates: dict, budget: int, prof, *, accesses: bool = False,
         cut.update(k for k in candidates if k not in todo and (j < 2 or slower(runs[0], k)))
         if len(todo) == 1 and j:
             continue
+
         view = make_view()
         cache: dict = {}
         run: dict = {}
@@ -294,6 +469,8 @@ def price(trace, candidates: dict, budget: int, prof, *, accesses: bool = False,
                 if r.counters.get("stopped") and (accesses or j == 2):
                     cut.add(label)  # refuted by a lower bound of its time
                 run[label] = (t, float(r.stall_time_s))
+                if exact is not None and not r.counters.get("stopped"):
+                    exact[j, label] = t
                 del r
         except BudgetError:
             if not j:
