@@ -377,8 +377,9 @@ def without_discards(trace, chosen, budget: int, prof, *, accesses: bool, starts
         judged += 1
     if not judged:
         return chosen, "kept: no view could judge them", None
-    return kept, (f"left out: {int(disc.sum())} discards, the plan is no slower without "
-                  f"them in any of {judged} view{'s' * (judged > 1)}"), seconds if accesses else None
+    why = (f"left out: {int(disc.sum())} discards, the plan is no slower without them in "
+           f"any of {judged} view{'s' * (judged > 1)}")
+    return kept, why, seconds if accesses else None
 
 
 def price(trace, candidates: dict, budget: int, prof, *, accesses: bool = False,
