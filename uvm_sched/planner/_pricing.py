@@ -70,8 +70,9 @@ refuses a tick like that (``BudgetError``), and every candidate was emitted unpr
 plan stood, 1.17x demand paging on a100-40gb-pcie4. A guess the device cannot run is the
 wrong guess, so the views then move the reads that do not fit to the tick before, the
 nearest one where the block still lives (``_spilled_reads``): the same reads, as late as
-the budget lets them be. Traces whose reads fit are judged as before (the spill is tried
-only once the events alone are refused).
+the budget lets them be; the kept reads and the one-unseen-use reads are spilled with
+them. Traces whose reads fit are judged as before (the spill is made only where the
+events alone do not fit).
 
 Note [Discards judged against keeping them]. A discard drops a freed range from the device,
 so the pool's next ALLOC of it is populated afresh instead of reusing resident bytes; it
@@ -226,8 +227,9 @@ def _kept_reads_view(view, starts, midpoints: bool = False, budget: int | None =
     ticks apart; Note [One unseen use]). The extremal rows must be explicit: a
     trace with any ACCESS row is judged by its ACCESS rows alone, so the reads alone would
     leave every other block untouched (never resident: no plan then looks free and any
-    populate costly). With ``budget`` (bytes), the reads at FREE ticks that exceed it are
-    spilled to the ticks before (``_spilled_reads``)."""
+    populate costly). With ``budget`` (bytes), every read -- at a FREE, kept, or at a
+    midpoint -- that a tick cannot hold beside the rest is spilled to the ticks before
+    (``_spilled_reads``)."""
     import numpy as np
 
     from ..trace import AccessMode, EventKind, Trace
@@ -334,7 +336,7 @@ def _views(trace, budget: int, starts, accesses: bool) -> list:
 
 
 _VIEW_NAMES = ("the allocator events alone", "the kept reads", "one unseen use per freed block",
-               "the trace's own accesses")
+               "the trace as the planner knows it")
 
 
 def without_discards(trace, chosen, budget: int, prof, *, accesses: bool, starts=(),
@@ -343,8 +345,8 @@ def without_discards(trace, chosen, budget: int, prof, *, accesses: bool, starts
     discards where that is no slower in any view it is judged in (the views ``price``
     uses), else ``chosen`` itself; why in words (None where it has no discard); and, where
     they are left out and the accesses known (one view: the judge's own figure), the
-    iteration time without them (else None). Note [Discards judged against keeping them]. ``known``: ``{view:
-    s}``, ``chosen``'s iteration times already simulated."""
+    iteration time without them (else None). ``known``: ``{view: s}``, ``chosen``'s
+    iteration times already simulated. Note [Discards judged against keeping them]."""
     from ..sim import BudgetError, simulate
     from ._plan import Plan
 
@@ -356,8 +358,9 @@ def without_discards(trace, chosen, budget: int, prof, *, accesses: bool, starts
     views = _views(trace, budget, starts, accesses)
     names = _VIEW_NAMES[3:] if accesses else _VIEW_NAMES[:3]
     judged = 0
-    # the kept reads first: where the discards pay, they show it soonest (every plan of
-    # bench_robust's sets and the LLM traces of bench_scale that kept its discards)
+    # the kept reads first: of the views, it showed discards paying most often, so it
+    # decides soonest (gru-s700 1.47x, mlp-s1008 1.13x without them; the LLM traces of
+    # bench_scale)
     for j in (0,) if accesses else (1, 2, 0):
         make_view = views[j]
         cache: dict = {}
@@ -450,7 +453,6 @@ def price(trace, candidates: dict, budget: int, prof, *, accesses: bool = False,
         cut.update(k for k in candidates if k not in todo and (j < 2 or slower(runs[0], k)))
         if len(todo) == 1 and j:
             continue
-
         view = make_view()
         cache: dict = {}
         run: dict = {}
