@@ -11,7 +11,7 @@ import pytest
 from _planner_helpers import training_trace
 from uvm_sched import sim
 from uvm_sched.planner import Plan
-from uvm_sched.planner._pricing import _kept_reads_view, without_discards
+from uvm_sched.planner._pricing import _kept_reads_view, _views, without_discards
 from uvm_sched.trace import zoo
 
 
@@ -52,7 +52,8 @@ def bare():
 
 
 def _judge(bare, p):
-    return without_discards(bare, p, 1 << 30, None, accesses=False, starts=bare.iteration_starts)
+    views = _views(bare, 1 << 30, bare.iteration_starts, False)
+    return without_discards(views, p, 1 << 30, None, accesses=False)
 
 
 def test_discards_no_view_shows_paying_are_left_out(monkeypatch, bare):
@@ -91,13 +92,14 @@ def test_a_plan_without_discards_is_returned_as_it_is(monkeypatch, bare):
 def test_times_the_pricing_ran_to_their_end_are_not_simulated_again(monkeypatch, bare):
     calls = _fake(monkeypatch, [(2.0, 1.5), (3.0, 3.3), (3.0, 2.9)], bare)
     p = _plan(2)
-    out, why, _ = without_discards(bare, p, 1 << 30, None, accesses=False,
-                                   starts=bare.iteration_starts, known={1: 3.0})
+    views = _views(bare, 1 << 30, bare.iteration_starts, False)
+    out, why, _ = without_discards(views, p, 1 << 30, None, accesses=False, known={1: 3.0})
     assert out is p and calls == [1]  # only the run without the discards
 
 
 def test_where_the_accesses_are_known_the_judges_figure_without_them_is_given(monkeypatch,
                                                                             bare):
     calls = _fake(monkeypatch, [(2.0, 1.5), None, None], bare)
-    out, why, alone_s = without_discards(bare, _plan(2), 1 << 30, None, accesses=True)
+    views = _views(bare, 1 << 30, (), True)
+    out, why, alone_s = without_discards(views, _plan(2), 1 << 30, None, accesses=True)
     assert alone_s == 1.5 and why.endswith("in any of 1 view") and calls == [0, 0]

@@ -271,7 +271,7 @@ def _priced(trace, full: Plan, extra: dict, budget: int, prof, accesses: bool,
     pattern and options the plan was made from; with ``accesses``, the oblivious plan's
     tables are priced too (Note [The oblivious plan as a candidate])."""
     from ..sim import BudgetError
-    from ._pricing import price, without_discards
+    from ._pricing import _views, price, without_discards
 
     if not trace.has_clock:
         # the judge compares iteration times: on a trace with no clock they would be made
@@ -284,9 +284,11 @@ def _priced(trace, full: Plan, extra: dict, budget: int, prof, accesses: bool,
     cands = {"plan": full, **{k: Plan(a, dict(full.meta)) for k, a in extra.items()},
              "none": Plan(extra["advice-only"].iloc[:0], dict(full.meta))}
     exact: dict = {}  # (view, label) -> iteration s, of the runs made to their end
+    views = _views(trace, budget, starts, accesses)  # once: the discards are judged in them too
     try:
         best, times, at_least = price(trace, cands, budget, prof, accesses=accesses,
-                                      starts=starts, oblivious=oblivious, exact=exact)
+                                      starts=starts, oblivious=oblivious, exact=exact,
+                                      views=views)
     except BudgetError as e:
         full.meta["pricing"] = {"chosen": "plan", "unpriced": str(e)}
         return full
@@ -297,7 +299,7 @@ def _priced(trace, full: Plan, extra: dict, budget: int, prof, accesses: bool,
         out.meta["pricing"]["at_least"] = list(at_least)
     if best.endswith("advice-only"):  # Note [Discards judged against keeping them]
         out, why, alone_s = without_discards(
-            trace, out, budget, prof, accesses=accesses, starts=starts,
+            views, out, budget, prof, accesses=accesses,
             known={j: t for (j, k), t in exact.items() if k == best})
         if why:
             out.meta["pricing"]["discards"] = why

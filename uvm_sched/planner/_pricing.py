@@ -264,9 +264,7 @@ def _kept_reads_view(view, starts, midpoints: bool = False, budget: int | None =
         rt = _spilled_reads(bt, budget, rb, np.concatenate([c["tick"][free]] + t_rows))
         own = rt[:len(fb)] == c["tick"][free]
         free[np.flatnonzero(free)[~own]] = False  # the rest moved or dropped
-        m = np.arange(len(rt)) >= len(fb)
-        m[:len(fb)] = ~own
-        m &= rt >= 0
+        m = np.concatenate([~own, np.ones(len(rt) - len(fb), bool)]) & (rt >= 0)
         t_rows, b_rows = [rt[m]], [rb[m]]
         s_rows = [bt["size"].to_numpy(np.int64)[bt.index.get_indexer(rb[m])]]
     if not sum(len(t) for t in t_rows) and budget is None:
@@ -339,11 +337,11 @@ _VIEW_NAMES = ("the allocator events alone", "the kept reads", "one unseen use p
                "the trace as the planner knows it")
 
 
-def without_discards(trace, chosen, budget: int, prof, *, accesses: bool, starts=(),
+def without_discards(views: list, chosen, budget: int, prof, *, accesses: bool,
                      known: dict | None = None):
     """``(plan, why, seconds)``: ``chosen`` (a priced ``Plan``, advice alone) without its
-    discards where that is no slower in any view it is judged in (the views ``price``
-    uses), else ``chosen`` itself; why in words (None where it has no discard); and, where
+    discards where that is no slower in any of ``views`` (``_views``: those ``price``
+    judged it in), else ``chosen`` itself; why in words (None where it has no discard); and, where
     they are left out and the accesses known (one view: the judge's own figure), the
     iteration time without them (else None). ``known``: ``{view: s}``, ``chosen``'s
     iteration times already simulated. Note [Discards judged against keeping them]."""
@@ -355,7 +353,6 @@ def without_discards(trace, chosen, budget: int, prof, *, accesses: bool, starts
     if not disc.any():
         return chosen, None, None
     kept = Plan(acts[~disc].reset_index(drop=True), dict(chosen.meta))
-    views = _views(trace, budget, starts, accesses)
     names = _VIEW_NAMES[3:] if accesses else _VIEW_NAMES[:3]
     judged = 0
     # the kept reads first: of the views, it showed discards paying most often, so it
@@ -387,7 +384,7 @@ def without_discards(trace, chosen, budget: int, prof, *, accesses: bool, starts
 
 def price(trace, candidates: dict, budget: int, prof, *, accesses: bool = False,
           starts=(), oblivious: bool = True, exact: dict | None = None,
-          _prune: bool = True) -> tuple[str, dict, tuple[str, ...]]:
+          views: list | None = None, _prune: bool = True) -> tuple[str, dict, tuple[str, ...]]:
     """Simulate each of ``candidates`` (``{label: Plan}``, in order of preference) on
     ``trace`` (its allocator events only, unless ``accesses``: the planner knows them) at
     ``budget`` bytes on ``prof``; returns the label chosen (the fastest; among ties, in
@@ -398,12 +395,13 @@ def price(trace, candidates: dict, budget: int, prof, *, accesses: bool = False,
     their last view, Note [Refuted candidates run no further views], or by a run stopped
     once it refuted them, Note [Runs stopped once decided]; ``_prune`` False runs every
     view, each run to its end, for tests; ``exact``, given, gets ``{(view, label): s}``
-    for the runs made to their end). ``starts``: the iteration start ticks (for the
+    for the runs made to their end; ``views``: ``_views``'s, where the caller made them).
+    ``starts``: the iteration start ticks (for the
     reads of the never-freed blocks, see the module docstring). Raises ``BudgetError``
     where a tick's reads, spilled (Note [Reads no tick can hold]), exceed the budget."""
     from ..sim import BudgetError, simulate
 
-    views = _views(trace, budget, starts, accesses)
+    views = _views(trace, budget, starts, accesses) if views is None else views
 
     def slower(r, label):
         t, t0 = r[label][0], r["none"][0]
