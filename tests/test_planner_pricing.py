@@ -74,6 +74,34 @@ def test_a_tie_that_a_view_shows_faster_keeps_the_plan(monkeypatch, bare):
     assert _price(bare) == "plan"
 
 
+def test_a_tie_at_the_worst_view_is_broken_by_the_other_views(monkeypatch, bare):
+    # the events alone cannot refute either candidate (no plan does not stall there), so
+    # both are priced at no plan's time; the kept reads show advice-only faster than the
+    # plan, so it goes out although the plan comes first (Note [Ties broken by the other
+    # views]; gru-s61 on gh200-c2c at 60% of peak)
+    events = {"plan": (3.7, 2.7), "advice-only": (1.8, 0.8), "none": (1.0, 0.0)}
+    kept = {"plan": (1.2, 1.0), "advice-only": (0.6, 0.4), "none": (2.0, 1.8)}
+    _fake(monkeypatch, [events, kept, {c: (1.0, 0.5) for c in CANDS}])
+    label, times, _ = price(bare, {c: c for c in CANDS}, 1 << 30, None, starts=[0])
+    assert label == "advice-only"
+    assert times["plan"] == times["advice-only"] == times["none"]  # the prices stay as they were
+    # the other way round, the plan goes out
+    _fake(monkeypatch, [events, {**kept, "plan": (0.5, 0.3)}, {c: (1.0, 0.5) for c in CANDS}])
+    assert _price(bare) == "plan"
+
+
+def test_worst_first_compares_the_ratios_worst_first_in_turn():
+    from uvm_sched.planner._pricing import _worst_first
+
+    ratios = {"plan": [1.0, 0.59], "advice-only": [0.29, 1.0], "none": [1.0, 1.0]}
+    assert _worst_first(["plan", "advice-only", "none"], ratios) == ["advice-only"]
+    # equal up to float rounding at every place: all stay, in their order
+    ratios = {"plan": [1.0, 0.5], "advice-only": [0.5 * (1 + 1e-12), 1.0]}
+    assert _worst_first(["plan", "advice-only"], ratios) == ["plan", "advice-only"]
+    # a shorter list reads as no plan's ratio (1) where it has no figure
+    assert _worst_first(["a", "b"], {"a": [1.0], "b": [1.0, 0.9]}) == ["b"]
+
+
 def test_the_unseen_use_view_refutes_a_plan_the_events_show_slower_too(monkeypatch, bare):
     kept = {"plan": (1.0, 0.5), "advice-only": (1.5, 1.0), "none": (2.0, 1.5)}
     mid = {"plan": (3.0, 2.5), "advice-only": (1.0, 0.5), "none": (1.0, 0.5)}
