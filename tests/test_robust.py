@@ -102,29 +102,21 @@ def test_a_plan_that_moves_blocks_keeps_its_discards():
     assert r <= SLACK, f"plan {r:.3f}x demand paging ({p.meta.get('pricing')})"
 
 
-# A weight whose size some activations share (benchmarks/results/robust.md, "reads guessed
-# from the gradients"): mlp-s1008 (width 4096, batch 4096) on h200-pcie5 at 75% of peak.
-# Its feature maps are the size of its square weights, so their ALLOCs count as uses
-# (planner/_reads.py: 6.3 reads guessed, 2-6 on the ground truth) and the full plan's moves
-# lose to demand paging (1.02x). Every candidate ties at no plan's time in the allocator
-# events alone; the kept reads show the advice alone faster than the full plan, and it goes
-# out (planner/_pricing.py, Note [Ties broken by the other views]): 0.89x.
-def test_weight_sized_activations_do_not_keep_the_remote_mapping_out():
-    tr = zoo.record_random(1008)
-    assert tr.meta["family"] == "mlp"
-    r, p = _ratio(tr, zoo.allocator_only(tr), "75%", "h200-pcie5", "oblivious")
-    assert p.meta["pricing"]["chosen"] == "advice-only", p.meta["pricing"]
-    assert r <= SLACK, f"plan {r:.3f}x demand paging ({p.meta.get('pricing')})"
-
-
-# The tie the allocator events alone make, broken by the kept reads: gru-s61 on gh200-c2c at
-# 60% of peak. Plan and advice alone both tie with no plan at their worst view; the advice
-# is faster in every view (0.29x against 0.59x no plan with the kept reads) and on the ground
-# truth (0.45x without its discards against the full plan's 1.07x).
-def test_a_tie_at_the_worst_view_is_broken_by_the_others():
-    tr = zoo.record_random(61)
-    assert tr.meta["family"] == "gru"
-    r, p = _ratio(tr, zoo.allocator_only(tr), "60%", "gh200-c2c", "oblivious")
+# Ties at the worst view, broken by the other views (planner/_pricing.py, Note [Ties broken
+# by the other views]): every candidate ties at no plan's time in the allocator events
+# alone, and the kept reads show the advice alone faster than the full plan.
+# - mlp-s1008 (width 4096, batch 4096) on h200-pcie5 at 75% of peak: its feature maps are the
+#   size of its square weights, so their ALLOCs count as uses (planner/_reads.py: 6.3 reads
+#   guessed, 2-6 on the ground truth; robust.md, "reads guessed from the gradients"); the
+#   full plan's moves lose to demand paging (1.02x), its advice alone 0.89x.
+# - gru-s61 on gh200-c2c at 60%: the advice 0.29x no plan with the kept reads against the
+#   plan's 0.59x; on the ground truth 0.45x (without its discards) against 1.07x.
+@pytest.mark.parametrize("seed,family,hw,budget", [(1008, "mlp", "h200-pcie5", "75%"),
+                                                   (61, "gru", "gh200-c2c", "60%")])
+def test_a_tie_at_the_worst_view_is_broken_by_the_other_views(seed, family, hw, budget):
+    tr = zoo.record_random(seed)
+    assert tr.meta["family"] == family
+    r, p = _ratio(tr, zoo.allocator_only(tr), budget, hw, "oblivious")
     assert p.meta["pricing"]["chosen"] == "advice-only", p.meta["pricing"]
     assert r <= SLACK, f"plan {r:.3f}x demand paging ({p.meta.get('pricing')})"
 
