@@ -1,16 +1,18 @@
 """``planner._pricing.price``'s choice among the plan, its advice alone and no plan, with the
 simulator replaced by a table of iteration and stall times per (view, candidate): oblivious
-mode prices on three views of the allocator events (the events as they are, the kept reads,
-one unseen use per freed block), in that order."""
+mode prices on four views of the allocator events (the events as they are, the kept reads,
+one unseen use per freed block, the kept reads in reverse order)."""
 from __future__ import annotations
 
+from functools import partial
 from types import SimpleNamespace
 
 import pytest
 
 from _planner_helpers import training_trace
 from uvm_sched import sim
-from uvm_sched.planner._pricing import price
+from uvm_sched.planner import _pricing
+from uvm_sched.planner._pricing import _REVERSE_SLACK, price
 from uvm_sched.trace import zoo
 
 CANDS = ("plan", "advice-only", "none")
@@ -25,23 +27,15 @@ ORDER = ("none", "plan", "advice-only")  # each view runs no plan first
 
 
 def _fake(monkeypatch, table):
-    """``table``: per view, ``{label: (iteration s, stall s)}``; returns the list of the
-    (view, label) pairs simulated, in order. The one-unseen-use view (2) is told by its
-    midpoint reads (more rows than the events alone); the others run in order, each
-    simulating no plan first and then its other candidates in their order (all or some),
-    so a label no later than the previous one starts the next view (the views may be one
-    trace object: a trace with no kept block is its own view). A run asked to stop above a
-    time it would pass returns a time between the two, as stopped (the simulator's
-    ``counters["stopped"]``)."""
+    """``table``: per view, ``{label: (iteration s, stall s)}``, in ``_views``'s order (the
+    events alone, the kept reads, one unseen use, the kept reads in reverse order; a table
+    of three leaves the last out); returns the list of the (view, label) pairs simulated, in
+    order. A run asked to stop above a time it would pass returns a time between the two,
+    as stopped (the simulator's ``counters["stopped"]``)."""
     calls: list = []
 
     def simulate(view, p, prof, budget, _stop_above_s=float("inf"), **_):
-        if len(view.kind) > n_events:
-            v = 2
-        elif any(c[0] == 2 for c in calls):
-            v = 1
-        else:
-            v = 0 if not calls else calls[-1][0] + (ORDER.index(p) <= ORDER.index(calls[-1][1]))
+        v = view.index
         calls.append((v, p))
         t, stall = table[v][p]
         stopped = t > _stop_above_s
@@ -50,7 +44,8 @@ def _fake(monkeypatch, table):
         return SimpleNamespace(iteration_time_s=t, stall_time_s=stall,
                                counters={"stopped": stopped})
 
-    n_events = len(zoo.allocator_only(training_trace(iters=3, layers=3)).kind)
+    views = [partial(SimpleNamespace, index=j) for j in range(len(table))]
+    monkeypatch.setattr(_pricing, "_views", lambda *a: views)
     monkeypatch.setattr(sim, "simulate", simulate)
     return calls
 
@@ -189,3 +184,46 @@ def test_a_run_stopped_short_of_deciding_is_run_in_full(monkeypatch, bare):
     assert times["plan"] == 0.5
     # each candidate but no plan simulated twice in each of the two views run
     assert [c for _, c in calls].count("plan") == 4
+
+
+# Note [Kept reads in either order]: the kept reads in reverse order only refute
+EVENTS_FIT = {c: (1.0, 0.0) for c in CANDS}  # no plan stalls 0 s: this view refutes nothing
+KEPT = {"plan": (1.0, 0.5), "advice-only": (1.5, 1.0), "none": (2.0, 1.5)}
+
+
+def test_the_kept_reads_in_reverse_order_refute_a_plan_slower_than_no_plan_there(
+        monkeypatch, bare):
+    reverse = {"plan": (1.4, 0.9), "advice-only": (0.9, 0.4), "none": (1.0, 0.5)}
+    _fake(monkeypatch, [EVENTS_FIT, KEPT, KEPT, reverse])
+    best, times, _ = price(bare, {c: c for c in CANDS}, 1 << 30, None, starts=[0])
+    assert best == "advice-only"
+    assert times["plan"] == pytest.approx(1.4)  # priced at its ratio there
+
+
+def test_the_kept_reads_in_reverse_order_do_not_rank_candidates_faster_there(monkeypatch,
+                                                                            bare):
+    # advice-only is the faster there, but both beat no plan: the kept reads rank them
+    reverse = {"plan": (0.9, 0.4), "advice-only": (0.5, 0.0), "none": (1.0, 0.5)}
+    _fake(monkeypatch, [EVENTS_FIT, KEPT, KEPT, reverse])
+    assert _price(bare) == "plan"
+
+
+def test_the_kept_reads_in_reverse_order_refute_only_beyond_their_slack(monkeypatch, bare):
+    # the plan slower than no plan there by less than the slack (a hair: the LLM trace's
+    # advice was 1.00001x) stands; by more, it is refuted
+    hair = 1 + _REVERSE_SLACK / 2
+    reverse = {"plan": (hair, 0.5), "advice-only": (1.0, 0.5), "none": (1.0, 0.5)}
+    _fake(monkeypatch, [EVENTS_FIT, KEPT, KEPT, reverse])
+    assert _price(bare) == "plan"
+    beyond = 1 + 2 * _REVERSE_SLACK
+    _fake(monkeypatch, [EVENTS_FIT, KEPT, KEPT, {**reverse, "plan": (beyond, 0.5)}])
+    assert _price(bare) == "advice-only"
+
+
+def test_the_kept_reads_in_reverse_order_refute_only_what_no_plans_stall_shows(monkeypatch,
+                                                                              bare):
+    # the plan's excess over no plan there (0.6 s) is more than no plan stalls (0.5 s):
+    # the view sees too little of what not acting costs to refute it
+    reverse = {"plan": (1.6, 1.1), "advice-only": (1.0, 0.5), "none": (1.0, 0.5)}
+    _fake(monkeypatch, [EVENTS_FIT, KEPT, KEPT, reverse])
+    assert _price(bare) == "plan"

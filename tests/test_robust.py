@@ -91,10 +91,12 @@ def test_discards_no_view_shows_paying_are_left_out_and_the_plan_is_not_slower()
 
 
 # ... and a schedule that moves blocks keeps them: it counts a freed block's bytes as room
-# from its FREE on (encdec-s505 on h200-pcie5 at 90% of peak: 0.70x demand paging with its
-# discards, 1.11x without them, which no view of the allocator events shows).
+# from its FREE on (encdec-s134 on h200-pcie5 at 90% of peak: 0.07x demand paging with its
+# 190 discards, 0.99x without them; encdec-s505, 0.70x and 1.11x, pinned this until the kept
+# reads in reverse order refuted its plan: planner/_pricing.py, Note [Kept reads in either
+# order]).
 def test_a_plan_that_moves_blocks_keeps_its_discards():
-    tr = zoo.record_random(505)
+    tr = zoo.record_random(134)
     assert tr.meta["family"] == "encdec"
     r, p = _ratio(tr, zoo.allocator_only(tr), "90%", "h200-pcie5", "oblivious")
     assert p.meta["pricing"]["chosen"] == "plan" and "discards" not in p.meta["pricing"]
@@ -118,6 +120,20 @@ def test_a_tie_at_the_worst_view_is_broken_by_the_other_views(seed, family, hw, 
     assert tr.meta["family"] == family
     r, p = _ratio(tr, zoo.allocator_only(tr), budget, hw, "oblivious")
     assert p.meta["pricing"]["chosen"] == "advice-only", p.meta["pricing"]
+    assert r <= SLACK, f"plan {r:.3f}x demand paging ({p.meta.get('pricing')})"
+
+
+# A plan whose gain in the kept reads is the driver's loss in their one guessed order
+# (planner/_pricing.py, Note [Kept reads in either order]): on the ground truth the plans
+# lose to the order the program reads its weights in, not to a freed block's unseen use
+# (benchmarks/results/robust.md, "the kept reads in reverse order"). encdec-s71 on
+# gh200-c2c at 90% of peak: the full plan 0.49x no plan with the kept reads, 1.21x demand
+# paging on the ground truth, 1.17x read in reverse order.
+def test_a_plan_won_only_by_the_kept_reads_order_is_refuted():
+    tr = zoo.record_random(71)
+    assert tr.meta["family"] == "encdec"
+    r, p = _ratio(tr, zoo.allocator_only(tr), "90%", "gh200-c2c", "oblivious")
+    assert p.meta["pricing"]["chosen"] != "plan", p.meta["pricing"]
     assert r <= SLACK, f"plan {r:.3f}x demand paging ({p.meta.get('pricing')})"
 
 
@@ -193,12 +209,10 @@ def test_llama_plan_from_a_snapshot_is_not_slower_than_demand(llama_snapshot, sh
 # are left out now (planner/_populates.py, Note [Populates that evict]): 0.87x; and the
 # ranges freed before them stay for the pool to hand them (Note [Discards the pool
 # needs]): every discard kept, no plan, 1.00x.
-# encdec-s0 at 90% is known to fail (1.22x): its schedule evicts 64 blocks and still leaves
-# 16 ticks over budget; without any populate 1.12x, so the populates are not the whole
-# cause, and every candidate ties with no plan in the pricing views; strict, so a fix shows.
-_KNOWN = pytest.mark.xfail(strict=True, reason="oblivious plan 1.22x demand at 90%: "
-                           "every candidate ties with no plan in the pricing views")
-SAMPLE = [("mlp", 1), pytest.param("encdec", 0, marks=_KNOWN), ("moe", 0), ("finetune", 3)]
+# encdec-s0 at 90% was 1.22x: its schedule evicts 64 blocks, every candidate tied with no
+# plan in the pricing views but the kept reads, which showed the plan faster; read in reverse
+# order (planner/_pricing.py, Note [Kept reads in either order]) they refute it.
+SAMPLE = [("mlp", 1), ("encdec", 0), ("moe", 0), ("finetune", 3)]
 
 
 @pytest.mark.parametrize("family,seed", SAMPLE)

@@ -341,8 +341,8 @@ def _run(prep, hw, B, sched: Schedule, name: str, pool: bool, zero_fill: bool,
 
 
 # Note [Figures only] -- the planner's pricing reads two figures of each run (the iteration
-# time and its stall) over up to nine runs of one trace (three candidate plans in up to
-# three views). ``simulate(..., _figures_only=True)`` runs the same loop, so its figures are
+# time and its stall) over up to twelve runs of one trace (three candidate plans in up to
+# four views). ``simulate(..., _figures_only=True)`` runs the same loop, so its figures are
 # those of ``simulate``, but builds no timeline, copy or action frames (pandas frames with
 # string columns: about a tenth of a priced plan's time at 100k events). Keeping each plan's
 # action table for the next view (the views differ in their ACCESS rows only) saved
