@@ -379,8 +379,9 @@ def _views(trace, budget: int, starts, accesses: bool) -> list:
     """The views a plan is judged in, each a callable building it when its turn comes (only
     the figures of each run are kept, so one view's simulator arrays are live at a time):
     the trace itself where the planner knows its accesses, else the allocator events alone,
-    with the kept reads, and with one unseen use (module docstring), their reads spilled
-    where a tick cannot hold them (Note [Reads no tick can hold])."""
+    with the kept reads, with one unseen use, and with the kept reads in reverse order
+    (module docstring), their reads spilled where a tick cannot hold them (Note [Reads no
+    tick can hold])."""
     from ..trace.zoo import allocator_only
 
     if accesses:
@@ -480,8 +481,8 @@ def price(trace, candidates: dict, budget: int, prof, *, accesses: bool = False,
     def ratios_of(label):
         v = [ratio(runs[j], label) for j in (0, 1) if j in runs and label in runs[j]]
         # the kept reads in reverse order only refute (Note [Kept reads in either order])
-        if 3 in runs and label in runs[3] and ratio(runs[3], label) > 1 + _REVERSE_SLACK:
-            v.append(ratio(runs[3], label))
+        if 3 in runs and label in runs[3] and (r3 := ratio(runs[3], label)) > 1 + _REVERSE_SLACK:
+            v.append(r3)
         # the one-unseen-use view only refutes, and only a candidate the allocator's own
         # events show slower too (Note [One unseen use])
         if 2 in runs and label in runs[2] and slower(runs[0], label) and slower(runs[2], label):
