@@ -603,7 +603,8 @@ def _oblivious_choice(tied: list, ratios: dict, views: list, candidates: dict, p
                 continue  # a view that could not hold the budget judges nothing
             todo = [k for k in shown if (j, k) not in exact]
             if todo:
-                view, cache = views[j](), {}
+                view = views[j]()
+                cache: dict = {}
                 for k in todo:
                     exact[j, k] = float(simulate(view, candidates[k], prof, budget,
                                                  _cache=cache,
