@@ -24,6 +24,7 @@ def bare():
 
 
 ORDER = ("none", "plan", "advice-only")  # each view runs no plan first
+SAME = {c: (1.0, 0.5) for c in CANDS}  # a view where every candidate equals no plan
 
 
 def _fake(monkeypatch, table):
@@ -55,8 +56,7 @@ def _price(bare):
 
 
 def test_a_tie_no_view_shows_faster_than_no_plan_emits_no_plan(monkeypatch, bare):
-    same = {c: (1.0, 0.5) for c in CANDS}
-    _fake(monkeypatch, [same, same, same])
+    _fake(monkeypatch, [SAME, SAME, SAME])
     assert _price(bare) == "none"
 
 
@@ -64,8 +64,7 @@ def test_a_tie_that_a_view_shows_faster_keeps_the_plan(monkeypatch, bare):
     # the events alone cannot refute the plan (no plan does not stall there); the kept
     # reads show it faster
     _fake(monkeypatch, [{"plan": (2.0, 1.0), "advice-only": (1.0, 0.0), "none": (1.0, 0.0)},
-                        {"plan": (1.0, 0.5), "advice-only": (2.0, 1.5), "none": (2.0, 1.5)},
-                        {c: (1.0, 0.5) for c in CANDS}])
+                        {"plan": (1.0, 0.5), "advice-only": (2.0, 1.5), "none": (2.0, 1.5)}, SAME])
     assert _price(bare) == "plan"
 
 
@@ -76,12 +75,12 @@ def test_a_tie_at_the_worst_view_is_broken_by_the_other_views(monkeypatch, bare)
     # (Note [Ties broken by the other views]; gru-s61 on gh200-c2c at 60% of peak)
     events = {"plan": (1.8, 0.8), "advice-only": (1.8, 0.8), "none": (1.0, 0.0)}
     kept = {"plan": (1.2, 1.0), "advice-only": (0.6, 0.4), "none": (2.0, 1.8)}
-    _fake(monkeypatch, [events, kept, {c: (1.0, 0.5) for c in CANDS}])
+    _fake(monkeypatch, [events, kept, SAME])
     label, times, _ = price(bare, {c: c for c in CANDS}, 1 << 30, None, starts=[0])
     assert label == "advice-only"
     assert times["plan"] == times["advice-only"] == times["none"]  # the prices stay as they were
     # the other way round, the plan goes out
-    _fake(monkeypatch, [events, {**kept, "plan": (0.5, 0.3)}, {c: (1.0, 0.5) for c in CANDS}])
+    _fake(monkeypatch, [events, {**kept, "plan": (0.5, 0.3)}, SAME])
     assert _price(bare) == "plan"
 
 
@@ -93,16 +92,15 @@ def test_a_tie_goes_to_the_least_worst_regret_over_the_views_that_rank(monkeypat
     # out (Note [The hint that costs least when wrong]; mlp-s167 on h200-pcie5 at 75%)
     events = {"plan": (3.7, 2.7), "advice-only": (1.8, 0.8), "none": (1.0, 0.0)}
     kept = {"plan": (0.5, 0.3), "advice-only": (0.9, 0.7), "none": (2.0, 1.8)}
-    _fake(monkeypatch, [events, kept, {c: (1.0, 0.5) for c in CANDS}])
+    _fake(monkeypatch, [events, kept, SAME])
     label, times, _ = price(bare, {c: c for c in CANDS}, 1 << 30, None, starts=[0])
     assert label == "advice-only"
     assert times["plan"] == times["advice-only"] == times["none"]  # the prices stay as they were
     # the other way round, the plan goes out
-    _fake(monkeypatch, [{**events, "plan": (1.5, 0.5)}, kept, {c: (1.0, 0.5) for c in CANDS}])
+    _fake(monkeypatch, [{**events, "plan": (1.5, 0.5)}, kept, SAME])
     assert _price(bare) == "plan"
     # no plan is not among them: it is shown faster nowhere (Note [A tie acts less])
-    _fake(monkeypatch, [events, {**kept, "advice-only": (2.0, 1.8)},
-                        {c: (1.0, 0.5) for c in CANDS}])
+    _fake(monkeypatch, [events, {**kept, "advice-only": (2.0, 1.8)}, SAME])
     assert _price(bare) == "plan"
 
 
@@ -113,7 +111,7 @@ def test_a_plan_far_ahead_on_the_kept_reads_keeps_the_tie(monkeypatch, bare):
     # paging, its advice 0.55x)
     events = {"plan": (2.0, 1.0), "advice-only": (1.5, 0.5), "none": (1.0, 0.0)}
     kept = {"plan": (0.2, 0.1), "advice-only": (0.9, 0.7), "none": (2.0, 1.8)}
-    _fake(monkeypatch, [events, kept, {c: (1.0, 0.5) for c in CANDS}])
+    _fake(monkeypatch, [events, kept, SAME])
     assert _price(bare) == "plan"
 
 
@@ -123,12 +121,11 @@ def test_the_events_alone_rank_on_runs_made_to_their_end(monkeypatch, bare):
     # stopped there are made again, to their end, for the candidates tied and shown
     events = {"plan": (3.7, 2.7), "advice-only": (1.8, 0.8), "none": (1.0, 0.0)}
     kept = {"plan": (0.5, 0.3), "advice-only": (0.9, 0.7), "none": (2.0, 1.8)}
-    calls = _fake(monkeypatch, [events, kept, {c: (1.0, 0.5) for c in CANDS}])
+    calls = _fake(monkeypatch, [events, kept, SAME])
     assert _price(bare) == "advice-only"
     assert calls.count((0, "plan")) == 2 and calls.count((0, "advice-only")) == 2
     # where a single candidate is shown faster, nothing is run again
-    calls = _fake(monkeypatch, [events, {**kept, "advice-only": (2.0, 1.8)},
-                                {c: (1.0, 0.5) for c in CANDS}])
+    calls = _fake(monkeypatch, [events, {**kept, "advice-only": (2.0, 1.8)}, SAME])
     assert _price(bare) == "plan" and calls.count((0, "plan")) == 1
 
 
@@ -184,8 +181,7 @@ def test_the_unseen_use_view_runs_only_the_candidates_the_events_show_slower(mon
 def test_a_candidate_the_events_alone_refute_runs_no_further_view(monkeypatch, bare):
     # the plan is 1.5x no plan in the events alone, where no plan stalls enough to see it
     calls = _fake(monkeypatch, [{"plan": (1.5, 1.0), "advice-only": (1.0, 0.8),
-                                 "none": (1.0, 0.8)}, {c: (1.0, 0.5) for c in CANDS},
-                                {c: (1.0, 0.5) for c in CANDS}])
+                                 "none": (1.0, 0.8)}, SAME, SAME])
     best, times, at_least = price(bare, {c: c for c in CANDS}, 1 << 30, None, starts=[0])
     assert best == "none" and at_least == ("plan",)
     # no third view at all (only no plan would run there), the kept reads without the plan
