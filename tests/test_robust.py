@@ -78,12 +78,14 @@ def test_a_plan_whose_freed_reads_exceed_the_budget_is_priced_not_slower_than_de
     assert r <= SLACK, f"plan {r:.3f}x demand paging ({p.meta.get('pricing')})"
 
 
-# Discards that cost more than keeping the ranges (planner/_pricing.py, Note [Discards judged
-# against keeping them]): gru-s174 on gh200-c2c at 75% of peak. The advice-only plan's
-# discards leave the pool fresh ranges to populate where demand paging reuses resident
-# ones: 1.03x demand paging, 0.78x without them.
+# Discards no view shows paying are left out (planner/_pricing.py, Note [Discards judged
+# against keeping them]): gru-s31 on gh200-c2c at 75% of peak, 0.35x demand paging with or
+# without its 9 discards. (gru-s174 pinned this, 1.03x demand paging with its discards and
+# 0.78x without, until the simulator charged every call to the launching thread: its
+# populates, 2,049 calls against 6.1 ms of compute, make the advice host-bound either way;
+# benchmarks/results/robust.md lists it among the plans slower than demand paging.)
 def test_discards_no_view_shows_paying_are_left_out_and_the_plan_is_not_slower():
-    tr = zoo.record_random(174)
+    tr = zoo.record_random(31)
     assert tr.meta["family"] == "gru"
     r, p = _ratio(tr, zoo.allocator_only(tr), "75%", "gh200-c2c", "oblivious")
     assert p.meta["pricing"]["discards"].startswith("left out"), p.meta["pricing"]
@@ -299,10 +301,11 @@ def test_sampled_plan_is_never_slower_than_the_oblivious_one_when_it_knows_the_a
 
 
 # ... and the oblivious advice without its discards, which oblivious mode may emit (Note
-# [Discards judged against keeping them]): gru-s174 on gh200-c2c at 75% of peak, 0.78x
-# demand paging either way (sampled was 0.94x before it was a candidate).
+# [Discards judged against keeping them]): gru-s31 on gh200-c2c at 75% of peak, oblivious
+# 0.35x demand paging, sampled 0.31x (gru-s174 pinned this until its discards were kept,
+# above).
 def test_sampled_plan_is_never_slower_than_oblivious_advice_without_its_discards():
-    tr = zoo.record_random(174)
+    tr = zoo.record_random(31)
     hw, budget = "gh200-c2c", "75%"
     ro, po = _ratio(tr, zoo.allocator_only(tr), budget, hw, "oblivious")
     rs, ps = _ratio(tr, tr, budget, hw, "sampled")

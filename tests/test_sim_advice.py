@@ -100,8 +100,10 @@ def test_accessed_by_alone_reads_host_resident_data_over_the_link_without_migrat
     p = _plan([(0, "advise_accessed_by", 0)], 4, [2 * MiB] * 2, 2 * MiB)
     r = _run(t, p, _hw(), 2 * MiB, monkeypatch)
     # AccessedBy alone: A's first touch (fresh pages, nothing to map) still faults; once
-    # evicted, t2 reads it in place (0.25 ms host->device) and B stays: t3 is free
-    assert r.iteration_time_s == pytest.approx((0.26 + 0.51 + 0.26 + 0.01) * MS)
+    # evicted, t2 reads it in place (0.25 ms host->device) and B stays: t3 is free. The
+    # advise call (5 us) just after the iteration's start delays t0's launch (Note [Host calls])
+    assert r.iteration_time_s == pytest.approx((0.005 + 0.26 + 0.51 + 0.26 + 0.01) * MS)
+    assert r.stall_breakdown["host"] == pytest.approx(0.005 * MS)
     assert r.faults == 2
     assert _copies(r) == [("d2h", "evict", 2 * MiB, 0.25), ("h2d", "remote", 2 * MiB, 0.25)]
 
@@ -113,15 +115,16 @@ def test_preferred_location_host_alone_faults_once_then_maps_the_pages_remotely(
     # t0: A's first touch faults (0.25 ms), the pages are placed on the host (their
     # preferred location) and mapped: the write crosses device->host (0.25 ms); t1: B is
     # populated by fault (0.25 ms, room is free); t2: A is read through the mapping, no
-    # fault (0.25 ms); t3: B is resident
-    assert r.iteration_time_s == pytest.approx((0.51 + 0.26 + 0.26 + 0.01) * MS)
+    # fault (0.25 ms); t3: B is resident; t0 launched after the advise call (5 us)
+    assert r.iteration_time_s == pytest.approx((0.005 + 0.51 + 0.26 + 0.26 + 0.01) * MS)
     assert r.faults == 2  # A's mapping fault and B's population; A is never migrated
     assert _copies(r) == [("d2h", "remote", 2 * MiB, 0.25), ("h2d", "remote", 2 * MiB, 0.25)]
     both = _plan([(0, "advise_preferred_host", 0), (0, "advise_accessed_by", 0)], 4,
                  [2 * MiB] * 2, 2 * MiB)
-    # with AccessedBy too the mapping is there from the start: no fault for A
+    # with AccessedBy too the mapping is there from the start: no fault for A (one more
+    # call before t0's launch: 5 us)
     rb = _run(t, both, _hw(), 2 * MiB, monkeypatch)
-    assert rb.iteration_time_s == pytest.approx(r.iteration_time_s - 0.25 * MS)
+    assert rb.iteration_time_s == pytest.approx(r.iteration_time_s - 0.25 * MS + 0.005 * MS)
     assert rb.faults == 1
 
 
@@ -171,12 +174,12 @@ def test_access_counters_migrate_data_read_through_an_accessed_by_mapping(monkey
     off = _run(t, p, _hw(), 8 * MiB, monkeypatch)
     # t0: A is populated by fault (0.25 ms); the plan evicts it after the kernel (0.25 ms);
     # t1 waits for that (0.25 ms) and reads A in place (0.25 ms); t2 writes A in place
-    # (0.25 ms) -- without access counters
-    assert off.iteration_time_s == pytest.approx((0.26 + 0.5 + 1.0 + 0.26) * MS)
+    # (0.25 ms) -- without access counters; t0 launched after the advise call (5 us)
+    assert off.iteration_time_s == pytest.approx((0.005 + 0.26 + 0.5 + 1.0 + 0.26) * MS)
     on = _run(t, p, _hw(access_counter_migration=True), 8 * MiB, monkeypatch)
     # with them, t1's read fires A's counters: the driver migrates A as the fault path
     # does (0.25 ms) while t1 computes (1 ms), so t2 writes a resident A
-    assert on.iteration_time_s == pytest.approx((0.26 + 0.5 + 1.0 + 0.01) * MS)
+    assert on.iteration_time_s == pytest.approx((0.005 + 0.26 + 0.5 + 1.0 + 0.01) * MS)
     assert ("h2d", "counter", 2 * MiB, 0.25) in _copies(on)
     # under a CPU preferred location the data stays where it is preferred
     pref = [(0, "advise_preferred_host", 0), (0, "advise_accessed_by", 0)] + rows[1:]
@@ -217,6 +220,26 @@ def test_prefetch_and_advise_calls_cost_host_time_that_delays_them_only_past_the
     r = _run(_calls_trace(first_tick_ms), p, _hw(action_call_s=1 * MS), 8 * MiB, monkeypatch)
     tr = r.transfers[r.transfers.cause == "plan"]
     assert list(tr.start_s / MS) == pytest.approx(starts_ms)
+
+
+@pytest.mark.parametrize("first_tick_ms, host_stall_ms", [
+    # the GPU is at 0.76 ms when t1's kernel is due; the host makes the three calls (1 ms
+    # each, at t0's last event) until 3 ms, and launches t1's kernel then: 2.24 ms of waiting
+    (0.01, 2.24),
+    # the GPU reaches t1 at 10.75 ms, long after the host made the calls: no wait
+    (10.0, 0.0)])
+def test_a_kernel_waits_for_the_host_that_launches_it_after_the_calls_even_calls_that_move_nothing(
+        first_tick_ms, host_stall_ms, monkeypatch):
+    # three populates of blocks already resident (written at t0, 8 MiB budget): no copy, but
+    # each call costs the launching thread its time (Note [Host calls])
+    rows = [(4, "prefetch_to_device", j) for j in range(3)]
+    p = _plan(rows, 8, [2 * MiB] * 3 + [64 * KiB], 8 * MiB)
+    r = _run(_calls_trace(first_tick_ms), p, _hw(action_call_s=1 * MS), 8 * MiB, monkeypatch)
+    assert _copies(r, "plan") == []
+    assert r.stall_breakdown["host"] == pytest.approx(host_stall_ms * MS)
+    assert r.timeline.stall_host_s.sum() == pytest.approx(host_stall_ms * MS)
+    assert r.iteration_time_s == pytest.approx((0.76 + host_stall_ms + 10.0 + first_tick_ms
+                                                - 0.01) * MS)
 
 
 def test_shipped_profiles_enable_access_counter_migration_only_on_grace_hopper():

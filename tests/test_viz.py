@@ -292,7 +292,8 @@ def test_many_transfers_are_merged_below_the_cap():
 def test_stalls_are_stacked_per_tick_and_binning_keeps_the_totals():
     r = fake_result(ticks=range(0, 50))
     fig = viz.stalls(r)
-    assert {"fault stall", "eviction stall", "link stall", "compute"} == set(names(fig))
+    assert {"fault stall", "eviction stall", "link stall", "host stall",
+            "compute"} == set(names(fig))
     fault = next(d for d in fig.data if d.name == "fault stall")
     assert np.asarray(fault.y).sum() == pytest.approx(r.stall_breakdown["fault"] * 1e3)
     df, note = _data.stall_table(r, max_points=7)

@@ -31,7 +31,7 @@ POLICIES = ("ideal", "demand", "prefetch-on-alloc", "swap-activations", "bound",
 LP_BOUND = "lp-bound"
 
 _TIMELINE_COLS = ("tick", "start_s", "compute_s", "stall_s", "stall_fault_s", "stall_evict_s",
-                  "stall_link_s", "resident_bytes", "h2d_bytes", "d2h_bytes")
+                  "stall_link_s", "stall_host_s", "resident_bytes", "h2d_bytes", "d2h_bytes")
 
 
 _ACTION_COLS = ("tick", "stage", "action", "block", "event")
@@ -255,10 +255,11 @@ def _ideal(prep, hw, B, compute) -> SimResult:
     from ._policies import live_bytes_per_tick
 
     live = live_bytes_per_tick(prep)[ws:we]
-    rows = list(zip(range(ws, we), start, dur, z, z, z, z, live, z.astype(int), z.astype(int)))
+    rows = list(zip(range(ws, we), start, dur, z, z, z, z, z, live, z.astype(int),
+                    z.astype(int)))
     tl, tr = _frames(rows, [])
     return SimResult("ideal", hw.name, B, compute, compute, 0.0,
-                     {"fault": 0.0, "eviction": 0.0, "link": 0.0}, 0, 0, 0,
+                     {"fault": 0.0, "eviction": 0.0, "link": 0.0, "host": 0.0}, 0, 0, 0,
                      int(live.max()) if len(live) else 0, 0, tl, tr,
                      {"window_start": ws, "window_stop": we}, _actions_frame([]))
 
@@ -271,11 +272,12 @@ def _bound_result(prep, hw, B, compute, T, tick, excess, out) -> SimResult:
     link = z.copy()
     if len(link):
         link[-1] = T - compute  # the bound says how much, not where: charged at the end
-    rows = list(zip(range(ws, we), start, dur, link, z, z, link, z.astype(int), z.astype(int),
-                    z.astype(int)))
+    rows = list(zip(range(ws, we), start, dur, link, z, z, link, z, z.astype(int),
+                    z.astype(int), z.astype(int)))
     tl, tr = _frames(rows, [])
     return SimResult("bound", hw.name, B, T, compute, T - compute,
-                     {"fault": 0.0, "eviction": 0.0, "link": T - compute}, int(excess), int(out), 0,
+                     {"fault": 0.0, "eviction": 0.0, "link": T - compute, "host": 0.0},
+                     int(excess), int(out), 0,
                      min(B, int(prep.ws_bytes.max()) if len(prep.ws_bytes) else 0), 0, tl, tr,
                      {"window_start": ws, "window_stop": we, "binding_tick": tick,
                       "must_cross_bytes": int(excess), "must_write_back_bytes": int(out)},
@@ -298,7 +300,7 @@ def _lp_result(prep, hw, B, compute, lp) -> SimResult:
         stall[last] = max(0.0, lp.slot_s[g] - float(dur[first:last + 1].sum()))
         h2d[last] = int(round(lp.bytes_in[g]))
         d2h[last] = int(round(lp.bytes_out[g]))
-    rows = list(zip(range(ws, we), start, dur, stall, z, z, stall, z.astype(int), h2d, d2h))
+    rows = list(zip(range(ws, we), start, dur, stall, z, z, stall, z, z.astype(int), h2d, d2h))
     tl, tr = _frames(rows, [])
     T = max(lp.time_s, compute)
     counters = {"window_start": ws, "window_stop": we, "lp_columns": lp.columns,
@@ -307,7 +309,7 @@ def _lp_result(prep, hw, B, compute, lp) -> SimResult:
                 "lp_build_s": lp.build_s, "lp_solve_s": lp.solve_s, "lp_classes": lp.classes,
                 "lp_blocks": len(prep.bsize)}
     return SimResult(LP_BOUND, hw.name, B, T, compute, T - compute,
-                     {"fault": 0.0, "eviction": 0.0, "link": T - compute},
+                     {"fault": 0.0, "eviction": 0.0, "link": T - compute, "host": 0.0},
                      int(h2d.sum()), int(d2h.sum()), 0,
                      min(B, int(prep.ws_bytes.max()) if len(prep.ws_bytes) else 0), 0, tl, tr,
                      counters, _actions_frame([]))
@@ -390,7 +392,7 @@ def _run_reference(prep, hw, B, sched: Schedule, pool: bool, zero_fill: bool,
     ev_ptr, ev_kind, ev_block, dur = prep.ev_ptr, prep.ev_kind, prep.ev_block, prep.dur_s
     bchunk0 = prep.bchunk0
     starts = set(int(x) for x in prep.iter_starts)
-    sf = se = sl = 0.0
+    sf = se = sl = sh = 0.0
     # the plan actions carried out (what reached eng.act), over the whole run
     log: list | None = [] if sched.plan_events else None
     books = None
@@ -409,7 +411,7 @@ def _run_reference(prep, hw, B, sched: Schedule, pool: bool, zero_fill: bool,
                     log.append((t, stage, code, b, a[4]))
 
     def window_books() -> dict:
-        return {"T": eng.now - t_start, "sf": sf, "se": se, "sl": sl,
+        return {"T": eng.now - t_start, "sf": sf, "se": se, "sl": sl, "sh": sh,
                 "claimed_end": eng.claimed, "pending_end": sum(b for _, b in eng.pending),
                 "resident_end": int(eng.rb.sum()), "bytes_h2d": eng.bytes_h2d,
                 "bytes_d2h": eng.bytes_d2h, "faults": eng.faults, "peak": eng.peak,
@@ -431,7 +433,7 @@ def _run_reference(prep, hw, B, sched: Schedule, pool: bool, zero_fill: bool,
             eng._retire(eng.now)
             eng.peak = eng.claimed
         if t == 0 or t in starts:
-            eng.host = eng.now  # Note [Host calls]
+            eng.host = max(eng.host, eng.now)  # Note [Host calls]: the loop's sync
         tick_start = eng.now
         eng.tick_h2d = eng.tick_d2h = 0
         s, e = ev_ptr[t], ev_ptr[t + 1]
@@ -439,6 +441,8 @@ def _run_reference(prep, hw, B, sched: Schedule, pool: bool, zero_fill: bool,
             k = ev_kind[s:e]
             eng.alloc(ev_block[s:e][k == 0])
         issue(t, "pre")
+        h = max(0.0, eng.host - eng.now)  # Note [Host calls]: launched after the calls
+        eng.now += h
         f, v, l = eng.kernel(t)
         eng.now += dur[t]
         if e > s:
@@ -449,7 +453,8 @@ def _run_reference(prep, hw, B, sched: Schedule, pool: bool, zero_fill: bool,
             sf += f
             se += v
             sl += l
-            rows.append((t, tick_start - t_start, float(dur[t]), f + v + l, f, v, l,
+            sh += h
+            rows.append((t, tick_start - t_start, float(dur[t]), f + v + l + h, f, v, l, h,
                          eng.claimed, eng.tick_h2d, eng.tick_d2h))
     if books is None:
         books = window_books()
@@ -469,7 +474,7 @@ def _window_result(prep, hw, B, name, pool, books: dict, frames: bool = True) ->
                 "pool": pool, **{f"ledger_{k}": v for k, v in books["led"].items()}}
     return SimResult(name, hw.name, B, float(T), compute, float(T - compute),
                      {"fault": float(books["sf"]), "eviction": float(books["se"]),
-                      "link": float(books["sl"])},
+                      "link": float(books["sl"]), "host": float(books["sh"])},
                      int(books["bytes_h2d"]), int(books["bytes_d2h"]),
                      books["faults"], books["peak"], books["divergences"], tl, tr, counters)
 

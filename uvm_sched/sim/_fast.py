@@ -181,7 +181,8 @@ def run(prep: Prepared, hw, B: int, sched, pool: bool, zero_fill: bool, to_end: 
         tl = {"tick": np.arange(ws, ws + W, dtype=np.int64), "start_s": rows_f[:, 0],
               "compute_s": rows_f[:, 1], "stall_s": rows_f[:, 2],
               "stall_fault_s": rows_f[:, 3], "stall_evict_s": rows_f[:, 4],
-              "stall_link_s": rows_f[:, 5], "resident_bytes": rows_i[:, 0],
+              "stall_link_s": rows_f[:, 5], "stall_host_s": rows_f[:, 6],
+              "resident_bytes": rows_i[:, 0],
               "h2d_bytes": rows_i[:, 1], "d2h_bytes": rows_i[:, 2]}
     tr = None
     if ntr and not figures_only:  # the copies' times are relative to the window's start
@@ -195,7 +196,7 @@ def run(prep: Prepared, hw, B: int, sched, pool: bool, zero_fill: bool, to_end: 
     actions = (tick // 2, np.where(tick % 2 == 0, "pre", "post").astype(object), code[sel],
                blk[sel], ev[sel])
     return {"T": float(outf[0]), "sf": float(outf[1]), "se": float(outf[2]),
-            "sl": float(outf[3]), "claimed_end": int(outi[0]), "pending_end": int(outi[1]),
+            "sl": float(outf[3]), "sh": float(outf[5]), "claimed_end": int(outi[0]), "pending_end": int(outi[1]),
             "resident_end": int(outi[2]), "bytes_h2d": int(outi[3]),
             "bytes_d2h": int(outi[4]), "faults": int(outi[5]), "peak": int(outi[6]),
             "led": {k: int(v) for k, v in zip(LEDGER, outi[8:])},

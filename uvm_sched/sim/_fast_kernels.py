@@ -273,7 +273,7 @@ def run(n_ticks, ws, we, to_end, dur, ev_ptr, ev_kind, ev_block, acc_ptr, acc_ch
     trf = np.zeros((1024, 2))
     tri = np.zeros((1024, 4), np.int64)
     W = we - ws
-    rows_f = np.zeros((max(W, 0), 6))  # start, compute, stall, fault, evict, link
+    rows_f = np.zeros((max(W, 0), 7))  # start, compute, stall, fault, evict, link, host
     rows_i = np.zeros((max(W, 0), 3), np.int64)  # resident (claimed), h2d, d2h
     ran = np.zeros(len(a_code), np.bool_)
     mapped = np.zeros(nc, np.bool_)
@@ -284,15 +284,15 @@ def run(n_ticks, ws, we, to_end, dur, ev_ptr, ev_kind, ev_block, acc_ptr, acc_ch
     call_s = hwf[7]
     # window figures: T, sf, se, sl | claimed, pending, resident, bytes_h2d, bytes_d2h,
     # faults, peak, n transfers, ledger (10)
-    outf = np.zeros(5)
+    outf = np.zeros(6)
     outi = np.zeros(8 + 10, np.int64)
     t_start = 0.0
-    sf = se = sl = 0.0
+    sf = se = sl = sh = 0.0
     done = stopped = False
     end_t = n_ticks if to_end else we
     for t in range(end_t):
         if t == we:
-            _snapshot(I, F, led, rb, outf, outi, t_start, sf, se, sl)
+            _snapshot(I, F, led, rb, outf, outi, t_start, sf, se, sl, sh)
             done = True
             I[REC] = 0
         if t == ws:
@@ -303,7 +303,7 @@ def run(n_ticks, ws, we, to_end, dur, ev_ptr, ev_kind, ev_block, acc_ptr, acc_ch
         ht, hb, trf, tri = _room(I, ht, hb, trf, tri, a_ptr[2 * t + 2] - a_ptr[2 * t])
         st = (rb, oh, ready, hold, alive, dirty, stamp, rmostly, cblock, csize, ht, hb, mapped)
         if t == 0 or is_start[t]:
-            F[HOST] = F[NOW]  # Note [Host calls]
+            F[HOST] = max(F[HOST], F[NOW])  # Note [Host calls]: the loop's sync
         tick_start = F[NOW]
         I[TH2D] = 0
         I[TD2H] = 0
@@ -320,6 +320,8 @@ def run(n_ticks, ws, we, to_end, dur, ev_ptr, ev_kind, ev_block, acc_ptr, acc_ch
                      a_lo[j], a_hi[j], max(F[NOW], F[HOST]), B, V, bchunk0, bnchunk, bsize,
                      bws)
                 ran[j] = True
+        h = max(0.0, F[HOST] - F[NOW])  # _api._run_reference: launched after the calls
+        F[NOW] += h
         f, v, l_ = _kernel(I, F, led, st, trf, tri, q, qs, sel, pinned, flags, t, acc_ptr,
                            acc_chunk, acc_need, acc_write, acc_read, B, kw, fbb, zero_fill)
         F[NOW] += dur[t]
@@ -341,22 +343,29 @@ def run(n_ticks, ws, we, to_end, dur, ev_ptr, ev_kind, ev_block, acc_ptr, acc_ch
             sf += f
             se += v
             sl += l_
-            r = t - ws
-            rows_f[r, 0] = tick_start - t_start
-            rows_f[r, 1] = dur[t]
-            rows_f[r, 2] = f + v + l_
-            rows_f[r, 3] = f
-            rows_f[r, 4] = v
-            rows_f[r, 5] = l_
-            rows_i[r, 0] = I[CLAIMED]
-            rows_i[r, 1] = I[TH2D]
-            rows_i[r, 2] = I[TD2H]
+            sh += h
+            _row(rows_f, rows_i, t - ws, tick_start - t_start, dur[t], f, v, l_, h, I)
             if F[NOW] - t_start > stop_above:  # the clock never goes back: T is above too
                 stopped = True
                 break
     if not done:
-        _snapshot(I, F, led, rb, outf, outi, t_start, sf, se, sl)
+        _snapshot(I, F, led, rb, outf, outi, t_start, sf, se, sl, sh)
     return I, outf, outi, rows_f, rows_i, trf, tri, ran, stopped
+
+
+@jit
+def _row(rows_f, rows_i, r, start, compute, f, v, l_, h, I):
+    """Timeline row ``r`` (``_api._TIMELINE_COLS`` after ``tick``)."""
+    rows_f[r, 0] = start
+    rows_f[r, 1] = compute
+    rows_f[r, 2] = f + v + l_ + h
+    rows_f[r, 3] = f
+    rows_f[r, 4] = v
+    rows_f[r, 5] = l_
+    rows_f[r, 6] = h
+    rows_i[r, 0] = I[CLAIMED]
+    rows_i[r, 1] = I[TH2D]
+    rows_i[r, 2] = I[TD2H]
 
 
 @jit
@@ -382,12 +391,13 @@ def _room(I, ht, hb, trf, tri, na):
 
 
 @jit
-def _snapshot(I, F, led, rb, outf, outi, t_start, sf, se, sl):  # _api._window_result's
+def _snapshot(I, F, led, rb, outf, outi, t_start, sf, se, sl, sh):  # _api._window_result's
     outf[0] = F[NOW] - t_start
     outf[1] = sf
     outf[2] = se
     outf[3] = sl
     outf[4] = t_start
+    outf[5] = sh
     outi[0] = I[CLAIMED]
     outi[1] = I[PEND]
     outi[2] = rb.sum()

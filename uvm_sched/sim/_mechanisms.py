@@ -45,13 +45,17 @@ Not modelled, and why (CUDA Programming Guide, "Unified Memory"; the driver's so
 * access-counter migration between peer GPUs (one GPU is simulated).
 The per-call host cost of a prefetch or advise call is modelled (Note [Host calls]).
 
-Note [Host calls] -- the host makes each prefetch/advise call, ``hw.action_call_s`` each
-(an assumed constant with a range, see the profiles), one after another on its own clock
-``host``, while it launches kernels asynchronously ahead of the GPU: an action takes effect
-at the later of the GPU's time and the host's time after its call. The host's clock is set
-to the GPU's at the start of every iteration (a training loop reads its loss, a
-synchronisation, once a step), so the calls cost the GPU time only where they outpace it
-within an iteration (many calls at its start, or more host time than GPU time).
+Note [Host calls] -- the executor makes each prefetch/advise call in the allocator hook, on
+the thread that launches the kernels (the C core has no thread of its own),
+``hw.action_call_s`` each (an assumed constant with a range, see the profiles), whether or
+not the call moves anything: the driver takes the call before it knows. The host keeps its
+own clock ``host``, ahead of the GPU while it launches asynchronously. A call ends at
+``host += action_call_s``; the action takes effect at the later of that and the GPU's time;
+and a tick's kernel, launched after the calls before it, starts no earlier than ``host``:
+the GPU's wait for it is the ``host`` stall. The host's clock catches up with the GPU's at
+the start of every iteration (a training loop reads its loss, a synchronisation, once a
+step), so calls cost the GPU time only where they outpace it within an iteration: many
+calls just after the sync, or more call time than GPU time (a plan that is host-bound).
 """
 from __future__ import annotations
 

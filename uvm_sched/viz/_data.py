@@ -441,13 +441,14 @@ def _merge_close(df: pd.DataFrame, max_rows: int, span_ms: float) -> tuple[pd.Da
         tol *= 4
 
 
-STALL_COLUMNS = {"fault": "stall_fault_s", "eviction": "stall_evict_s", "link": "stall_link_s"}
+STALL_COLUMNS = {"fault": "stall_fault_s", "eviction": "stall_evict_s",
+                 "link": "stall_link_s", "host": "stall_host_s"}
 
 
 def stall_table(result: Any, max_points: int = 5_000) -> tuple[pd.DataFrame, str | None]:
     """Stall time per tick of the measured window in ms: columns ``tick``, ``compute_ms``,
-    one per stall kind (``fault``, ``eviction``, ``link``). Above ``max_points`` ticks,
-    consecutive ticks are summed into bins (``tick`` = the bin's first tick)."""
+    one per stall kind (``fault``, ``eviction``, ``link``, ``host``). Above ``max_points``
+    ticks, consecutive ticks are summed into bins (``tick`` = the bin's first tick)."""
     tl = result.timeline
     df = pd.DataFrame({"tick": tl["tick"].to_numpy(np.int64),
                        "compute_ms": tl["compute_s"].to_numpy(float) * 1e3})

@@ -172,8 +172,8 @@ def copy_engines(result: Any, *, backend: str = "plotly", max_transfers: int = 1
 
 
 def stalls(result: Any, *, backend: str = "plotly", max_points: int = 5_000) -> Any:
-    """Stall time per tick of the measured window, stacked by cause (fault, eviction, link),
-    in ms; the title gives the totals from ``result.stall_breakdown``. Returns a plotly or
+    """Stall time per tick of the measured window, stacked by cause (fault, eviction, link,
+    host), in ms; the title gives the totals from ``result.stall_breakdown``. Returns a plotly or
     matplotlib ``Figure``."""
     draw = _backend(backend)
     _check_result(result, ("timeline", "stall_breakdown", "iteration_time_s"))

@@ -98,7 +98,8 @@ def _primary(sims: list[Any]) -> Any:
 
 def _results_table(sims: list[Any]) -> str:
     ideal = next((r for r in sims if str(r.policy) == "ideal"), None)
-    head = ["policy", "budget", "iteration", "slowdown vs ideal", "stall", "fault / eviction / link stall",
+    head = ["policy", "budget", "iteration", "slowdown vs ideal", "stall",
+            "fault / eviction / link / host stall",
             "host→device", "device→host", "faults", "peak resident", "divergences"]
     rows = []
     for r in sims:
@@ -118,7 +119,7 @@ def _results_table(sims: list[Any]) -> str:
         rows.append([
             str(r.policy), fmt_bytes(r.budget_bytes), fmt_ms(float(r.iteration_time_s)), slow_s,
             fmt_ms(float(r.stall_time_s)),
-            " / ".join(fmt_ms(float(sb.get(k, 0.0))) for k in ("fault", "eviction", "link")),
+            " / ".join(fmt_ms(float(sb.get(k, 0.0))) for k in _data.STALL_COLUMNS),
             fmt_bytes(r.bytes_h2d), fmt_bytes(r.bytes_d2h), f"{int(r.faults):,}",
             fmt_bytes(r.peak_resident_bytes), f"{int(getattr(r, 'divergences', 0)):,}",
         ])
@@ -484,6 +485,11 @@ def _verdict(trace: Trace, sims: list[Any], main: Any, budget: Any) -> str:
         why.append("Binding constraint: demand faults -- blocks touched before a prefetch "
                    "brought them in, paid at fault-batch latency. Reads in the middle of a "
                    "lifetime are invisible to the oblivious mode; sampled mode sees them.")
+    elif sb and max(sb, key=lambda k: sb[k]) == "host" and sb["host"] > 0.5 * stall:
+        why.append(f"Binding constraint: the host -- kernels wait {fmt_ms(sb['host'])} for "
+                   "the launching thread, busy with the plan's prefetch and advise calls "
+                   "(hw.action_call_s each): a plan with fewer actions, or none, is "
+                   "faster here (`uvm-sched compare` shows both).")
     elif sb and max(sb, key=lambda k: sb[k]) == "eviction" and sb["eviction"] > 0.5 * stall:
         why.append("Binding constraint: evictions -- kernels wait for room on the device "
                    "while copies out are still running.")

@@ -21,5 +21,6 @@ MARK_STYLE = {
 MPL_MARKERS = {"triangle-right": ">", "triangle-left": "<", "x": "x", "diamond": "D"}
 CAUSE_COLORS = {"plan": "#1B7837", "fault": "#D62728", "evict": "#C51B7D", "alloc": "#7F7F7F",
                 "remote": "#17BECF", "counter": "#BCBD22"}
-STALL_COLORS = {"fault": "#D62728", "eviction": "#C51B7D", "link": "#FF9896"}
+STALL_COLORS = {"fault": "#D62728", "eviction": "#C51B7D", "link": "#FF9896",
+                "host": "#8C564B"}
 
