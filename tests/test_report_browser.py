@@ -154,6 +154,25 @@ def _result(policy, *, time_s, stall, resident, faults=0, transfers=()):
                      sum(stall.values()), stall, 0, 0, faults, resident, 0, tl, tr, {})
 
 
+def test_verdict_names_the_host_where_kernels_wait_for_the_plans_calls():
+    # a plan whose prefetch/advise calls outnumber its compute: the kernels wait for the
+    # launching thread (sim/_mechanisms.py, Note [Host calls]), not for the link
+    from uvm_sched.trace import TraceBuilder
+    from uvm_sched.viz._report import _verdict
+
+    b = TraceBuilder()
+    x = b.alloc(2**30)
+    b.next_tick(1e6)
+    b.free(x)
+    trace = b.build()
+    ideal = _result("ideal", time_s=0.1, stall={}, resident=2**30)
+    ours = _result("uvm-sched", time_s=0.5, resident=2**30,
+                   stall={"fault": 0.05, "eviction": 0.0, "link": 0.05, "host": 0.3})
+    text = re.sub(r"<[^>]+>", " ", _verdict(trace, [ideal, ours], ours, None))
+    assert "Binding constraint: the host" in text
+    assert "for the launching thread" in text and "Binding constraint: the link" not in text
+
+
 def test_verdict_names_a_busy_link_beside_an_unused_budget():
     # the case a user met: the device holds 0.25 GiB of a 1.16 GiB budget while the link is
     # 93% busy -- the page must say that this is the binding constraint, and what moves less
