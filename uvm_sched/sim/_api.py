@@ -37,6 +37,13 @@ _TIMELINE_COLS = ("tick", "start_s", "compute_s", "stall_s", "stall_fault_s", "s
 _ACTION_COLS = ("tick", "stage", "action", "block", "event")
 
 
+def _breakdown(fault: float = 0.0, eviction: float = 0.0, link: float = 0.0,
+               host: float = 0.0) -> dict:
+    """SimResult.stall_breakdown (s per cause): every result lists every cause."""
+    return {"fault": float(fault), "eviction": float(eviction), "link": float(link),
+            "host": float(host)}
+
+
 def _frames(rows, transfers):
     """The timeline and transfers frames, from lists of row tuples or (the compiled loop)
     dicts of columns; ``None`` is no rows."""
@@ -259,7 +266,7 @@ def _ideal(prep, hw, B, compute) -> SimResult:
                     z.astype(int)))
     tl, tr = _frames(rows, [])
     return SimResult("ideal", hw.name, B, compute, compute, 0.0,
-                     {"fault": 0.0, "eviction": 0.0, "link": 0.0, "host": 0.0}, 0, 0, 0,
+                     _breakdown(), 0, 0, 0,
                      int(live.max()) if len(live) else 0, 0, tl, tr,
                      {"window_start": ws, "window_stop": we}, _actions_frame([]))
 
@@ -276,7 +283,7 @@ def _bound_result(prep, hw, B, compute, T, tick, excess, out) -> SimResult:
                     z.astype(int), z.astype(int)))
     tl, tr = _frames(rows, [])
     return SimResult("bound", hw.name, B, T, compute, T - compute,
-                     {"fault": 0.0, "eviction": 0.0, "link": T - compute, "host": 0.0},
+                     _breakdown(link=T - compute),
                      int(excess), int(out), 0,
                      min(B, int(prep.ws_bytes.max()) if len(prep.ws_bytes) else 0), 0, tl, tr,
                      {"window_start": ws, "window_stop": we, "binding_tick": tick,
@@ -309,7 +316,7 @@ def _lp_result(prep, hw, B, compute, lp) -> SimResult:
                 "lp_build_s": lp.build_s, "lp_solve_s": lp.solve_s, "lp_classes": lp.classes,
                 "lp_blocks": len(prep.bsize)}
     return SimResult(LP_BOUND, hw.name, B, T, compute, T - compute,
-                     {"fault": 0.0, "eviction": 0.0, "link": T - compute, "host": 0.0},
+                     _breakdown(link=T - compute),
                      int(h2d.sum()), int(d2h.sum()), 0,
                      min(B, int(prep.ws_bytes.max()) if len(prep.ws_bytes) else 0), 0, tl, tr,
                      counters, _actions_frame([]))
@@ -473,8 +480,7 @@ def _window_result(prep, hw, B, name, pool, books: dict, frames: bool = True) ->
                 "pending_end": books["pending_end"], "resident_end": books["resident_end"],
                 "pool": pool, **{f"ledger_{k}": v for k, v in books["led"].items()}}
     return SimResult(name, hw.name, B, float(T), compute, float(T - compute),
-                     {"fault": float(books["sf"]), "eviction": float(books["se"]),
-                      "link": float(books["sl"]), "host": float(books["sh"])},
+                     _breakdown(books["sf"], books["se"], books["sl"], books["sh"]),
                      int(books["bytes_h2d"]), int(books["bytes_d2h"]),
                      books["faults"], books["peak"], books["divergences"], tl, tr, counters)
 

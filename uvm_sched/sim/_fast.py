@@ -196,7 +196,8 @@ def run(prep: Prepared, hw, B: int, sched, pool: bool, zero_fill: bool, to_end: 
     actions = (tick // 2, np.where(tick % 2 == 0, "pre", "post").astype(object), code[sel],
                blk[sel], ev[sel])
     return {"T": float(outf[0]), "sf": float(outf[1]), "se": float(outf[2]),
-            "sl": float(outf[3]), "sh": float(outf[5]), "claimed_end": int(outi[0]), "pending_end": int(outi[1]),
+            "sl": float(outf[3]), "sh": float(outf[5]), "claimed_end": int(outi[0]),
+            "pending_end": int(outi[1]),
             "resident_end": int(outi[2]), "bytes_h2d": int(outi[3]),
             "bytes_d2h": int(outi[4]), "faults": int(outi[5]), "peak": int(outi[6]),
             "led": {k: int(v) for k, v in zip(LEDGER, outi[8:])},
