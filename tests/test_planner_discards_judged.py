@@ -11,7 +11,7 @@ import pytest
 from _planner_helpers import training_trace
 from uvm_sched import sim
 from uvm_sched.planner import Plan
-from uvm_sched.planner._pricing import _kept_reads_view, _views, without_discards
+from uvm_sched.planner._pricing import _kept_reads_view, _views, without_discards, without_rows
 from uvm_sched.trace import zoo
 
 
@@ -80,7 +80,7 @@ def test_a_view_the_simulator_refuses_judges_nothing(monkeypatch, bare):
     assert "discard" not in set(out.actions["action"]) and "any of 2 views" in why
     _fake(monkeypatch, [None, None, None], bare)
     p = _plan(1)
-    assert _judge(bare, p) == (p, "kept: no view could judge them", None)
+    assert _judge(bare, p) == (p, "kept: 1 discards, no view could judge them", None)
 
 
 def test_a_plan_without_discards_is_returned_as_it_is(monkeypatch, bare):
@@ -103,3 +103,24 @@ def test_where_the_accesses_are_known_the_judges_figure_without_them_is_given(mo
     views = _views(bare, 1 << 30, (), True)
     out, why, alone_s = without_discards(views, _plan(2), 1 << 30, None, accesses=True)
     assert alone_s == 1.5 and why.endswith("in any of 1 view") and calls == [0, 0]
+
+
+def test_any_rows_are_judged_as_the_discards_are(monkeypatch, bare):
+    # Note [Populates that move nothing]: the rows marked are left out where no view shows
+    # the plan slower without them, kept where one does
+    p = _plan(1)
+    marked = (p.actions["action"] == "prefetch_to_device").to_numpy()
+    views = _views(bare, 1 << 30, bare.iteration_starts, False)
+    for kept_s, left_out in ((2.9, True), (3.1, False)):
+        def simulate(view, plan, prof, budget, _stop_above_s=float("inf"), **_):
+            t = 3.0 if (plan.actions["action"] == "prefetch_to_device").any() else kept_s
+            return SimpleNamespace(iteration_time_s=min(t, _stop_above_s * 1.5),
+                                   counters={"stopped": t > _stop_above_s})
+
+        monkeypatch.setattr(sim, "simulate", simulate)
+        out, why, times = without_rows(views, p, marked, "populates", 1 << 30, None,
+                                       accesses=False)
+        assert (out is not p) is left_out and why.startswith(
+            "left out: 1 populates" if left_out else "kept: 1 populates"), why
+        assert "prefetch_to_device" not in set(out.actions["action"]) or not left_out
+        assert times == ({1: kept_s, 2: kept_s, 0: kept_s} if left_out else {1: 3.0})

@@ -132,7 +132,9 @@ def test_a_tie_at_the_worst_view_is_broken_by_the_other_views(seed, family, hw, 
 # mlp-s167 on h200-pcie5 at 75% of peak: the plan 0.42x no plan with the kept reads, 2.70x
 # in the events alone, 1.01x demand paging; its advice 0.91x, 1.55x, 0.90x. unet-s216 on
 # gh200-c2c at 75%: the plan 3.73x in the events alone and 1.03x demand paging; the advice
-# 2.02x and 0.89x.
+# 2.02x and 0.89x -- and its calls, 1.19 ms of host stall in the events alone, more than
+# its 1.11 ms gain with the kept reads, so it is withheld too (Note [Calls the host cannot
+# hide]): no plan.
 @pytest.mark.parametrize("seed,family,hw,budget", [(167, "mlp", "h200-pcie5", "75%"),
                                                    (216, "unet", "gh200-c2c", "75%")])
 def test_a_tie_goes_to_the_hint_whose_worst_regret_is_least(
@@ -140,7 +142,9 @@ def test_a_tie_goes_to_the_hint_whose_worst_regret_is_least(
     tr = zoo.record_random(seed)
     assert tr.meta["family"] == family
     r, p = _ratio(tr, zoo.allocator_only(tr), budget, hw, "oblivious")
-    assert p.meta["pricing"]["chosen"] == "advice-only", p.meta["pricing"]
+    pricing = p.meta["pricing"]
+    assert pricing["chosen"] == "advice-only" or pricing.get("calls", "").startswith(
+        "advice-only not emitted"), pricing
     assert r <= SLACK, f"plan {r:.3f}x demand paging ({p.meta.get('pricing')})"
 
 

@@ -27,7 +27,7 @@ Steps (``schedule``):
 3. Repair: the seeded gaps go through the builder's own timing pass (the two copy-engine
    queues; a gap the link cannot serve is dropped), then its Belady sweeps for the ticks
    still over budget, the remote fallback and the issue points (``build_schedule(seed=)``).
-4. Pricing (``_planner._priced``): the LP-guided plan, the greedy plan, advice only and no
+4. Pricing (``_choice.priced``): the LP-guided plan, the greedy plan, advice only and no
    plan, simulated; the fastest is kept, so the method is never slower than no plan, nor
    than the greedy plan under the judge.
 

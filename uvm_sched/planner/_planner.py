@@ -4,8 +4,8 @@ The pattern's representative iteration becomes a ``Problem`` (``_problem``: size
 and use ticks, Note [Use ticks] -- the only place the modes differ); ``_core.build_schedule``
 chooses the evictions and prefetches (the algorithm as its steps, each explained by a named
 note in ``_core``); ``_actions`` writes them as the executor's table with discards,
-populates and advice (Note [Action table]); ``_priced`` keeps the fastest of the plan, its
-advice alone and no plan (``_pricing``).
+populates and advice (Note [Action table]); ``_choice.priced`` keeps the fastest of the plan,
+its advice alone and no plan (``_pricing``).
 
 A budget below the bytes the iteration certainly needs at one tick (the blocks allocated
 then, plus in ``sampled`` mode the blocks touched then) raises ``PlanError`` naming the tick.
@@ -18,13 +18,15 @@ from typing import Any
 import numpy as np
 
 from .._budget import resolve_budget
+from ._choice import as_tables, priced
 from ._core import Problem, Schedule
 from ._known_view import judged_view
 from ._lp_guided import schedule
 from ..trace._model import EventKind
 from ..trace._snapshot import gc_paused
 from ._plan import PLAN_VERSION, Plan, PlanError, trace_fingerprint
-from ._populates import discards_the_pool_needs, populates_that_evict
+from ._populates import (discards_the_pool_needs, populates_of_resident_ranges,
+                          populates_that_evict)
 from ._reads import guessed_reads
 
 __all__ = ["plan", "MODES", "resolve_mode", "tuning_candidates"]
@@ -111,7 +113,7 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "auto", **opts: Any) -> Pla
     with gc_paused():
         sched, greedy, lp_meta = schedule(trace, pat, prob, budget_bytes, prof, guards, mode, opts)
     act_opts = (prof, discard, discard_min, bool(opts.get("populate", True)))
-    actions = _actions(prob, info, sched, *act_opts)
+    actions, idle = _actions(prob, info, sched, *act_opts)
     _sizes_at_run_time(pat, info, actions)
     pred = dict(sched.predicted)
     pred.update(_coarse_cost(prob))
@@ -150,17 +152,17 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "auto", **opts: Any) -> Pla
         meta["samples"] = _samples_meta(samples, opts)
     out = Plan(actions, meta)
     if opts.get("price", True):
-        extra = _candidates(pat, prob, info, sched, greedy, act_opts)
+        extra, idles = _candidates(pat, prob, info, sched, greedy, act_opts, idle)
         if opts.get("price") is _AS_CANDIDATES:  # _oblivious_actions: the tables, unpriced
-            return _as_tables(mode, out, extra)
+            return as_tables(mode, out, extra, idles)
         # the schedule's arrays (hundreds of bytes per event) are not needed to price it:
         # dropped before the simulator's own arrays are built (peak memory)
         del prob, info, sched, greedy, samples
         view, accesses = judged_view(trace, pat, mode, opts.get("samples"))
         # given samples do not make the trace's accesses known: no oblivious candidate
-        out = _priced(view, out, extra, budget_bytes, prof, accesses,
-                      [a for a, _ in pat.iterations], mode == "oblivious",
-                      (pat, opts) if opts.get("samples") is None else None)
+        out = priced(view, out, extra, idles, budget_bytes, prof, accesses,
+                     [a for a, _ in pat.iterations], mode == "oblivious",
+                     (pat, opts) if opts.get("samples") is None else None)
     pred["plan_time_s"] = time.perf_counter() - t0
     return out
 
@@ -200,117 +202,25 @@ def resolve_mode(trace, mode: str = "auto", samples=None) -> tuple[str, str]:
                          "events only and no samples were given")
 
 
-def _candidates(pat, prob: Problem, info: dict, sched, greedy, act_opts) -> dict:
+def _candidates(pat, prob: Problem, info: dict, sched, greedy, act_opts,
+                idle: np.ndarray) -> tuple[dict, dict]:
     """The actions priced beside the plan, in order of preference: the greedy plan (beside
-    an LP-guided one), the plan's advice alone; on the run-time sizes as the plan."""
+    an LP-guided one), the plan's advice alone; on the run-time sizes as the plan. And,
+    per label, which rows are populates that move nothing (``_actions``; ``idle``: the
+    plan's own)."""
     # the advice alone is the plan without its moves: the same populates left out
     # (_populates), not those its own excess would leave out
     advice = Schedule([], [], sched.remote, {})
-    out = {k: _actions(prob, info, s, *act_opts, left_out=lo) for k, s, lo in
-           (("greedy", greedy, None), ("advice-only", advice, populates_that_evict(prob, sched)))
-           if s is not None}
-    for a in out.values():
+    made = {k: _actions(prob, info, s, *act_opts, left_out=lo) for k, s, lo in
+            (("greedy", greedy, None), ("advice-only", advice, populates_that_evict(prob, sched)))
+            if s is not None}
+    for a, _ in made.values():
         _sizes_at_run_time(pat, info, a)
-    return out
+    idles = {"plan": idle, **{k: i for k, (_, i) in made.items()}}
+    return {k: a for k, (a, _) in made.items()}, idles
 
 
-_JUDGES = ("simulator on the allocator events (ALLOC/FREE/markers)",
-           "simulator on the trace with its accesses",
-           "simulator on the allocator events with the given samples' touches")
-
-
-# Note [The oblivious plan as a candidate]
-# ----------------------------------------
-# Sampled mode with its samples drawn from the trace knows the accesses, and the judge
-# (``_pricing``) replays the trace as it is: there both the sampled and the oblivious plan
-# can be timed on the same accesses. The samples add knowledge the oblivious planner lacks,
-# yet its schedule is built by the same heuristic (guards, selection, populates), so it
-# can lose where the oblivious one wins (benchmarks/results/robust.md: 225 of 3,837
-# generated rows, most at 90% and 75% of peak on CNNs with long concat chains and U-Nets,
-# up to 1.9x). So the oblivious plan and its advice alone (either may be what oblivious
-# mode emits; no plan is a candidate already) are priced beside the sampled one's
-# candidates, and the fastest is emitted: sampled mode is never slower than oblivious mode
-# where it can tell. Samples given by a caller (the runtime's fault samples) do not make
-# the trace's accesses known, and the candidates are not added there.
-
-
-_AS_CANDIDATES = object()  # plan(price=...) from _oblivious_actions: return the tables
-
-
-def _as_tables(mode: str, out: Plan, extra: dict) -> Any:
-    """What ``plan(price=_AS_CANDIDATES)`` returns: the plan's table and its advice alone."""
-    return {mode: out.actions, f"{mode} advice-only": extra["advice-only"]}
-
-
-def _oblivious_actions(trace, budget: int, prof, pat, opts: dict) -> dict:
-    """``{"oblivious": table, "oblivious advice-only": table, ...}``: the actions oblivious
-    mode plans for ``trace`` with the same options (the sampling and LP options dropped),
-    its advice alone, and that without its discards -- each a choice its own pricing may
-    make -- unpriced: the caller prices them (Note [The oblivious plan as a candidate])."""
-    drop = set(_SAMPLE_OPTS) | {"pattern", "price", "method", "lp_max_columns",
-                                "lp_time_limit_s"}
-    keep = {k: v for k, v in opts.items() if k not in drop}
-    tables: Any = plan(trace, budget, prof, mode="oblivious", pattern=pat,
-                       price=_AS_CANDIDATES, **keep)
-    # oblivious mode may emit its advice alone without the discards (Note [Discards judged
-    # against keeping them]): a candidate too, so that sampled mode is never slower
-    acts = tables["oblivious advice-only"]
-    disc = (acts["action"] == "discard").to_numpy()
-    if disc.any():
-        tables["oblivious advice-only without discards"] = acts[~disc].reset_index(drop=True)
-    return tables
-
-
-def _priced(trace, full: Plan, extra: dict, budget: int, prof, accesses: bool,
-            starts, oblivious: bool, source=None) -> Plan:
-    """The fastest of the full plan, the ``extra`` candidates (``{label: actions}``, in
-    order: the greedy plan beside an LP-guided one, its advice alone, the oblivious plan
-    and its advice alone where the accesses are known) and no plan, judged
-    by the simulator on the trace's allocator events (``_pricing``); the choice is noted
-    in its meta (``oblivious``: the plan was made without samples). ``source``: the
-    pattern and options the plan was made from; with ``accesses``, the oblivious plan's
-    tables are priced too (Note [The oblivious plan as a candidate])."""
-    from ..sim import BudgetError
-    from ._pricing import _views, price, without_discards
-
-    if not trace.has_clock:
-        # the judge compares iteration times: on a trace with no clock they would be made
-        # up, so the plan stands unpriced (the runtime's watchdog still times it for real)
-        full.meta["pricing"] = {"chosen": "plan", "unpriced": "the trace has no clock, so "
-                                "the plan cannot be timed against no plan"}
-        return full
-    if accesses and source is not None:
-        extra = {**extra, **_oblivious_actions(trace, budget, prof, *source)}
-    cands = {"plan": full, **{k: Plan(a, dict(full.meta)) for k, a in extra.items()},
-             "none": Plan(extra["advice-only"].iloc[:0], dict(full.meta))}
-    exact: dict = {}  # (view, label) -> iteration s, of the runs made to their end
-    views = _views(trace, budget, starts, accesses)  # once: the discards are judged in them too
-    try:
-        best, times, at_least = price(trace, cands, budget, prof, accesses=accesses,
-                                      starts=starts, oblivious=oblivious, exact=exact,
-                                      views=views)
-    except BudgetError as e:
-        full.meta["pricing"] = {"chosen": "plan", "unpriced": str(e)}
-        return full
-    out = cands[best]
-    out.meta["pricing"] = {"chosen": best, **{f"{k}_s": v for k, v in times.items()},
-                           "judge": _JUDGES[bool(accesses) + bool(trace.meta.get("samples_view"))]}
-    if at_least:  # refuted early (_pricing): their figures are lower bounds
-        out.meta["pricing"]["at_least"] = list(at_least)
-    if best.endswith("advice-only"):  # Note [Discards judged against keeping them]
-        out, why, alone_s = without_discards(
-            views, out, budget, prof, accesses=accesses,
-            known={j: t for (j, k), t in exact.items() if k == best})
-        if why:
-            out.meta["pricing"]["discards"] = why
-        if alone_s is not None:  # the judge's figure for the plan emitted
-            out.meta["pricing"][f"{best} without discards_s"] = alone_s
-    if best != "plan":
-        out.meta["fallback"] = (
-            f"{best}: the full plan was predicted at {'at least ' * ('plan' in at_least)}"
-            f"{times['plan']:.6g} s per iteration, "
-            f"{best} at {times[best]:.6g} s (no plan: {times['none']:.6g} s)")
-    return out
+_AS_CANDIDATES = object()  # plan(price=...) from _choice._oblivious_actions: the tables
 
 
 def _guards(guard) -> tuple[int, ...]:
@@ -609,17 +519,22 @@ _RANK = {"discard": 0, "prefetch_to_host": 1, "advise_preferred_host": 1,
 
 def _actions(prob: Problem, info: dict, sched, prof, discard: bool, discard_min: int,
              populate: bool, *, left_out: np.ndarray | None = None):
+    """``(table, idle)``: the plan's action table (Note [Action table]) and, per row, whether
+    it is a populate the pool serves from resident freed ranges (Note [Populates that move
+    nothing]: ``_choice.priced`` leaves those out where no view shows the plan slower for it)."""
     import pandas as pd
 
     E = prob.E
     ordinal, pers, size = info["ordinal"], prob.persistent, prob.size
-    parts: list[tuple[np.ndarray, str, np.ndarray, int]] = []  # (ticks, action, blocks, rank)
+    # (ticks, action, blocks, rank, idle: populates that move nothing)
+    parts: list[tuple[np.ndarray, str, np.ndarray, int, np.ndarray]] = []
 
-    def put(ticks, action, idx, rank=None):
+    def put(ticks, action, idx, rank=None, idle=None):
         idx = np.asarray(idx, np.int64)
         if len(idx):
             parts.append((np.asarray(ticks, np.int64) % E, action, idx,
-                          _RANK[action] if rank is None else rank))
+                          _RANK[action] if rank is None else rank,
+                          np.zeros(len(idx), bool) if idle is None else idle))
 
     remote = np.asarray(sched.remote, np.int64)
     own_tick = np.where(pers | (prob.alloc_event < 0), 0, prob.alloc_event)
@@ -630,6 +545,12 @@ def _actions(prob: Problem, info: dict, sched, prof, discard: bool, discard_min:
         left_out = np.zeros(len(size), bool)
     elif left_out is None:
         left_out = populates_that_evict(prob, sched)
+    evicted = np.zeros(len(size), bool)
+    evicted[[i for _, i, _ in sched.evictions]] = True
+    disc = np.zeros(len(size), bool)
+    if discard:
+        disc = (~pers) & (prob.alloc_event >= 0) & (prob.free_event >= 0) & (size >= discard_min)
+        disc &= ~discards_the_pool_needs(prob, left_out, disc, evicted)
     if populate:
         # Fresh memory is populated on the device by a prefetch (no fault, no link
         # traffic); without it the first touch faults once per VA block.
@@ -638,7 +559,9 @@ def _actions(prob: Problem, info: dict, sched, prof, discard: bool, discard_min:
         m &= ~left_out
         idx = np.flatnonzero(m)
         populated_at[idx] = prob.alloc_event[idx] % E
-        put(prob.alloc_event[idx], "prefetch_to_device", idx, _RANK["populate"])
+        # Note [Populates that move nothing]: flagged, left out where pricing says so
+        idle = populates_of_resident_ranges(prob, disc, evicted)[idx]
+        put(prob.alloc_event[idx], "prefetch_to_device", idx, _RANK["populate"], idle)
     if sched.evictions:
         ev = np.array([(k, i) for k, i, _ in sched.evictions], np.int64)
         same = populated_at[ev[:, 1]] == ev[:, 0] % E
@@ -657,23 +580,21 @@ def _actions(prob: Problem, info: dict, sched, prof, discard: bool, discard_min:
     idx = np.flatnonzero(ro)
     put(own_tick[idx], "advise_read_mostly", idx)
     if discard:
-        disc = (~pers) & (prob.alloc_event >= 0) & (prob.free_event >= 0) & (size >= discard_min)
-        evicted = np.zeros(len(size), bool)
-        evicted[[i for _, i, _ in sched.evictions]] = True
-        disc &= ~discards_the_pool_needs(prob, left_out, disc, evicted)
         idx = np.flatnonzero(disc)
         put(prob.free_event[idx], "discard", idx)
     if not parts:
-        return pd.DataFrame(columns=["tick", "action", "block", "persistent", "offset", "bytes"])
+        return pd.DataFrame(columns=["tick", "action", "block", "persistent", "offset",
+                                     "bytes"]), np.zeros(0, bool)
     ticks = np.concatenate([p[0] for p in parts])
     idx = np.concatenate([p[2] for p in parts])
     names = np.concatenate([np.full(len(p[2]), p[1], dtype=object) for p in parts])
     rank = np.concatenate([np.full(len(p[2]), p[3], np.int64) for p in parts])
+    idle = np.concatenate([p[4] for p in parts])
     order = np.lexsort((rank, ticks))  # by event, then rank; stable within a rank
     ticks, idx, names = ticks[order], idx[order], names[order]
     return pd.DataFrame({"tick": ticks, "action": names, "block": ordinal[idx],
                          "persistent": pers[idx], "offset": np.zeros(len(idx), np.int64),
-                         "bytes": size[idx]})
+                         "bytes": size[idx]}), idle[order]
 
 
 def _coarse_cost(prob: Problem) -> dict:

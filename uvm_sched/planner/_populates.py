@@ -1,6 +1,6 @@
 """Which fresh blocks a plan populates at their ALLOC, and which freed blocks it discards at
-their FREE, at the ticks where the schedule's moves free nothing (``_planner._actions``,
-Note [Action table]).
+their FREE, at the ticks where the schedule's moves free nothing, and which ALLOCs need no
+populate at all (``_planner._actions``, Note [Action table]).
 
 Note [Populates that evict]
 ---------------------------
@@ -71,6 +71,30 @@ On a GPU a discarded range the pool hands out again is populated by the pool its
 (pool_pages.c: populate_discarded), because a kernel faults discarded pages in at ~0.5 GB/s
 on an H200 (benchmarks/results/gpu_h200.md): there the left-out block claims its memory at
 the ALLOC, as a populate would, which the kept ranges avoid too.
+
+Note [Populates that move nothing]
+----------------------------------
+A populate is a call the executor makes in the allocator hook, on the thread that launches
+the kernels: ``hw.action_call_s`` of its time (the simulator charges it there,
+``sim/_mechanisms.py`` Note [Host calls]; an H200 took 13.3 us for a resident 2 MiB range,
+benchmarks/results/gpu_h200.md). It gives a fresh block resident pages before its first
+touch; where the pool hands the ALLOC freed ranges that are still resident, there are no
+fresh pages and it moves nothing. Which ALLOCs the pool serves whole from freed ranges:
+the byte queue of Note [Discards the pool needs], replayed with the plan's own discards
+and evictions (the FREE of a block the plan discards or evicts adds nothing: its range
+holds no resident bytes at the FREE). What the replay cannot see: a freed range the
+driver evicted under pressure. Its block's first touch then faults the dead bytes back,
+where the populate brought them before it (unet-s246 at 75% of peak, its advice alone:
+0.89-0.92x demand paging with every populate, 1.04-1.06x without those the replay marks,
+on the three profiles). So the replay only marks them (``_planner._actions``), and the
+plan the pricing chose is judged without them against itself, in the views it was priced
+in, as its discards are (``_pricing.without_rows``, Note [Discards judged against keeping
+them]): they are left out where no view shows the plan slower without them. Why: once
+every call cost the launching thread its time, advice that populated every ALLOC was
+slower than demand paging wherever its calls outweighed the iteration's compute (gru-s174
+on gh200-c2c at 75% of peak: 2,086 calls, 10.4 ms, against 6.1 ms of compute, 1.03x
+demand paging; without the marked populates 0.68x). Measured in benchmarks/results/
+robust.md ("Before / after: populates that move nothing, judged"). No constant.
 """
 from __future__ import annotations
 
@@ -78,7 +102,7 @@ import numpy as np
 
 from ._core import Problem
 
-__all__ = ["populates_that_evict", "discards_the_pool_needs"]
+__all__ = ["populates_that_evict", "discards_the_pool_needs", "populates_of_resident_ranges"]
 
 
 def populates_that_evict(prob: Problem, sched) -> np.ndarray:
@@ -104,6 +128,15 @@ def populates_that_evict(prob: Problem, sched) -> np.ndarray:
     return out
 
 
+def _event_blocks(prob: Problem) -> np.ndarray:
+    """(E,) the block of each allocator event of the iteration (-1: none)."""
+    ev_block = np.full(prob.E, -1, np.int64)
+    for events in (prob.alloc_event, prob.free_event):
+        i = np.flatnonzero(events >= 0)
+        ev_block[events[i]] = i
+    return ev_block
+
+
 def discards_the_pool_needs(prob: Problem, left_out: np.ndarray, discarded: np.ndarray,
                             fixed: np.ndarray | None = None) -> np.ndarray:
     """(n,) bool: the blocks of ``discarded`` (the plan's discards, by block) that are kept
@@ -119,10 +152,7 @@ def discards_the_pool_needs(prob: Problem, left_out: np.ndarray, discarded: np.n
     movable = discarded if fixed is None else discarded & ~fixed
     if not left_out.any() or not movable.any():
         return keep
-    ev_block = np.full(E, -1, np.int64)
-    for events in (prob.alloc_event, prob.free_event):
-        i = np.flatnonzero(events >= 0)
-        ev_block[events[i]] = i
+    ev_block = _event_blocks(prob)
     evb, is_free = ev_block.tolist(), prob.ev_free.tolist()
     size, lo, disc = prob.size.tolist(), left_out.tolist(), discarded.tolist()
     can_keep = movable.tolist()
@@ -162,3 +192,30 @@ def discards_the_pool_needs(prob: Problem, left_out: np.ndarray, discarded: np.n
             short[e] = max(debt, 0)
             queued += max(-debt, 0)  # what the kept ranges hold beyond e's bytes
     return keep
+
+
+def populates_of_resident_ranges(prob: Problem, discarded: np.ndarray,
+                                 evicted: np.ndarray) -> np.ndarray:
+    """(n,) bool: the blocks whose ALLOC the pool serves whole from freed ranges still
+    resident (Note [Populates that move nothing]): the byte queue of
+    ``discards_the_pool_needs`` replayed over the iteration's allocator events, twice round
+    (the second pass is read), a FREE adding its bytes unless the plan discards or evicts
+    the block (``discarded``, ``evicted``: (n,) bool), an ALLOC taking up to its size;
+    O(events)."""
+    out = np.zeros(len(prob.size), bool)
+    ev_block = _event_blocks(prob)
+    gone = (discarded | evicted).tolist()
+    size, is_free = prob.size.tolist(), prob.ev_free.tolist()
+    queued = 0
+    for rnd in range(2):  # the second pass starts from the queue the first one leaves
+        for e, b in enumerate(ev_block.tolist()):
+            if b < 0:
+                continue
+            if is_free[e]:
+                queued += 0 if gone[b] else size[b]
+                continue
+            take = min(size[b], queued)
+            queued -= take
+            if rnd:
+                out[b] = take == size[b]
+    return out

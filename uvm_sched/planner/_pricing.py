@@ -151,6 +151,30 @@ shows it slower without them (``without_discards``), and kept where any view sho
 paying. The words go in ``plan.meta["pricing"]["discards"]``; sampled mode prices the
 oblivious advice without its discards beside the rest. No constant.
 
+Note [Calls the host cannot hide] -- oblivious mode. Every prefetch and advise call holds
+the thread that launches the kernels (``sim/_mechanisms.py``, Note [Host calls]). In the
+allocator events alone nothing faults, so a kernel waits for the calls before it wherever
+they outlast the compute; with the kept reads the guessed faults slow the kernels down and
+the host catches up behind them. Where the program's own faults come elsewhere in the
+iteration, the calls' wait is paid beside them: unet-s193 on gh200-c2c at 90% of peak, its
+advice alone (248 populates) 3.0x no plan in the events alone (0.87 ms of host stall
+against 0.44 ms of compute) and 0.993x with the kept reads (5 us of host stall there), was
+1.34x demand paging on the ground truth (0.87 ms of host stall beside the same fault
+stall). Neither view can refute it (the events alone show too little of what not acting
+costs, Note [Ties broken by the other views]), and the kept reads show it faster, so it
+went out (Note [A tie acts less]). So the plan chosen, once its discards and populates
+are judged, is run to its end in the events alone, and where its calls make a host stall
+there that is not less than what it gains in the kept reads (its time there plus that
+stall, against no plan's) and it is not faster than no plan in the events alone, it is
+not emitted: no plan goes out, and ``plan.meta["pricing"]["calls"]`` says why. The
+assumption is the worst place for the faults: none of them overlaps the calls' wait. A plan
+faster than no plan in the events alone, whose price is below no plan's, is never
+withheld. The LLM trace of ``benchmarks/bench_scale.py`` at 75% of h200-pcie5 keeps its
+advice (10.9 ms of host stall in the events alone, 2.69 s against no plan's 2.77 s with the
+kept reads: 0.341x demand paging on the ground truth). No constant. Measured in
+``benchmarks/results/robust.md`` ("Before / after: populates that move nothing, judged;
+calls the host cannot hide").
+
 Note [Refuted candidates run no further views] -- oblivious mode. No plan's ratio is 1 in
 every view, so its price is the extremal time ``base`` and the fastest price is at most
 ``base``. A candidate whose worst ratio in the views run so far, times ``base``, is above
@@ -196,7 +220,7 @@ from __future__ import annotations
 
 from functools import partial
 
-__all__ = ["price", "without_discards", "CANDIDATES"]
+__all__ = ["price", "without_discards", "without_rows", "calls_hidden", "CANDIDATES"]
 
 CANDIDATES = ("plan", "advice-only", "none")
 _ROUNDING = 1e-9  # relative: iteration times equal up to float rounding are equal
@@ -426,16 +450,33 @@ def without_discards(views: list, chosen, budget: int, prof, *, accesses: bool,
     they are left out and the accesses known (one view: the judge's own figure), the
     iteration time without them (else None). ``known``: ``{view: s}``, ``chosen``'s
     iteration times already simulated. Note [Discards judged against keeping them]."""
+    drop = (chosen.actions["action"] == "discard").to_numpy()
+    out, why, times = without_rows(views, chosen, drop, "discards", budget, prof,
+                                   accesses=accesses, known=known)
+    return out, why, times.get(0) if accesses and out is not chosen else None
+
+
+def without_rows(views: list, chosen, drop, what: str, budget: int, prof, *, accesses: bool,
+                 known: dict | None = None):
+    """``(plan, why, times)``: ``chosen`` (a priced ``Plan``) without the rows of its table
+    that ``drop`` (a bool per row) marks, where that is no slower in any of ``views``
+    (``_views``: those ``price`` judged it in), judged against ``chosen`` itself rather
+    than against no plan, else ``chosen``; why in words, naming the rows ``what`` (None
+    where ``drop`` marks none); and ``{view: s}``, the returned plan's iteration times
+    simulated to their end (``known``: ``chosen``'s, already simulated). Note [Discards
+    judged against keeping them], Note [Populates that move nothing] (``_populates``)."""
+    import numpy as np
+
     from ..sim import BudgetError, simulate
     from ._plan import Plan
 
-    acts = chosen.actions
-    disc = (acts["action"] == "discard").to_numpy()
-    if not disc.any():
-        return chosen, None, None
-    kept = Plan(acts[~disc].reset_index(drop=True), dict(chosen.meta))
+    drop = np.asarray(drop, bool)
+    known = dict(known or {})
+    if not drop.any():
+        return chosen, None, known
+    kept = Plan(chosen.actions[~drop].reset_index(drop=True), dict(chosen.meta))
     names = _VIEW_NAMES[4:] if accesses else _VIEW_NAMES[:4]
-    judged = 0
+    times: dict = {}
     # the kept reads first: of the views, it showed discards paying most often, so it
     # decides soonest (gru-s700 1.47x, mlp-s1008 1.13x without them; the LLM traces of
     # bench_scale)
@@ -444,8 +485,9 @@ def without_discards(views: list, chosen, budget: int, prof, *, accesses: bool,
         cache: dict = {}
         try:
             view = make_view()
-            t = (known or {}).get(j) or float(simulate(
+            t = known.get(j) or float(simulate(
                 view, chosen, prof, budget, _cache=cache, _figures_only=True).iteration_time_s)
+            known[j] = t
             at = t * (1 + _ROUNDING)
             r = simulate(view, kept, prof, budget, _cache=cache, _figures_only=True,
                          _stop_above_s=at * (1 + 1e3 * _ROUNDING))
@@ -453,14 +495,43 @@ def without_discards(views: list, chosen, budget: int, prof, *, accesses: bool,
             continue  # a view whose reads cannot be held judges nothing
         seconds = float(r.iteration_time_s)
         if r.counters.get("stopped") or seconds > at:
-            return chosen, (f"kept: {int(disc.sum())} discards, without them the plan is "
-                            f"slower with {names[j]}"), None
-        judged += 1
-    if not judged:
-        return chosen, "kept: no view could judge them", None
-    why = (f"left out: {int(disc.sum())} discards, the plan is no slower without them in "
-           f"any of {judged} view{'s' * (judged > 1)}")
-    return kept, why, seconds if accesses else None
+            return chosen, (f"kept: {int(drop.sum())} {what}, without them the plan is "
+                            f"slower with {names[j]}"), known
+        times[j] = seconds
+    if not times:
+        return chosen, f"kept: {int(drop.sum())} {what}, no view could judge them", known
+    why = (f"left out: {int(drop.sum())} {what}, the plan is no slower without them in "
+           f"any of {len(times)} view{'s' * (len(times) > 1)}")
+    return kept, why, times
+
+
+def calls_hidden(views: list, chosen, none_s: dict, known: dict, budget: int, prof):
+    """``(hidden, why)``: whether ``chosen`` (a priced ``Plan``, oblivious mode, not no plan)
+    is still faster than no plan in a view that ranks (``_views``: 0 the allocator events
+    alone, 1 the kept reads) once its calls are taken to overlap no stall: its time in the
+    kept reads plus the host stall (s) its calls make in the events alone, Note [Calls the
+    host cannot hide]. ``none_s``: ``{view: s}``, no plan's iteration times; ``known``:
+    ``{view: s}``, ``chosen``'s, already simulated. ``why``: None where hidden."""
+    from ..sim import BudgetError, simulate
+
+    try:
+        r = simulate(views[0](), chosen, prof, budget, _figures_only=True)
+    except BudgetError:
+        return True, None  # a view that cannot hold the budget judges nothing
+    host = float(r.stall_breakdown["host"])
+    if host <= 0 or 0 not in none_s or float(r.iteration_time_s) < none_s[0] * (1 - _ROUNDING):
+        return True, None
+    if 1 not in none_s:
+        return True, None
+    t1 = known.get(1)
+    if t1 is None:
+        t1 = float(simulate(views[1](), chosen, prof, budget,
+                            _figures_only=True).iteration_time_s)
+    if t1 + host < none_s[1] * (1 - _ROUNDING):
+        return True, None
+    return False, (f"its calls hold the launching thread {host:.3g} s per iteration with "
+                   f"{_VIEW_NAMES[0]}, more than its gain with {_VIEW_NAMES[1]} "
+                   f"({t1:.6g} s against no plan's {none_s[1]:.6g} s)")
 
 
 def price(trace, candidates: dict, budget: int, prof, *, accesses: bool = False,
