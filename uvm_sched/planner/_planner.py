@@ -477,7 +477,8 @@ def _problem(pat, prof, samples: dict | None, remote_fallback: bool = False,
     np.add.at(live, live_from, size)
     np.add.at(live, live_to + 1, -size)
     info = {"ordinal": ordinal, "alloc_sizes": alloc_sizes, "certain": certain,
-            "iteration_peak": int(np.cumsum(live)[:T].max()) if T else 0}
+            "iteration_peak": int(np.cumsum(live)[:T].max()) if T else 0,
+            "sizes_vary": bool(np.asarray(getattr(pat, "alloc_varies", ()), bool).any())}
     return prob, info
 
 
@@ -560,7 +561,8 @@ def _actions(prob: Problem, info: dict, sched, prof, discard: bool, discard_min:
         idx = np.flatnonzero(m)
         populated_at[idx] = prob.alloc_event[idx] % E
         # Note [Populates that move nothing]: flagged, left out where pricing says so
-        idle = populates_of_resident_ranges(prob, disc, evicted)[idx]
+        idle = np.zeros(len(idx), bool) if info["sizes_vary"] else \
+            populates_of_resident_ranges(prob, disc, evicted)[idx]
         put(prob.alloc_event[idx], "prefetch_to_device", idx, _RANK["populate"], idle)
     if sched.evictions:
         ev = np.array([(k, i) for k, i, _ in sched.evictions], np.int64)

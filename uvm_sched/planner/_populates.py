@@ -89,7 +89,11 @@ where the populate brought them before it (unet-s246 at 75% of peak, its advice 
 on the three profiles). So the replay only marks them (``_planner._actions``), and the
 plan the pricing chose is judged without them against itself, in the views it was priced
 in, as its discards are (``_pricing.without_rows``, Note [Discards judged against keeping
-them]): they are left out where no view shows the plan slower without them. Why: once
+them]): they are left out where no view shows the plan slower without them. Where
+per-batch shapes resize allocations (``pattern.alloc_varies``, issue 22), the run-time
+queue is not the one replayed on the planned sizes, and no populate is marked
+(bench_loops' dynamic padding at 75% of h200-pcie5: 0.197x demand paging, 0.216x with
+them marked and left out). Why: once
 every call cost the launching thread its time, advice that populated every ALLOC was
 slower than demand paging wherever its calls outweighed the iteration's compute (gru-s174
 on gh200-c2c at 75% of peak: 2,086 calls, 10.4 ms, against 6.1 ms of compute, 1.03x
