@@ -147,23 +147,45 @@ def discards_the_pool_needs(prob: Problem, left_out: np.ndarray, discarded: np.n
     instead, so that the pool hands each ALLOC of ``left_out`` (blocks not populated)
     resident bytes (Note [Discards the pool needs]); ``fixed``: blocks whose discard stays
     (the schedule evicts them: a kept range of theirs would hold no resident bytes, or dead
-    ones written back). A byte queue replayed over the iteration's allocator events: a FREE
-    not discarded adds its bytes (the block's size), an ALLOC takes up to its size;
-    O(events) per pass, plus the walks back from left-out ALLOCs that came up short (each
-    discard is taken back at most once)."""
-    E = prob.E
-    keep = np.zeros(len(prob.size), bool)
+    ones written back). ``_pool_replay``, with the walks back from left-out ALLOCs that
+    came up short (each discard is taken back at most once)."""
     movable = discarded if fixed is None else discarded & ~fixed
     if not left_out.any() or not movable.any():
-        return keep
-    ev_block = _event_blocks(prob)
-    evb, is_free = ev_block.tolist(), prob.ev_free.tolist()
+        return np.zeros(len(prob.size), bool)
+    return _pool_replay(prob, discarded, left_out, movable)[0]
+
+
+def populates_of_resident_ranges(prob: Problem, discarded: np.ndarray,
+                                 evicted: np.ndarray) -> np.ndarray:
+    """(n,) bool: the blocks whose ALLOC the pool serves whole from freed ranges still
+    resident (Note [Populates that move nothing]): ``_pool_replay`` with no discard taken
+    back, a FREE adding nothing where the plan discards or evicts the block
+    (``discarded``, ``evicted``: (n,) bool); O(events)."""
+    none = np.zeros(len(prob.size), bool)
+    short = _pool_replay(prob, discarded | evicted, none, none)[1]
+    out = none.copy()
+    alloc = np.flatnonzero(prob.alloc_event >= 0)
+    out[alloc] = short[prob.alloc_event[alloc]] == 0
+    return out
+
+
+def _pool_replay(prob: Problem, discarded: np.ndarray, left_out: np.ndarray,
+                 movable: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(keep, short)``: the pool's byte queue replayed over the iteration's allocator
+    events, twice round (the second pass starts from the queue the first one leaves): a
+    FREE adds its block's size unless ``discarded`` names it, an ALLOC takes up to its
+    size; where an ALLOC of ``left_out`` comes up short, the latest discards of ``movable``
+    before it are taken back (``keep``, (n,) bool) until it is served. ``short``: (E,)
+    bytes each ALLOC event came up short in the second pass (populated fresh)."""
+    E = prob.E
+    keep = np.zeros(len(prob.size), bool)
+    evb, is_free = _event_blocks(prob).tolist(), prob.ev_free.tolist()
     size, lo, disc = prob.size.tolist(), left_out.tolist(), discarded.tolist()
     can_keep = movable.tolist()
     n_disc = int(movable.sum())
     short = [0] * E  # bytes each ALLOC came up short in the latest pass (populated fresh)
     queued = 0  # bytes of freed, resident ranges the pool holds
-    for _ in range(2):  # the second pass starts from the queue the first one leaves
+    for _ in range(2):
         for e in range(E):
             b = evb[e]
             if b < 0:
@@ -195,31 +217,4 @@ def discards_the_pool_needs(prob: Problem, left_out: np.ndarray, discarded: np.n
                         break
             short[e] = max(debt, 0)
             queued += max(-debt, 0)  # what the kept ranges hold beyond e's bytes
-    return keep
-
-
-def populates_of_resident_ranges(prob: Problem, discarded: np.ndarray,
-                                 evicted: np.ndarray) -> np.ndarray:
-    """(n,) bool: the blocks whose ALLOC the pool serves whole from freed ranges still
-    resident (Note [Populates that move nothing]): the byte queue of
-    ``discards_the_pool_needs`` replayed over the iteration's allocator events, twice round
-    (the second pass is read), a FREE adding its bytes unless the plan discards or evicts
-    the block (``discarded``, ``evicted``: (n,) bool), an ALLOC taking up to its size;
-    O(events)."""
-    out = np.zeros(len(prob.size), bool)
-    ev_block = _event_blocks(prob)
-    gone = (discarded | evicted).tolist()
-    size, is_free = prob.size.tolist(), prob.ev_free.tolist()
-    queued = 0
-    for rnd in range(2):  # the second pass starts from the queue the first one leaves
-        for e, b in enumerate(ev_block.tolist()):
-            if b < 0:
-                continue
-            if is_free[e]:
-                queued += 0 if gone[b] else size[b]
-                continue
-            take = min(size[b], queued)
-            queued -= take
-            if rnd:
-                out[b] = take == size[b]
-    return out
+    return keep, np.asarray(short, np.int64)
