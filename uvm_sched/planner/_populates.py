@@ -75,30 +75,25 @@ the ALLOC, as a populate would, which the kept ranges avoid too.
 Note [Populates that move nothing]
 ----------------------------------
 A populate is a call the executor makes in the allocator hook, on the thread that launches
-the kernels: ``hw.action_call_s`` of its time (the simulator charges it there,
-``sim/_mechanisms.py`` Note [Host calls]; an H200 took 13.3 us for a resident 2 MiB range,
-benchmarks/results/gpu_h200.md). It gives a fresh block resident pages before its first
-touch; where the pool hands the ALLOC freed ranges that are still resident, there are no
-fresh pages and it moves nothing. Which ALLOCs the pool serves whole from freed ranges:
-the byte queue of Note [Discards the pool needs], replayed with the plan's own discards
-and evictions (the FREE of a block the plan discards or evicts adds nothing: its range
-holds no resident bytes at the FREE). What the replay cannot see: a freed range the
-driver evicted under pressure. Its block's first touch then faults the dead bytes back,
-where the populate brought them before it (unet-s246 at 75% of peak, its advice alone:
-0.89-0.92x demand paging with every populate, 1.04-1.06x without those the replay marks,
-on the three profiles). So the replay only marks them (``_planner._actions``), and the
-plan the pricing chose is judged without them against itself, in the views it was priced
-in, as its discards are (``_pricing.without_rows``, Note [Discards judged against keeping
-them]): they are left out where no view shows the plan slower without them. Where
-per-batch shapes resize allocations (``pattern.alloc_varies``, issue 22), the run-time
-queue is not the one replayed on the planned sizes, and no populate is marked
-(bench_loops' dynamic padding at 75% of h200-pcie5: 0.197x demand paging, 0.216x with
-them marked and left out). Why: once
-every call cost the launching thread its time, advice that populated every ALLOC was
-slower than demand paging wherever its calls outweighed the iteration's compute (gru-s174
-on gh200-c2c at 75% of peak: 2,086 calls, 10.4 ms, against 6.1 ms of compute, 1.03x
-demand paging; without the marked populates 0.68x). Measured in benchmarks/results/
-robust.md ("Before / after: populates that move nothing, judged"). No constant.
+the kernels, and costs that thread ``hw.action_call_s`` (``sim/_mechanisms.py``, Note [Host
+calls]). It gives a fresh block resident pages before its first touch; where the pool
+hands the ALLOC freed ranges that are still resident, there are no fresh pages and it
+moves nothing, yet where such calls outlast the iteration's compute the advice that makes
+them is slower than demand paging. Which ALLOCs the pool serves whole from resident
+ranges: the byte queue of Note [Discards the pool needs] (``_pool_replay``), replayed with
+the plan's own discards and evictions (the FREE of a block the plan discards or evicts
+adds nothing: its range holds no resident bytes at the FREE). What the replay cannot see:
+a freed range the driver evicted under pressure, whose block's first touch then faults the
+dead bytes back where the populate would have brought them before it. So the replay only
+marks these populates (``_planner._actions``); the plan the pricing chose is judged
+without them against itself, in the views it was priced in, as its discards are
+(``_pricing.without_rows``, Note [Discards judged against keeping them]), and they are left
+out where no view shows it slower without them (the words go in
+``plan.meta["pricing"]["populates"]``). Where per-batch shapes resize allocations
+(``pattern.alloc_varies``, issue 22), the run-time queue is not the one replayed on the
+planned sizes, and no populate is marked. No constant. Measured (gru-s174, unet-s246,
+bench_loops' dynamic padding and the rest): benchmarks/results/robust.md, "Before / after:
+populates that move nothing, judged".
 """
 from __future__ import annotations
 
