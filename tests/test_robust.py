@@ -82,8 +82,8 @@ def test_a_plan_whose_freed_reads_exceed_the_budget_is_priced_not_slower_than_de
 # against keeping them]): gru-s31 on gh200-c2c at 75% of peak, 0.35x demand paging with or
 # without its 9 discards. (gru-s174 pinned this, 1.03x demand paging with its discards and
 # 0.78x without, until the simulator charged every call to the launching thread: its
-# populates, 2,049 calls against 6.1 ms of compute, make the advice host-bound either way;
-# benchmarks/results/robust.md lists it among the plans slower than demand paging.)
+# populates, 2,049 calls against 6.1 ms of compute, made the advice host-bound either way;
+# without its populates that move nothing it is 0.68x, tests/test_planner_idle_calls.py.)
 def test_discards_no_view_shows_paying_are_left_out_and_the_plan_is_not_slower():
     tr = zoo.record_random(31)
     assert tr.meta["family"] == "gru"
