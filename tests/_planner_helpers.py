@@ -237,3 +237,30 @@ def written_before_the_loop(tb, *sizes: int, tick_ns: float) -> list:
         tb.access(b, AccessMode.WRITE)
     tb.next_tick(tick_ns)
     return blocks
+
+
+def pool_shortfalls(prob, discarded, passes: int = 3) -> dict:
+    """Bytes each ALLOC event of ``prob``'s iteration comes up short in the pool's
+    first-in first-out byte queue, replayed apart from the planner (Note [Discards the
+    pool needs], planner/_populates.py): a FREE adds its block's size unless ``discarded``
+    ((n,) bool) names it, an ALLOC takes up to its size; ``{event: bytes}`` of the last of
+    ``passes`` passes over the iteration (each starts from the queue the one before left)."""
+    owner = {}
+    for b, (a, f) in enumerate(zip(prob.alloc_event.tolist(), prob.free_event.tolist())):
+        if a >= 0:
+            owner[a] = b
+        if f >= 0:
+            owner[f] = b
+    queued, short = 0, {}
+    for _ in range(passes):
+        for e in range(prob.E):
+            b = owner.get(e)
+            if b is None:
+                continue
+            if prob.ev_free[e]:
+                queued += 0 if discarded[b] else int(prob.size[b])
+            else:
+                take = min(int(prob.size[b]), queued)
+                queued -= take
+                short[e] = int(prob.size[b]) - take
+    return short

@@ -9,37 +9,11 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from _planner_helpers import pool_shortfalls
 from uvm_sched import planner, sim
 from uvm_sched.planner._pricing import calls_hidden
 
 SLACK = 1.01  # plan / demand allowed: the bound tests/test_robust.py holds plans to
-
-
-def _resident_at_alloc(prob, gone):
-    """(n,) bool, apart from the planner: the blocks whose ALLOC a first-in first-out byte
-    queue of freed ranges serves whole in the second pass over the iteration's allocator
-    events; the FREE of a block in ``gone`` (discarded or evicted) adds no bytes."""
-    owner = {}
-    for b, (a, f) in enumerate(zip(prob.alloc_event.tolist(), prob.free_event.tolist())):
-        for e in (a, f):
-            if e >= 0:
-                owner[e] = b
-    out = np.zeros(len(prob.size), bool)
-    queued = 0
-    for second in (False, True):
-        for e in range(prob.E):
-            b = owner.get(e)
-            if b is None:
-                continue
-            size = int(prob.size[b])
-            if prob.ev_free[e]:
-                queued += 0 if gone[b] else size
-                continue
-            take = min(size, queued)
-            queued -= take
-            if second:
-                out[b] = take == size
-    return out
 
 
 @pytest.mark.parametrize("seed,family", [(174, None), (1, "mlp"), (0, "encdec")])
@@ -68,10 +42,12 @@ def test_the_populates_marked_as_moving_nothing_are_those_the_pool_serves_reside
     named = set(table.loc[table["action"] == "discard", "block"].tolist())
     gone = np.isin(info["ordinal"], list(named)) & ~prob.persistent
     gone[[i for _, i, _ in sched.evictions]] = True
-    resident = _resident_at_alloc(prob, gone)
+    # served whole in the second pass, the queue the first one leaves (the replay's steady
+    # state), by the replay apart from the planner
+    short = pool_shortfalls(prob, gone, passes=2)
     local = np.flatnonzero(~prob.persistent & (prob.alloc_event >= 0))
-    at_alloc = {(int(prob.alloc_event[b] % prob.E), int(info["ordinal"][b])): bool(resident[b])
-                for b in local}
+    at_alloc = {(int(prob.alloc_event[b] % prob.E), int(info["ordinal"][b])):
+                short[int(prob.alloc_event[b])] == 0 for b in local}
     pop = (table["action"] == "prefetch_to_device").to_numpy()
     keys = list(zip(table["tick"].tolist(), table["block"].tolist()))
     # a populate is the block's prefetch at its own ALLOC; marked exactly where it is served

@@ -11,6 +11,7 @@ pytest.importorskip("torch")
 
 from uvm_sched import planner, sim  # noqa: E402
 from uvm_sched.trace import EventKind, zoo  # noqa: E402
+from _planner_helpers import pool_shortfalls  # noqa: E402
 
 SLACK = 1.01  # plan / demand allowed: the issue's bound (timing of the same simulator)
 
@@ -357,29 +358,6 @@ def test_sampled_plan_judged_on_its_own_accesses_is_not_slower_than_demand():
 # iteration's allocator events with the plan's own discards, holds each unpopulated block's
 # bytes at its ALLOC (it reuses a resident range, as without a plan) -- or the plan keeps
 # every range (discards none) and the queue has no more to give.
-def _pool_shortfalls(prob, discarded):
-    """Bytes each ALLOC event comes up short in the pool's byte queue (third pass)."""
-    owner = {}
-    for b, (a, f) in enumerate(zip(prob.alloc_event.tolist(), prob.free_event.tolist())):
-        if a >= 0:
-            owner[a] = b
-        if f >= 0:
-            owner[f] = b
-    queued, short = 0, {}
-    for _ in range(3):
-        for e in range(prob.E):
-            b = owner.get(e)
-            if b is None:
-                continue
-            if prob.ev_free[e]:
-                queued += 0 if discarded[b] else int(prob.size[b])
-            else:
-                take = min(int(prob.size[b]), queued)
-                queued -= take
-                short[e] = int(prob.size[b]) - take
-    return short
-
-
 @pytest.mark.parametrize("family,seed", [("finetune", 3), ("mlp", 1), ("encdec", 308)])
 def test_unpopulated_blocks_reuse_the_ranges_the_plan_keeps(family, seed):
     import numpy as np
@@ -413,7 +391,7 @@ def test_unpopulated_blocks_reuse_the_ranges_the_plan_keeps(family, seed):
         checked += 1
         named = set(p.actions.loc[p.actions["action"] == "discard", "block"].tolist())
         discarded = np.isin(info["ordinal"], list(named)) & ~prob.persistent
-        short = _pool_shortfalls(prob, discarded)
+        short = pool_shortfalls(prob, discarded)
         starved = [b for b in np.flatnonzero(left_out).tolist()
                    if short.get(int(prob.alloc_event[b]), 0) > 0]
         assert not starved or not named, (

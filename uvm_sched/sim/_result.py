@@ -22,8 +22,8 @@ class SimResult:
     ``eviction`` (waiting for room), ``link`` (waiting for copies in flight), ``host``
     (waiting for the launching thread, busy with prefetch/advise calls; Note [Host calls]
     in ``sim._mechanisms``). ``faults`` counts fault *batches* serviced. ``divergences``
-    counts iterations in the window where a plan was disarmed. ``timeline`` has one row per tick of the window;
-    ``transfers`` one row per copy (fault-path copies of one tick aggregated, ``block`` -1).
+    counts iterations in the window where a plan was disarmed. ``timeline`` has one row per
+    tick of the window; ``transfers`` one row per copy (fault-path copies of one tick aggregated, ``block`` -1).
     ``counters`` holds extra figures (the byte ledger of the whole run, window ticks).
     ``actions`` (a Plan's runs only, else empty) has one row per plan action the executor
     carried out, over the WHOLE trace (warm-up iterations included, not only the window:
