@@ -11,7 +11,8 @@ import pytest
 from _planner_helpers import training_trace
 from uvm_sched import sim
 from uvm_sched.planner import Plan
-from uvm_sched.planner._pricing import _kept_reads_view, _views, without_discards, without_rows
+from uvm_sched.planner._lean import without_discards, without_rows
+from uvm_sched.planner._pricing import _kept_reads_view, _views
 from uvm_sched.trace import zoo
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from _planner_helpers import pool_shortfalls
 from uvm_sched import planner, sim
+from uvm_sched.planner._choice import ROLES
 from uvm_sched.planner._pricing import calls_hidden
 
 SLACK = 1.01  # plan / demand allowed: the bound tests/test_robust.py holds plans to
@@ -27,9 +28,9 @@ def test_the_populates_marked_as_moving_nothing_are_those_the_pool_serves_reside
     actions = _planner._actions
 
     def spy(prob, info, sched, *a, **k):
-        table, idle = actions(prob, info, sched, *a, **k)
-        seen.append((prob, info, sched, table, idle))
-        return table, idle
+        table, roles = actions(prob, info, sched, *a, **k)
+        seen.append((prob, info, sched, table, roles == ROLES["idle populate"]))
+        return table, roles
 
     al = zoo.allocator_only(zoo.record_random(seed, family, iters=3))
     _planner._actions = spy
@@ -149,10 +150,10 @@ def test_no_populate_is_marked_where_per_batch_shapes_resize_allocations():
     actions = _planner._actions
 
     def spy(prob, info, sched, *a, **k):
-        table, idle = actions(prob, info, sched, *a, **k)
-        marked.setdefault(shape, (int(idle.sum()), int(
+        table, roles = actions(prob, info, sched, *a, **k)
+        marked.setdefault(shape, (int((roles == ROLES["idle populate"]).sum()), int(
             (table["action"] == "prefetch_to_device").sum())))
-        return table, idle
+        return table, roles
 
     _planner._actions = spy
     try:

@@ -1,7 +1,8 @@
 """The plan emitted: the fastest of the candidates the pricing judged (``_pricing``), then
-what the plan chosen does not need -- its discards, its populates that move nothing -- left
-out where no view shows it slower without them, and the plan withheld where its calls cost
-the launching thread more than it gains (Note [Calls the host cannot hide]).
+what the plan chosen does not need -- the moves of the blocks the views doubt, its
+discards, its populates that move nothing -- left out where no view shows it slower
+without them (``_lean``), and the plan withheld where its calls cost the launching thread
+more than it gains (Note [Calls the host cannot hide]).
 
 Import note: ``_oblivious_actions`` calls ``_planner.plan`` (lazily: ``_planner`` imports
 this module).
@@ -14,7 +15,12 @@ import numpy as np
 
 from ._plan import Plan
 
-__all__ = ["priced", "as_tables"]
+__all__ = ["priced", "as_tables", "ROLES"]
+
+# what a row of a plan's table is to the judgements after the pricing (``_actions``; 0:
+# anything else): a populate that moves nothing (Note [Populates that move nothing]), a
+# move (an eviction, or a prefetch bringing a block back: Note [Moves the views doubt])
+ROLES = {"idle populate": 1, "move": 2}
 
 
 _JUDGES = ("simulator on the allocator events (ALLOC/FREE/markers)",
@@ -37,12 +43,12 @@ _JUDGES = ("simulator on the allocator events (ALLOC/FREE/markers)",
 # the trace's accesses known, and the candidates are not added there.
 
 
-def as_tables(mode: str, out: Plan, extra: dict, idles: dict) -> Any:
+def as_tables(mode: str, out: Plan, extra: dict, roles_of: dict) -> Any:
     """What ``plan(price=_AS_CANDIDATES)`` returns: the plan's table and its advice alone,
     and each without the populates that move nothing where it has any (``_actions``)."""
     tables = {mode: out.actions, f"{mode} advice-only": extra["advice-only"]}
     for label, acts in list(tables.items()):
-        idle = idles["plan" if label == mode else "advice-only"]
+        idle = roles_of["plan" if label == mode else "advice-only"] == ROLES["idle populate"]
         if idle.any():
             tables[f"{label} without idle populates"] = acts[~idle].reset_index(drop=True)
     return tables
@@ -71,7 +77,7 @@ def _oblivious_actions(trace, budget: int, prof, pat, opts: dict) -> dict:
     return tables
 
 
-def priced(trace, full: Plan, extra: dict, idles: dict, budget: int, prof, accesses: bool,
+def priced(trace, full: Plan, extra: dict, roles_of: dict, budget: int, prof, accesses: bool,
             starts, oblivious: bool, source=None) -> Plan:
     """The fastest of the full plan, the ``extra`` candidates (``{label: actions}``, in
     order: the greedy plan beside an LP-guided one, its advice alone, the oblivious plan
@@ -79,10 +85,11 @@ def priced(trace, full: Plan, extra: dict, idles: dict, budget: int, prof, acces
     by the simulator on the trace's allocator events (``_pricing``); the choice is noted
     in its meta (``oblivious``: the plan was made without samples). ``source``: the
     pattern and options the plan was made from; with ``accesses``, the oblivious plan's
-    tables are priced too (Note [The oblivious plan as a candidate]). ``idles``: per label,
-    which rows of its table are populates that move nothing (``_actions``)."""
+    tables are priced too (Note [The oblivious plan as a candidate]). ``roles_of``: per
+    label, each row's role in its table (``ROLES``, ``_actions``)."""
     from ..sim import BudgetError
-    from ._pricing import _views, calls_hidden, price, without_rows
+    from ._lean import doubted, without_losing_moves, without_rows
+    from ._pricing import _views, calls_hidden, price
 
     if not trace.has_clock:
         # the judge compares iteration times: on a trace with no clock they would be made
@@ -108,8 +115,18 @@ def priced(trace, full: Plan, extra: dict, idles: dict, budget: int, prof, acces
                            "judge": _JUDGES[bool(accesses) + bool(trace.meta.get("samples_view"))]}
     if at_least:  # refuted early (_pricing): their figures are lower bounds
         out.meta["pricing"]["at_least"] = list(at_least)
-    known = {j: t for (j, k), t in exact.items() if k == best}
-    idle = idles.get(best, np.zeros(len(out.actions), bool))
+    roles = roles_of.get(best, np.zeros(len(out.actions), np.int8))
+    if oblivious and not accesses and best == "plan" and \
+            doubted(views, out, cands["advice-only"], exact, budget, prof) is not None:
+        # Note [Moves the views doubt] (``_lean``)
+        known = {j: t for (j, k), t in exact.items() if k == best}
+        lean, kept, why, known = without_losing_moves(views, out, roles == ROLES["move"],
+                                                      budget, prof, known)
+        out.meta["pricing"]["moves"] = why
+        out, roles = lean, roles[kept]
+    else:
+        known = {j: t for (j, k), t in exact.items() if k == best}
+    idle = roles == ROLES["idle populate"]
     if best.endswith("advice-only"):  # Note [Discards judged against keeping them]
         disc = (out.actions["action"] == "discard").to_numpy()
         lean, why, known = without_rows(views, out, disc, "discards", budget, prof,

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from .._budget import resolve_budget
-from ._choice import as_tables, priced
+from ._choice import ROLES, as_tables, priced
 from ._core import Problem, Schedule
 from ._known_view import judged_view
 from ._lp_guided import schedule
@@ -113,7 +113,7 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "auto", **opts: Any) -> Pla
     with gc_paused():
         sched, greedy, lp_meta = schedule(trace, pat, prob, budget_bytes, prof, guards, mode, opts)
     act_opts = (prof, discard, discard_min, bool(opts.get("populate", True)))
-    actions, idle = _actions(prob, info, sched, *act_opts)
+    actions, roles = _actions(prob, info, sched, *act_opts)
     _sizes_at_run_time(pat, info, actions)
     pred = dict(sched.predicted)
     pred.update(_coarse_cost(prob))
@@ -152,15 +152,15 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "auto", **opts: Any) -> Pla
         meta["samples"] = _samples_meta(samples, opts)
     out = Plan(actions, meta)
     if opts.get("price", True):
-        extra, idles = _candidates(pat, prob, info, sched, greedy, act_opts, idle)
+        extra, roles_of = _candidates(pat, prob, info, sched, greedy, act_opts, roles)
         if opts.get("price") is _AS_CANDIDATES:  # _oblivious_actions: the tables, unpriced
-            return as_tables(mode, out, extra, idles)
+            return as_tables(mode, out, extra, roles_of)
         # the schedule's arrays (hundreds of bytes per event) are not needed to price it:
         # dropped before the simulator's own arrays are built (peak memory)
         del prob, info, sched, greedy, samples
         view, accesses = judged_view(trace, pat, mode, opts.get("samples"))
         # given samples do not make the trace's accesses known: no oblivious candidate
-        out = priced(view, out, extra, idles, budget_bytes, prof, accesses,
+        out = priced(view, out, extra, roles_of, budget_bytes, prof, accesses,
                      [a for a, _ in pat.iterations], mode == "oblivious",
                      (pat, opts) if opts.get("samples") is None else None)
     pred["plan_time_s"] = time.perf_counter() - t0
@@ -203,11 +203,10 @@ def resolve_mode(trace, mode: str = "auto", samples=None) -> tuple[str, str]:
 
 
 def _candidates(pat, prob: Problem, info: dict, sched, greedy, act_opts,
-                idle: np.ndarray) -> tuple[dict, dict]:
+                roles: np.ndarray) -> tuple[dict, dict]:
     """The actions priced beside the plan, in order of preference: the greedy plan (beside
     an LP-guided one), the plan's advice alone; on the run-time sizes as the plan. And,
-    per label, which rows are populates that move nothing (``_actions``; ``idle``: the
-    plan's own)."""
+    per label, each row's role (``_actions``; ``roles``: the plan's own)."""
     # the advice alone is the plan without its moves: the same populates left out
     # (_populates), not those its own excess would leave out
     advice = Schedule([], [], sched.remote, {})
@@ -216,8 +215,8 @@ def _candidates(pat, prob: Problem, info: dict, sched, greedy, act_opts,
             if s is not None}
     for a, _ in made.values():
         _sizes_at_run_time(pat, info, a)
-    idles = {"plan": idle, **{k: i for k, (_, i) in made.items()}}
-    return {k: a for k, (a, _) in made.items()}, idles
+    roles_of = {"plan": roles, **{k: r for k, (_, r) in made.items()}}
+    return {k: a for k, (a, _) in made.items()}, roles_of
 
 
 _AS_CANDIDATES = object()  # plan(price=...) from _choice._oblivious_actions: the tables
@@ -520,22 +519,24 @@ _RANK = {"discard": 0, "prefetch_to_host": 1, "advise_preferred_host": 1,
 
 def _actions(prob: Problem, info: dict, sched, prof, discard: bool, discard_min: int,
              populate: bool, *, left_out: np.ndarray | None = None):
-    """``(table, idle)``: the plan's action table (Note [Action table]) and, per row, whether
-    it is a populate the pool serves from resident freed ranges (Note [Populates that move
-    nothing]: ``_choice.priced`` leaves those out where no view shows the plan slower for it)."""
+    """``(table, roles)``: the plan's action table (Note [Action table]) and, per row, its
+    role (``_choice.ROLES``): a populate the pool serves from resident freed ranges (Note
+    [Populates that move nothing]), a move (an eviction, or a prefetch bringing a block
+    back: Note [Moves the views doubt]), else 0; ``_choice.priced`` judges those rows."""
     import pandas as pd
 
     E = prob.E
     ordinal, pers, size = info["ordinal"], prob.persistent, prob.size
-    # (ticks, action, blocks, rank, idle: populates that move nothing)
+    # (ticks, action, blocks, rank, role: ROLES)
     parts: list[tuple[np.ndarray, str, np.ndarray, int, np.ndarray]] = []
 
-    def put(ticks, action, idx, rank=None, idle=None):
+    def put(ticks, action, idx, rank=None, role=None):
         idx = np.asarray(idx, np.int64)
         if len(idx):
             parts.append((np.asarray(ticks, np.int64) % E, action, idx,
                           _RANK[action] if rank is None else rank,
-                          np.zeros(len(idx), bool) if idle is None else idle))
+                          np.zeros(len(idx), np.int8) if role is None else
+                          np.asarray(role, np.int8) * np.ones(len(idx), np.int8)))
 
     remote = np.asarray(sched.remote, np.int64)
     own_tick = np.where(pers | (prob.alloc_event < 0), 0, prob.alloc_event)
@@ -563,15 +564,17 @@ def _actions(prob: Problem, info: dict, sched, prof, discard: bool, discard_min:
         # Note [Populates that move nothing]: flagged, left out where pricing says so
         idle = np.zeros(len(idx), bool) if info["sizes_vary"] else \
             populates_of_resident_ranges(prob, disc, evicted)[idx]
-        put(prob.alloc_event[idx], "prefetch_to_device", idx, _RANK["populate"], idle)
+        put(prob.alloc_event[idx], "prefetch_to_device", idx, _RANK["populate"],
+            idle * ROLES["idle populate"])
     if sched.evictions:
         ev = np.array([(k, i) for k, i, _ in sched.evictions], np.int64)
         same = populated_at[ev[:, 1]] == ev[:, 0] % E
-        put(ev[~same, 0], "prefetch_to_host", ev[~same, 1])
-        put(ev[same, 0], "prefetch_to_host", ev[same, 1], _RANK["evict_after_populate"])
+        put(ev[~same, 0], "prefetch_to_host", ev[~same, 1], role=ROLES["move"])
+        put(ev[same, 0], "prefetch_to_host", ev[same, 1], _RANK["evict_after_populate"],
+            ROLES["move"])
     if sched.prefetches:
         pf = np.array([(k, i) for k, i, _ in sched.prefetches], np.int64)
-        put(pf[:, 0], "prefetch_to_device", pf[:, 1])
+        put(pf[:, 0], "prefetch_to_device", pf[:, 1], role=ROLES["move"])
     for a in ("advise_preferred_host", "advise_accessed_by", "prefetch_to_host"):
         put(own_tick[remote], a, remote, _RANK["advise_preferred_host"])
     ro = prob.read_only.copy()
@@ -586,17 +589,17 @@ def _actions(prob: Problem, info: dict, sched, prof, discard: bool, discard_min:
         put(prob.free_event[idx], "discard", idx)
     if not parts:
         return pd.DataFrame(columns=["tick", "action", "block", "persistent", "offset",
-                                     "bytes"]), np.zeros(0, bool)
+                                     "bytes"]), np.zeros(0, np.int8)
     ticks = np.concatenate([p[0] for p in parts])
     idx = np.concatenate([p[2] for p in parts])
     names = np.concatenate([np.full(len(p[2]), p[1], dtype=object) for p in parts])
     rank = np.concatenate([np.full(len(p[2]), p[3], np.int64) for p in parts])
-    idle = np.concatenate([p[4] for p in parts])
+    roles = np.concatenate([p[4] for p in parts])
     order = np.lexsort((rank, ticks))  # by event, then rank; stable within a rank
     ticks, idx, names = ticks[order], idx[order], names[order]
     return pd.DataFrame({"tick": ticks, "action": names, "block": ordinal[idx],
                          "persistent": pers[idx], "offset": np.zeros(len(idx), np.int64),
-                         "bytes": size[idx]}), idle[order]
+                         "bytes": size[idx]}), roles[order]
 
 
 def _coarse_cost(prob: Problem) -> dict:

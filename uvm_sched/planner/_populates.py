@@ -87,7 +87,7 @@ a freed range the driver evicted under pressure, whose block's first touch then 
 dead bytes back where the populate would have brought them before it. So the replay only
 marks these populates (``_planner._actions``); the plan the pricing chose is judged
 without them against itself, in the views it was priced in, as its discards are
-(``_pricing.without_rows``, Note [Discards judged against keeping them]), and they are left
+(``_lean.without_rows``, Note [Discards judged against keeping them]), and they are left
 out where no view shows it slower without them (the words go in
 ``plan.meta["pricing"]["populates"]``). Where per-batch shapes resize allocations
 (``pattern.alloc_varies``, issue 22), the run-time queue is not the one replayed on the

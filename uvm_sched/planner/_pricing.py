@@ -147,7 +147,7 @@ alone, 1.55x no plan in the events alone and 0.96x with the kept reads, went out
 demand paging; without its discards it is 1.00x and 0.95x there, 0.95x on the ground
 truth). So advice alone, once chosen, is run again without its discards, against itself
 rather than against no plan, in the same views: the discards are left out where no view
-shows it slower without them (``without_discards``), and kept where any view shows them
+shows it slower without them (``_lean.without_discards``), and kept where any view shows them
 paying. The words go in ``plan.meta["pricing"]["discards"]``; sampled mode prices the
 oblivious advice without its discards beside the rest. No constant.
 
@@ -220,7 +220,7 @@ from __future__ import annotations
 
 from functools import partial
 
-__all__ = ["price", "without_discards", "without_rows", "calls_hidden", "CANDIDATES"]
+__all__ = ["price", "calls_hidden", "CANDIDATES"]
 
 CANDIDATES = ("plan", "advice-only", "none")
 _ROUNDING = 1e-9  # relative: iteration times equal up to float rounding are equal
@@ -440,69 +440,6 @@ def _views(trace, budget: int, starts, accesses: bool) -> list:
 _VIEW_NAMES = ("the allocator events alone", "the kept reads", "one unseen use per freed block",
                "the kept reads in reverse order",
                "the trace as the planner knows it")
-
-
-def without_discards(views: list, chosen, budget: int, prof, *, accesses: bool,
-                     known: dict | None = None):
-    """``(plan, why, seconds)``: ``chosen`` (a priced ``Plan``, advice alone) without its
-    discards where that is no slower in any of ``views`` (``_views``: those ``price``
-    judged it in), else ``chosen`` itself; why in words (None where it has no discard); and, where
-    they are left out and the accesses known (one view: the judge's own figure), the
-    iteration time without them (else None). ``known``: ``{view: s}``, ``chosen``'s
-    iteration times already simulated. Note [Discards judged against keeping them]."""
-    drop = (chosen.actions["action"] == "discard").to_numpy()
-    out, why, times = without_rows(views, chosen, drop, "discards", budget, prof,
-                                   accesses=accesses, known=known)
-    return out, why, times.get(0) if accesses and out is not chosen else None
-
-
-def without_rows(views: list, chosen, drop, what: str, budget: int, prof, *, accesses: bool,
-                 known: dict | None = None):
-    """``(plan, why, times)``: ``chosen`` (a priced ``Plan``) without the rows of its table
-    that ``drop`` (a bool per row) marks, where that is no slower in any of ``views``
-    (``_views``: those ``price`` judged it in), judged against ``chosen`` itself rather
-    than against no plan, else ``chosen``; why in words, naming the rows ``what`` (None
-    where ``drop`` marks none); and ``{view: s}``, the returned plan's iteration times
-    simulated to their end (``known``: ``chosen``'s, already simulated). Note [Discards
-    judged against keeping them], Note [Populates that move nothing] (``_populates``)."""
-    import numpy as np
-
-    from ..sim import BudgetError, simulate
-    from ._plan import Plan
-
-    drop = np.asarray(drop, bool)
-    known = dict(known or {})
-    if not drop.any():
-        return chosen, None, known
-    kept = Plan(chosen.actions[~drop].reset_index(drop=True), dict(chosen.meta))
-    names = _VIEW_NAMES[4:] if accesses else _VIEW_NAMES[:4]
-    times: dict = {}
-    # the kept reads first: of the views, it showed discards paying most often, so it
-    # decides soonest (gru-s700 1.47x, mlp-s1008 1.13x without them; the LLM traces of
-    # bench_scale)
-    for j in (0,) if accesses else (1, 2, 0):
-        make_view = views[j]
-        cache: dict = {}
-        try:
-            view = make_view()
-            t = known.get(j) or float(simulate(
-                view, chosen, prof, budget, _cache=cache, _figures_only=True).iteration_time_s)
-            known[j] = t
-            at = t * (1 + _ROUNDING)
-            r = simulate(view, kept, prof, budget, _cache=cache, _figures_only=True,
-                         _stop_above_s=at * (1 + 1e3 * _ROUNDING))
-        except BudgetError:
-            continue  # a view whose reads cannot be held judges nothing
-        seconds = float(r.iteration_time_s)
-        if r.counters.get("stopped") or seconds > at:
-            return chosen, (f"kept: {int(drop.sum())} {what}, without them the plan is "
-                            f"slower with {names[j]}"), known
-        times[j] = seconds
-    if not times:
-        return chosen, f"kept: {int(drop.sum())} {what}, no view could judge them", known
-    why = (f"left out: {int(drop.sum())} {what}, the plan is no slower without them in "
-           f"any of {len(times)} view{'s' * (len(times) > 1)}")
-    return kept, why, times
 
 
 def calls_hidden(views: list, chosen, none_s: dict, known: dict, budget: int, prof):

@@ -1,0 +1,193 @@
+"""What the chosen plan does without: rows of its table left out where no view shows the
+plan slower without them, judged against the plan itself rather than against no plan --
+its discards (Note [Discards judged against keeping them], ``_pricing``), its populates
+that move nothing (Note [Populates that move nothing], ``_populates``), and the moves of
+the blocks the views doubt (Note [Moves the views doubt]).
+
+Note [Moves the views doubt] -- oblivious mode. The pricing compares whole plans: the full
+plan, its advice alone, no plan. A full plan faster than its advice in every view that
+ranks goes out whole, though some of its moves (a block's evictions and the prefetches that
+bring it back) may lose: unet-s38 on a100-40gb-pcie4 at 60% of peak, the full plan 0.74x
+and 0.85x no plan in the allocator events alone and with the kept reads, was 1.036x demand
+paging on the ground truth; its advice alone, slower in those two views, is faster in the
+one-unseen-use view (15.98 against 16.57 ms) and was 0.91x. Without the moves of one
+activation (1 MiB, evicted and brought back before its FREE, read in between by a skip
+connection) the plan is faster in every view and on the ground truth (11.8 -> 9.4 ms):
+the loss is some of the moves, not all. So where some view shows the advice alone faster
+than the full plan (the views doubt its moves; ``doubted``), the moves are judged one
+block at a time, in the order of the blocks' first moves: a block's moves are left out
+where no view shows the plan slower without them, against the plan as it stands after the
+blocks before (``without_losing_moves``). Only freed blocks: their uses are the views'
+guess that the doubt is about (the kept blocks' reads are guessed by the views
+themselves). Where no view doubts the moves, the plan is left whole: judged all the same,
+the moves of plans no view doubted lost on the ground truth as often as they won
+(bench_robust, 196 generated rows: 4 faster, 2 slower by over 1%, unet-s40 on gh200-c2c
+at 60% 0.24x -> 0.48x demand paging), while in the doubted ones 6 were faster and none
+slower. ``MAX_TRIALS`` bounds the simulations: a plan moving more blocks has them judged
+in that many runs of consecutive blocks (a run's blocks are left out together or not at
+all). Results across its range: ``benchmarks/results/robust.md``.
+
+Import note: called by ``_choice.priced``; it calls the simulator lazily, as ``_pricing``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ._pricing import _ROUNDING, _VIEW_NAMES
+
+__all__ = ["without_rows", "without_discards", "doubted", "without_losing_moves",
+           "MAX_TRIALS"]
+
+# Note [Moves the views doubt]: the most runs of blocks judged per plan
+MAX_TRIALS = 64
+# the kept reads first: of the views, it showed discards paying most often, so it decides
+# soonest (gru-s700 1.47x, mlp-s1008 1.13x without them; the LLM traces of bench_scale)
+_ORDER = (1, 2, 0)
+
+
+class _Views:
+    """``views`` (``_pricing._views``: callables) built once each, with the simulator's
+    prepared arrays, for a judgement that runs each view many times; ``kept`` False builds
+    a view afresh at each use (one view's arrays live at a time)."""
+
+    def __init__(self, views: list, kept: bool) -> None:
+        self.views, self.kept, self.made = views, kept, {}
+
+    def __call__(self, j: int):
+        if j in self.made:
+            return self.made[j]
+        made = (self.views[j](), {})
+        if self.kept:
+            self.made[j] = made
+        return made
+
+
+def _no_slower(views: _Views, order, current, trial, known: dict, budget: int, prof):
+    """``(times, j)``: ``trial``'s iteration times (s, ``{view: s}``) in the views of
+    ``order`` where no view shows it slower than ``current`` (``known``: ``current``'s
+    times, ``{view: s}``; those missing are simulated and added), else ``(None, j)``, ``j``
+    the view that shows it slower. A view whose reads cannot be held judges nothing."""
+    from ..sim import BudgetError, simulate
+
+    times: dict = {}
+    for j in order:
+        try:
+            view, cache = views(j)
+            t = known.get(j) or float(simulate(
+                view, current, prof, budget, _cache=cache, _figures_only=True).iteration_time_s)
+            known[j] = t
+            at = t * (1 + _ROUNDING)
+            r = simulate(view, trial, prof, budget, _cache=cache, _figures_only=True,
+                         _stop_above_s=at * (1 + 1e3 * _ROUNDING))
+        except BudgetError:
+            continue
+        seconds = float(r.iteration_time_s)
+        if r.counters.get("stopped") or seconds > at:
+            return None, j
+        times[j] = seconds
+    return times, None
+
+
+def without_rows(views: list, chosen, drop, what: str, budget: int, prof, *, accesses: bool,
+                 known: dict | None = None):
+    """``(plan, why, times)``: ``chosen`` (a priced ``Plan``) without the rows of its table
+    that ``drop`` (a bool per row) marks, where that is no slower in any of ``views``
+    (``_views``: those ``price`` judged it in), judged against ``chosen`` itself rather
+    than against no plan, else ``chosen``; why in words, naming the rows ``what`` (None
+    where ``drop`` marks none); and ``{view: s}``, the returned plan's iteration times
+    simulated to their end (``known``: ``chosen``'s, already simulated). Note [Discards
+    judged against keeping them], Note [Populates that move nothing] (``_populates``)."""
+    from ._plan import Plan
+
+    drop = np.asarray(drop, bool)
+    known = dict(known or {})
+    if not drop.any():
+        return chosen, None, known
+    kept = Plan(chosen.actions[~drop].reset_index(drop=True), dict(chosen.meta))
+    names = _VIEW_NAMES[4:] if accesses else _VIEW_NAMES[:4]
+    times, j = _no_slower(_Views(views, False), (0,) if accesses else _ORDER, chosen, kept,
+                          known, budget, prof)
+    if times is None:
+        return chosen, (f"kept: {int(drop.sum())} {what}, without them the plan is "
+                        f"slower with {names[j]}"), known
+    if not times:
+        return chosen, f"kept: {int(drop.sum())} {what}, no view could judge them", known
+    why = (f"left out: {int(drop.sum())} {what}, the plan is no slower without them in "
+           f"any of {len(times)} view{'s' * (len(times) > 1)}")
+    return kept, why, times
+
+
+def without_discards(views: list, chosen, budget: int, prof, *, accesses: bool,
+                     known: dict | None = None):
+    """``(plan, why, seconds)``: ``chosen`` (a priced ``Plan``, advice alone) without its
+    discards where that is no slower in any of ``views`` (``_views``: those ``price``
+    judged it in), else ``chosen`` itself; why in words (None where it has no discard); and, where
+    they are left out and the accesses known (one view: the judge's own figure), the
+    iteration time without them (else None). ``known``: ``{view: s}``, ``chosen``'s
+    iteration times already simulated. Note [Discards judged against keeping them]."""
+    drop = (chosen.actions["action"] == "discard").to_numpy()
+    out, why, times = without_rows(views, chosen, drop, "discards", budget, prof,
+                                   accesses=accesses, known=known)
+    return out, why, times.get(0) if accesses and out is not chosen else None
+
+
+def doubted(views: list, chosen, advice, exact: dict, budget: int, prof) -> int | None:
+    """The first of ``views`` (its index) in which ``advice`` (the chosen full plan's
+    advice alone) is faster than ``chosen``, or None: Note [Moves the views doubt].
+    ``exact``: ``{(view, label): s}`` of the runs made to their end, labels ``"plan"`` and
+    ``"advice-only"``; the runs missing are made, to their end, and added."""
+    from ..sim import BudgetError, simulate
+
+    for j in range(len(views)):
+        todo = [(k, p) for k, p in (("plan", chosen), ("advice-only", advice))
+                if (j, k) not in exact]
+        if todo:
+            view, cache = views[j](), {}
+            try:
+                for k, p in todo:
+                    exact[j, k] = float(simulate(view, p, prof, budget, _cache=cache,
+                                                 _figures_only=True).iteration_time_s)
+            except BudgetError:
+                continue  # a view that cannot hold the budget judges nothing
+            finally:
+                del view, cache
+        if exact[j, "advice-only"] < exact[j, "plan"] * (1 - _ROUNDING):
+            return j
+    return None
+
+
+def without_losing_moves(views: list, chosen, moved, budget: int, prof, known: dict):
+    """``(plan, kept, why, known)``: ``chosen`` (a priced full ``Plan``, oblivious mode)
+    without the moves of the freed blocks whose moves no view shows paying (Note [Moves the
+    views doubt]), each block judged against the plan as it stands; which of ``chosen``'s
+    rows it keeps (a bool per row); why in words (None where ``chosen`` moves no freed
+    block); and the returned plan's iteration times ``{view: s}``. ``moved``: a bool
+    per row, the schedule's evictions and the prefetches that bring blocks back (``_actions``);
+    ``known``: ``chosen``'s times."""
+    from ._plan import Plan
+
+    acts = chosen.actions
+    moved = np.asarray(moved, bool) & ~acts["persistent"].to_numpy(bool)
+    blocks = acts["block"].to_numpy(np.int64)
+    order = np.asarray(list(dict.fromkeys(blocks[moved].tolist())), np.int64)
+    keep = np.ones(len(acts), bool)
+    if not len(order):
+        return chosen, keep, None, known
+    judge = _Views(views, True)
+    current, known = chosen, dict(known)
+    left, runs = [], np.array_split(order, min(len(order), MAX_TRIALS))
+    for run in runs:
+        trial = keep & ~(moved & np.isin(blocks, run))
+        plan = Plan(acts[trial].reset_index(drop=True), dict(chosen.meta))
+        times, _ = _no_slower(judge, (*_ORDER, 3)[:len(views)], current, plan, known,
+                              budget, prof)
+        if times is not None and times:
+            keep, current, known = trial, plan, times
+            left.extend(run.tolist())
+    why = (f"left out: the moves of {len(left)} of {len(order)} freed blocks "
+           f"({int((~keep).sum())} rows), the plan is no slower without them in any view; "
+           f"{len(runs)} judged") if left else \
+        f"kept: the moves of {len(order)} freed blocks, each judged ({len(runs)})"
+    if current is not chosen:
+        current.meta["pricing"] = chosen.meta.get("pricing")
+    return current, keep, why, known
