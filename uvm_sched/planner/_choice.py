@@ -37,9 +37,10 @@ _JUDGES = ("simulator on the allocator events (ALLOC/FREE/markers)",
 # can lose where the oblivious one wins (benchmarks/results/robust.md: 225 of 3,837
 # generated rows, most at 90% and 75% of peak on CNNs with long concat chains and U-Nets,
 # up to 1.9x). So the oblivious plan and its advice alone (either may be what oblivious
-# mode emits; no plan is a candidate already) are priced beside the sampled one's
-# candidates, and the fastest is emitted: sampled mode is never slower than oblivious mode
-# where it can tell. Samples given by a caller (the runtime's fault samples) do not make
+# mode emits; no plan is a candidate already), and the plan oblivious mode emits (its
+# pricing may leave out some moves: Note [Moves the views doubt]), are priced beside the
+# sampled one's candidates, and the fastest is emitted: sampled mode is never slower than
+# oblivious mode where it can tell. Samples given by a caller (the runtime's fault samples) do not make
 # the trace's accesses known, and the candidates are not added there.
 
 
@@ -58,7 +59,8 @@ def _oblivious_actions(trace, budget: int, prof, pat, opts: dict) -> dict:
     """``{"oblivious": table, "oblivious advice-only": table, ...}``: the actions oblivious
     mode plans for ``trace`` with the same options (the sampling and LP options dropped),
     its advice alone, and that without its discards -- each a choice its own pricing may
-    make -- unpriced: the caller prices them (Note [The oblivious plan as a candidate])."""
+    make -- unpriced, and the plan it emits (priced in oblivious mode): the caller prices
+    them (Note [The oblivious plan as a candidate])."""
     from ._planner import _AS_CANDIDATES, _SAMPLE_OPTS, plan
 
     drop = set(_SAMPLE_OPTS) | {"pattern", "price", "method", "lp_max_columns",
@@ -74,6 +76,11 @@ def _oblivious_actions(trace, budget: int, prof, pat, opts: dict) -> dict:
         disc = np.zeros(0, bool) if acts is None else (acts["action"] == "discard").to_numpy()
         if disc.any():
             tables[f"{label} without discards"] = acts[~disc].reset_index(drop=True)
+    # and the plan oblivious mode emits, whose pricing may leave out moves (Note [Moves the
+    # views doubt], ``_lean``), which no table above holds
+    emitted = plan(trace, budget, prof, mode="oblivious", pattern=pat, **keep).actions
+    if not any(a.equals(emitted) for a in tables.values()):
+        tables["oblivious as emitted"] = emitted
     return tables
 
 
