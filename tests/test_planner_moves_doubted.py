@@ -96,9 +96,12 @@ def test_a_plan_that_moves_no_freed_block_is_returned_as_it_is(monkeypatch):
     assert out is p and kept.all() and why is None and not calls
 
 
-@pytest.mark.parametrize("advice, expect", [((12, 11, 10, 13), None), ((12, 11, 9, 13), 2),
-                                            ((9, 8, 9, 9), 0)])
-def test_moves_are_doubted_where_some_view_shows_the_advice_faster(monkeypatch, advice, expect):
+@pytest.mark.parametrize("advice, expect", [((12, 11, 10, 13), None), ((12, 8, 9, 9), 1),
+                                            ((9, 8, 9, 9), 0),
+                                            # the views that do not rank raise no doubt
+                                            ((12, 11, 9, 9), None)])
+def test_moves_are_doubted_where_a_view_that_ranks_shows_the_advice_faster(monkeypatch, advice,
+                                                                           expect):
     calls = _fake(monkeypatch)
     exact = {**{(j, "plan"): 10.0 - (j == 1) for j in range(4)},
              **{(j, "advice-only"): float(t) for j, t in enumerate(advice)}}
@@ -107,11 +110,11 @@ def test_moves_are_doubted_where_some_view_shows_the_advice_faster(monkeypatch, 
 
 
 def test_unet_plan_whose_moves_the_views_doubt_is_not_slower_than_demand():
-    """unet-s38 on a100-40gb-pcie4 at 60% of peak, planned from its allocator events: the
-    full plan was 1.036x demand paging on the ground truth (the case Note [Moves the views
+    """unet-s243 on h200-pcie5 at 60% of peak, planned from its allocator events: the full
+    plan was 1.013x demand paging on the ground truth (the case Note [Moves the views
     doubt] names)."""
-    tr = zoo.record_random(38)
-    hw, budget = "a100-40gb-pcie4", "60%"
+    tr = zoo.record_random(243)
+    hw, budget = "h200-pcie5", "60%"
     p = plan(zoo.allocator_only(tr), budget, hw, mode="oblivious")
     assert p.meta["pricing"]["chosen"] == "plan"
     assert p.meta["pricing"]["moves"].startswith("left out: the moves of")

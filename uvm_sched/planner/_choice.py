@@ -40,8 +40,8 @@ _JUDGES = ("simulator on the allocator events (ALLOC/FREE/markers)",
 # mode emits; no plan is a candidate already), and the plan oblivious mode emits (its
 # pricing may leave out some moves: Note [Moves the views doubt]), are priced beside the
 # sampled one's candidates, and the fastest is emitted: sampled mode is never slower than
-# oblivious mode where it can tell. Samples given by a caller (the runtime's fault samples) do not make
-# the trace's accesses known, and the candidates are not added there.
+# oblivious mode where it can tell. Samples given by a caller (the runtime's fault
+# samples) do not make the trace's accesses known, and the candidates are not added there.
 
 
 def as_tables(mode: str, out: Plan, extra: dict, roles_of: dict) -> Any:
