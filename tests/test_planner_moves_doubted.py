@@ -148,3 +148,18 @@ def test_the_rows_marked_as_moves_are_the_schedules_evictions_and_prefetches():
     to_device = (table["action"] == "prefetch_to_device").to_numpy()
     assert (to_device & (roles != ROLES["move"])).sum() == to_device.sum() - len(
         sched.prefetches) > 0
+
+
+def test_sampled_mode_prices_the_plan_oblivious_mode_emits():
+    """The oblivious plan's pricing left out moves no unpriced oblivious table holds; sampled
+    mode, which knows the accesses, prices that plan too and is not slower than it (Note
+    [The oblivious plan as a candidate])."""
+    tr = zoo.record_random(243)
+    hw, budget = "h200-pcie5", "60%"
+    oblivious = plan(zoo.allocator_only(tr), budget, hw, mode="oblivious")
+    assert oblivious.meta["pricing"]["moves"].startswith("left out")
+    sampled = plan(tr, budget, hw, mode="sampled")
+    assert "oblivious as emitted_s" in sampled.meta["pricing"]
+    t = {k: sim.simulate(tr, p, hw, budget).iteration_time_s
+         for k, p in (("oblivious", oblivious), ("sampled", sampled))}
+    assert t["sampled"] <= t["oblivious"] * (1 + 1e-9), t

@@ -123,16 +123,15 @@ def priced(trace, full: Plan, extra: dict, roles_of: dict, budget: int, prof, ac
     if at_least:  # refuted early (_pricing): their figures are lower bounds
         out.meta["pricing"]["at_least"] = list(at_least)
     roles = roles_of.get(best, np.zeros(len(out.actions), np.int8))
-    if oblivious and not accesses and best == "plan" and \
-            doubted(views, out, cands["advice-only"], exact, budget, prof) is not None:
-        # Note [Moves the views doubt] (``_lean``)
-        known = {j: t for (j, k), t in exact.items() if k == best}
+    # Note [Moves the views doubt] (``_lean``); the runs it makes are added to ``exact``
+    doubt = oblivious and not accesses and best == "plan" and \
+        doubted(views, out, cands["advice-only"], exact, budget, prof) is not None
+    known = {j: t for (j, k), t in exact.items() if k == best}
+    if doubt:
         lean, kept, why, known = without_losing_moves(views, out, roles == ROLES["move"],
                                                       budget, prof, known)
         out.meta["pricing"]["moves"] = why
         out, roles = lean, roles[kept]
-    else:
-        known = {j: t for (j, k), t in exact.items() if k == best}
     idle = roles == ROLES["idle populate"]
     if best.endswith("advice-only"):  # Note [Discards judged against keeping them]
         disc = (out.actions["action"] == "discard").to_numpy()
