@@ -58,12 +58,13 @@ class _Views:
     a view afresh at each use (one view's arrays live at a time)."""
 
     def __init__(self, views: list, kept: bool) -> None:
-        self.views, self.kept, self.made = views, kept, {}
+        self.views, self.kept = views, kept
+        self.made: dict[int, tuple] = {}  # view -> (the view, its simulator cache)
 
     def __call__(self, j: int):
         if j in self.made:
             return self.made[j]
-        made = (self.views[j](), {})
+        made: tuple = (self.views[j](), {})
         if self.kept:
             self.made[j] = made
         return made
@@ -150,7 +151,8 @@ def doubted(views: list, chosen, advice, exact: dict, budget: int, prof) -> int 
         todo = [(k, p) for k, p in (("plan", chosen), ("advice-only", advice))
                 if (j, k) not in exact]
         if todo:
-            view, cache = views[j](), {}
+            view = views[j]()
+            cache: dict = {}
             try:
                 for k, p in todo:
                     exact[j, k] = float(simulate(view, p, prof, budget, _cache=cache,
