@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._pricing import _ROUNDING, _VIEW_NAMES
+from ._pricing import _ROUNDING, _VIEW_NAMES, runs_to_end
 
 __all__ = ["without_rows", "without_discards", "doubted", "without_losing_moves",
            "MAX_TRIALS"]
@@ -145,22 +145,14 @@ def doubted(views: list, chosen, advice, exact: dict, budget: int, prof) -> int 
     ``chosen``, or None: Note [Moves the views doubt].
     ``exact``: ``{(view, label): s}`` of the runs made to their end, labels ``"plan"`` and
     ``"advice-only"``; the runs missing are made, to their end, and added."""
-    from ..sim import BudgetError, simulate
+    from ..sim import BudgetError
 
     for j in range(min(2, len(views))):
-        todo = [(k, p) for k, p in (("plan", chosen), ("advice-only", advice))
-                if (j, k) not in exact]
-        if todo:
-            view = views[j]()
-            cache: dict = {}
-            try:
-                for k, p in todo:
-                    exact[j, k] = float(simulate(view, p, prof, budget, _cache=cache,
-                                                 _figures_only=True).iteration_time_s)
-            except BudgetError:
-                continue  # a view that cannot hold the budget judges nothing
-            finally:
-                del view, cache
+        try:
+            runs_to_end(views, j, {"plan": chosen, "advice-only": advice}, exact, budget,
+                        prof)
+        except BudgetError:
+            continue  # a view that cannot hold the budget judges nothing
         if exact[j, "advice-only"] < exact[j, "plan"] * (1 - _ROUNDING):
             return j
     return None
@@ -191,13 +183,11 @@ def without_losing_moves(views: list, chosen, moved, budget: int, prof, known: d
         plan = Plan(acts[trial].reset_index(drop=True), dict(chosen.meta))
         times, _ = _no_slower(judge, (*_ORDER, 3)[:len(views)], current, plan, known,
                               budget, prof)
-        if times is not None and times:
+        if times:  # None: a view shows it slower; {}: no view could judge it
             keep, current, known = trial, plan, times
             left.extend(run.tolist())
     why = (f"left out: the moves of {len(left)} of {len(order)} freed blocks "
            f"({int((~keep).sum())} rows), the plan is no slower without them in any view; "
            f"{len(runs)} judged") if left else \
         f"kept: the moves of {len(order)} freed blocks, each judged ({len(runs)})"
-    if current is not chosen:
-        current.meta["pricing"] = chosen.meta.get("pricing")
     return current, keep, why, known

@@ -535,8 +535,8 @@ def _actions(prob: Problem, info: dict, sched, prof, discard: bool, discard_min:
         if len(idx):
             parts.append((np.asarray(ticks, np.int64) % E, action, idx,
                           _RANK[action] if rank is None else rank,
-                          np.zeros(len(idx), np.int8) if role is None else
-                          np.asarray(role, np.int8) * np.ones(len(idx), np.int8)))
+                          np.broadcast_to(np.asarray(0 if role is None else role, np.int8),
+                                          len(idx))))
 
     remote = np.asarray(sched.remote, np.int64)
     own_tick = np.where(pers | (prob.alloc_event < 0), 0, prob.alloc_event)

@@ -220,7 +220,7 @@ from __future__ import annotations
 
 from functools import partial
 
-__all__ = ["price", "calls_hidden", "CANDIDATES"]
+__all__ = ["price", "calls_hidden", "runs_to_end", "CANDIDATES"]
 
 CANDIDATES = ("plan", "advice-only", "none")
 _ROUNDING = 1e-9  # relative: iteration times equal up to float rounding are equal
@@ -591,6 +591,21 @@ def price(trace, candidates: dict, budget: int, prof, *, accesses: bool = False,
         times, at_least
 
 
+def runs_to_end(views: list, j: int, plans: dict, exact: dict, budget: int, prof) -> None:
+    """Simulate each of ``plans`` (``{label: Plan}``) whose run in view ``j`` of ``views``
+    is not in ``exact`` (``{(view, label): s}``) to its end, and add its iteration time (s).
+    Raises ``BudgetError`` where the view cannot hold the budget."""
+    from ..sim import simulate
+
+    todo = [k for k in plans if (j, k) not in exact]
+    if todo:
+        view = views[j]()
+        cache: dict = {}
+        for k in todo:
+            exact[j, k] = float(simulate(view, plans[k], prof, budget, _cache=cache,
+                                         _figures_only=True).iteration_time_s)
+
+
 def _oblivious_choice(tied: list, ratios: dict, views: list, candidates: dict, prof,
                       budget: int, exact: dict) -> str:
     """The label oblivious mode emits of ``tied`` (labels priced equal, in order; their
@@ -601,23 +616,13 @@ def _oblivious_choice(tied: list, ratios: dict, views: list, candidates: dict, p
     Note [Ties broken by the other views]; where no view shows any faster, the one acting
     least (Note [A tie acts less]). ``exact``: ``{(view, label): s}`` of the runs made to
     their end; a run stopped once decided is made again, to its end, and added."""
-    from ..sim import simulate
-
     shown = [k for k in tied if min(ratios[k]) < 1 - _ROUNDING]
     if len(shown) > 1:
         regret = dict.fromkeys(shown, 1.0)
         for j in (0, 1)[:len(views)]:
             if (j, "none") not in exact:
                 continue  # a view that could not hold the budget judges nothing
-            todo = [k for k in shown if (j, k) not in exact]
-            if todo:
-                view = views[j]()
-                cache: dict = {}
-                for k in todo:
-                    exact[j, k] = float(simulate(view, candidates[k], prof, budget,
-                                                 _cache=cache,
-                                                 _figures_only=True).iteration_time_s)
-                del view, cache
+            runs_to_end(views, j, {k: candidates[k] for k in shown}, exact, budget, prof)
             # no plan's run is made to its end: the fastest is among the runs made there
             fastest = min(t for (v, _), t in exact.items() if v == j)
             for k in shown:
