@@ -265,9 +265,27 @@ def test_a_profile_flag_must_be_true_or_false(tmp_path):
 def test_read_mostly_overrides_the_remote_advice(monkeypatch):
     # "If cudaMemAdviseSetReadMostly is also set ..., the policies associated with that
     # advice will override the policies of this advice": A is faulted in, not read in place
+    # (read-mostly is advised after the eviction: evicted under it, A would stay resident;
+    # before it, t0's write is made in place, device->host)
     rows = [(0, "advise_preferred_host", 0), (0, "advise_accessed_by", 0),
-            (0, "advise_read_mostly", 0), (2, "prefetch_to_host", 0)]
+            (2, "prefetch_to_host", 0), (2, "advise_read_mostly", 0)]
     r = _run(_host_trace(), _plan(rows, 4, [2 * MiB, 64 * KiB], 8 * MiB), _hw(), 8 * MiB,
              monkeypatch)
-    assert not _copies(r, "remote")
+    assert [c[0] for c in _copies(r, "remote")] == ["d2h"]
     assert ("h2d", "fault", 2 * MiB, 0.5) in _copies(r)  # 0.25 ms copy + 0.25 ms latency
+
+
+def test_a_planned_eviction_of_a_read_mostly_block_copies_it_to_the_host_and_frees_nothing(
+        monkeypatch):
+    # cudaMemPrefetchAsync: "If cudaMemAdviseSetReadMostly was set on any subset of this
+    # memory range, then that subset will create a read-only copy of the pages on
+    # dstDevice": A (written at t0) is copied to the host and stays resident; t1 reads it
+    # with no fault; the second eviction finds a valid host copy and moves nothing
+    rows = [(0, "advise_read_mostly", 0), (2, "prefetch_to_host", 0),
+            (2, "prefetch_to_host", 0)]
+    r = _run(_host_trace(), _plan(rows, 4, [2 * MiB, 64 * KiB], 8 * MiB), _hw(), 8 * MiB,
+             monkeypatch)
+    assert _copies(r) == [("d2h", "plan", 2 * MiB, 0.25)]  # 8 MiB/ms
+    assert r.stall_breakdown["link"] == 0  # t1 waits for nothing (t0's first touch faults)
+    assert r.timeline.resident_bytes[1] >= 2 * MiB
+    assert r.counters["ledger_dropped_dup"] == 0 and r.counters["ledger_evicted_out"] == 0

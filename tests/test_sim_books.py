@@ -158,37 +158,38 @@ def test_evicting_a_partly_resident_chunk_keeps_the_bytes_already_on_the_host():
 
 
 def test_a_write_to_a_read_mostly_chunk_keeps_the_host_copy_of_its_other_bytes():
-    # P is read-mostly; 64 KiB of it fault in at t1 and are written; evicted at t2 the 64
-    # KiB dirty bytes are written back, and the prefetch at t3 moves the whole 2 MiB back
-    # (the engine once dropped the host copy of the 1,984 KiB never resident and let them
-    # come back for free)
+    # P (one per iteration) is written at t0 and evicted whole (2 MiB out), then advised
+    # read-mostly; 64 KiB of it fault in at t1 and are written; the eviction at t2 copies
+    # those 64 KiB to the host and P stays resident (Note [Read-mostly prefetch to the
+    # host]); the prefetch at t3 moves the other 1,984 KiB back (the engine once dropped the
+    # host copy of the bytes never resident and let them come back for free)
     b = TraceBuilder(name="rm-partial")
-    p = b.alloc(2 * MiB)
-    b.access(p, W)
-    b.next_tick(1e6)
     for _ in range(3):
         b.mark()
+        p = b.alloc(2 * MiB)  # event 0
         ss = []
         for k in range(4):
-            s_ = b.alloc(64 * KiB)
+            s_ = b.alloc(64 * KiB)  # events 1-4
             b.access(s_, W)
             ss.append(s_)
+            if k == 0:
+                b.access(p, W)
             if k == 1:
                 b.access(p, RW, offset=0, length=64 * KiB)
             if k == 3:
                 b.access(p, R)
                 for x in ss:
-                    b.free(x)
+                    b.free(x)  # events 5-8
+                b.free(p)  # event 9
             b.next_tick(1e6)
-    plan = _plan([(0, "advise_read_mostly", 0, True), (0, "prefetch_to_host", 0, True),
-                  (2, "prefetch_to_host", 0, True), (3, "prefetch_to_device", 0, True)],
-                 8 * MiB, 8, [64 * KiB] * 4)
+    plan = _plan([(2, "prefetch_to_host", 0, False), (2, "advise_read_mostly", 0, False),
+                  (3, "prefetch_to_host", 0, False), (4, "prefetch_to_device", 0, False)],
+                 8 * MiB, 10, [2 * MiB] + [64 * KiB] * 4)
     r = simulate(b.build(), plan, _hw(), 8 * MiB)
     pre = r.transfers[(r.transfers.cause == "plan") & (r.transfers.direction == "h2d")]
-    # 64 KiB faulted in (a duplicate: the host keeps them), then the whole chunk
-    # prefetched: the host copy of every byte crossed
-    assert pre.bytes.tolist() == [2 * MiB]
-    assert r.bytes_h2d == 2 * MiB + 64 * KiB
+    assert pre.bytes.tolist() == [2 * MiB - 64 * KiB]
+    assert r.bytes_h2d == 2 * MiB  # the 64 KiB faulted in, the rest prefetched
+    assert r.bytes_d2h == 2 * MiB + 64 * KiB
 
 
 # -- no simulated run beats the bound -----------------------------------------------------

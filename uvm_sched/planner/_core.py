@@ -188,7 +188,7 @@ class Problem:
     end_lo: np.ndarray  # (n,) uses at the two ends of a lifetime: [end_lo, end_lo + guard]
     end_hi: np.ndarray  # (n,) and [end_hi - guard, end_hi] (-1: `uses` says instead)
     dead_tail: np.ndarray  # (n,) bool
-    read_only: np.ndarray  # (n,) bool (known read-only: eviction writes nothing back)
+    read_only: np.ndarray  # (n,) bool: known read-only (read-mostly where not evicted)
     remote_ok: np.ndarray  # (n,) bool: may be mapped host-resident (accessed remotely)
     remote_cost_ns: np.ndarray  # (n,) estimated remote-access cost per iteration
     touch_count: np.ndarray  # (n,) touches per iteration where sampled, 0 where unknown
@@ -301,8 +301,7 @@ class _Timeline:
         q1 = p.ev_tick.astype(np.int64) - 1 + p.ev_free.astype(np.int64)
         q = np.concatenate([q1, q1 + T])
         size = p.size.astype(np.int64)
-        d2h = size / p.d2h_Bps * 1e9
-        d2h[p.read_only] = 0.0  # a read-duplicated copy is dropped, not written back
+        d2h = size / p.d2h_Bps * 1e9  # read-only too: Note [Read-mostly prefetch to the host]
         base = np.zeros(T + 1, np.int64)
         np.add.at(base, p.live_from.astype(np.int64), size)
         np.add.at(base, p.live_to.astype(np.int64) + 1, -size)

@@ -324,8 +324,10 @@ def tuning_candidates(tune, mode: str, opts: dict) -> list[tuple[str, str, dict]
 #   with idle stretches between observed touches gave plans slower than demand paging).
 #   Either way a block's data is dead after its last touch (evicted without coming back
 #   where the FREE discards it -- a block of its own pages; a smaller one stays: its dead
-#   bytes would be written back and migrated in again when the pool recycles the range), blocks only read get ``advise_read_mostly`` (their
-#   eviction writes nothing back), and large blocks touched lightly (partial touches,
+#   bytes would be written back and migrated in again when the pool recycles the range),
+#   blocks only read and not evicted by the plan get ``advise_read_mostly`` (a driver
+#   eviction drops their duplicate; a planned one would free nothing: Note [Read-mostly
+#   prefetch to the host], ``sim._mechanisms``), and large blocks touched lightly (partial touches,
 #   cheaper read remotely than migrated) are mapped host-resident. Persistent blocks stay
 #   candidates for the remote fallback, priced by their touches
 #   (``touches x bytes / remote_access_Bps``) and, the price being known, at any excess
@@ -579,6 +581,9 @@ def _actions(prob: Problem, info: dict, sched, prof, discard: bool, discard_min:
         put(own_tick[remote], a, remote, _RANK["advise_preferred_host"])
     ro = prob.read_only.copy()
     ro[remote] = False
+    # a planned eviction of a read-mostly block frees nothing (Note [Read-mostly prefetch
+    # to the host], sim._mechanisms): a block the plan evicts is left migratable
+    ro &= ~evicted
     # a block of the iteration allocated before it (a carried activation) has no ordinal
     # the executor can resolve: naming it would point at a block of another iteration
     ro &= pers | (prob.alloc_event >= 0)

@@ -286,6 +286,23 @@ class Engine:
         heapq.heappush(self.pending, (end, total))
         return end, wb
 
+    def _duplicate_to_host(self, ch: np.ndarray, start: float, block: int) -> None:
+        """A planned eviction of a read-mostly block (Note [Read-mostly prefetch to the
+        host]): the host gets a read-only copy of what it lacks, over the device->host
+        engine; the device copy stays resident and its memory stays claimed."""
+        if not len(ch):
+            return
+        rb = self.rb[ch]
+        copy = self.dirty[ch] | (self.oh[ch] < rb)
+        wb = int(rb[copy].sum())
+        if not wb:
+            return
+        st = max(start, float(self.ready[ch].max()))
+        self._xfer("d2h", st, wb, self.hw.d2h_prefetch_Bps, "plan", block)
+        c = ch[copy]
+        self.oh[c] = np.minimum(self.p.csize[c], self.oh[c] + self.rb[c])
+        self.dirty[c] = False  # both copies are valid until the next write collapses them
+
     def _make_room(self, need: int, at: float, pin: np.ndarray, cause: str,
                    trim: tuple[np.ndarray, np.ndarray] | None = None) -> float:
         """Ensure ``need`` more bytes fit under the budget from time ``at``: wait for pending
@@ -463,7 +480,10 @@ class Engine:
             return
         if action == EVICT:
             ch = ch[self.rb[ch] > 0]
-            self._evict_chunks(ch, at, self.hw.d2h_prefetch_Bps, "plan", b)
+            if self.rmostly[b]:
+                self._duplicate_to_host(ch, at, b)
+            else:
+                self._evict_chunks(ch, at, self.hw.d2h_prefetch_Bps, "plan", b)
             return
         if action == PREFETCH:
             self._bring_in(ch, at, pin, self.hw.h2d_prefetch_Bps, "plan", b)

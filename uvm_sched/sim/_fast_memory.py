@@ -410,6 +410,28 @@ def _free(I, led, st, dq, dqs, sel, b, bchunk0, bnchunk, pool):  # Engine.free
 
 
 @jit
+def _duplicate_to_host(I, F, st, trf, tri, ch, n, start, bw, block):
+    """Engine._duplicate_to_host over ch[:n]."""
+    (rb, oh, ready, hold, alive, dirty, stamp, rmostly, cblock, csize, ht, hb, mapped) = st
+    wb = 0
+    rmax = start
+    for i in range(n):
+        c = ch[i]
+        if dirty[c] or oh[c] < rb[c]:
+            wb += rb[c]
+        if ready[c] > rmax:
+            rmax = ready[c]
+    if wb == 0:
+        return
+    _xfer(I, F, trf, tri, 1, rmax, wb, bw, C_PLAN, block, 0.0)
+    for i in range(n):
+        c = ch[i]
+        if dirty[c] or oh[c] < rb[c]:
+            oh[c] = min(csize[c], oh[c] + rb[c])
+            dirty[c] = False
+
+
+@jit
 def _act(I, F, led, st, trf, tri, q, qs, sel, pin, flags, action, b, lo, hi, at, B, V,
          bchunk0, bnchunk, bsize, bws):  # Engine.act
     (rb, oh, ready, hold, alive, dirty, stamp, rmostly, cblock, csize, ht, hb, mapped) = st
@@ -463,7 +485,11 @@ def _act(I, F, led, st, trf, tri, q, qs, sel, pin, flags, action, b, lo, hi, at,
             if rb[c] > 0:
                 sel[n] = c
                 n += 1
-        _evict_chunks(I, F, led, st, trf, tri, sel[:n].copy(), n, at, bw_d2h_pf, C_PLAN, b)
+        if rmostly[b]:
+            _duplicate_to_host(I, F, st, trf, tri, sel[:n].copy(), n, at, bw_d2h_pf, b)
+        else:
+            _evict_chunks(I, F, led, st, trf, tri, sel[:n].copy(), n, at, bw_d2h_pf, C_PLAN,
+                          b)
         return
     if action == PREFETCH:
         n = 0

@@ -59,8 +59,8 @@ kernel: in the slot before it). Then:
   simulator migrates host bytes even then, which costs more;
 * dirty bytes: in the simulator a chunk's written resident bytes reach the host only by a
   write-back (eviction or planned prefetch to the host) over the device->host engine; bytes
-  that came in from the host and were not written since may be dropped (read-mostly
-  duplicates; the simulator writes others back anyway) -- clean drops are free here;
+  that came in from the host and were not written since may be dropped (the simulator
+  drops only read-mostly duplicates the driver evicts) -- clean drops are free here;
 * the LP treats a block's bytes as interchangeable (a fraction, not ranges), which only
   widens the choice;
 * dead data has no constraint at all (the simulator keeps freed memory in its pool and

@@ -45,6 +45,16 @@ Not modelled, and why (CUDA Programming Guide, "Unified Memory"; the driver's so
 * access-counter migration between peer GPUs (one GPU is simulated).
 The per-call host cost of a prefetch or advise call is modelled (Note [Host calls]).
 
+Note [Read-mostly prefetch to the host] -- a planned eviction (``cudaMemPrefetchAsync`` to
+the CPU) of a block under ``advise_read_mostly`` does not free device memory. The CUDA
+Runtime API, cudaMemPrefetchAsync: "If cudaMemAdviseSetReadMostly was set on any subset of
+this memory range, then that subset will create a read-only copy of the pages on
+dstDevice." So the host gets a read-only copy of the bytes it lacks (dirty or never there:
+a device->host copy), the device copy stays resident and claimed, and both are valid until
+a write collapses them. What does free a clean duplicate at no cost is the driver's own
+eviction under pressure (it drops the device copy: ``_evict_chunks``). The planner
+therefore does not advise read-mostly on a block it evicts (``planner._actions``).
+
 Note [Host calls] -- the executor makes each prefetch/advise call in the allocator hook, on
 the thread that launches the kernels (the C core has no thread of its own),
 ``hw.action_call_s`` each (an assumed constant with a range, see the profiles), whether or
