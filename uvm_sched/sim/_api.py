@@ -111,7 +111,8 @@ def simulate(trace, policy: "str | Plan", hw: Any = "h200-pcie5", budget: Any = 
     ``"weighted"``: finer slots where the budget binds, see ``_lp_slots``, or the slot
     starts), ``lp_refine_s`` (a time budget, s: from ``lp_max_columns`` up, finer programs
     while they are predicted to fit it; the largest bound found, see ``_lp_refine``),
-    ``lp_time_limit_s`` (HiGHS's time
+    ``lp_lossless`` (bool: over the schedules that keep each block's data to its FREE, as
+    every uvm_sched plan does; Note [Lossless schedules]), ``lp_time_limit_s`` (HiGHS's time
     budget, default 600 s: past it the LP proves nothing and the result holds the fast
     ``bound``'s figures, with ``counters["lp_fallback"] == "bound"`` and the reason in
     ``counters["lp_status"]``); the better bound
@@ -181,13 +182,14 @@ def _simulate(trace, policy, hw, budget, **opts) -> SimResult:
         cap = int(opts.pop("lp_max_columns", MAX_COLUMNS))
         slots = opts.pop("lp_slots", "uniform")
         refine_s = opts.pop("lp_refine_s", None)
+        lossless = bool(opts.pop("lp_lossless", False))
         try:
             if refine_s is not None:
                 lp = lp_bound_within(prep, hw, B, float(refine_s), start_columns=cap,
-                                     slots=slots)
+                                     slots=slots, lossless=lossless)
             else:
                 lp = lp_bound(prep, hw, B, max_columns=cap, slots=slots,
-                              coarsen=opts.pop("lp_coarsen", None),
+                              coarsen=opts.pop("lp_coarsen", None), lossless=lossless,
                               time_limit_s=float(opts.pop("lp_time_limit_s", 600.0)))
         except LpOverBudget as e:
             # past the time budget the LP proves nothing: the fast bound is what stands
@@ -214,7 +216,8 @@ def _simulate(trace, policy, hw, budget, **opts) -> SimResult:
     opts.pop("mode", None)
     opts.pop("plan_opts", None)
     opts.pop("tune", None)  # uvm-sched's (compare passes it to every policy)
-    for k in ("lp_max_columns", "lp_coarsen", "lp_time_limit_s", "lp_slots", "lp_refine_s"):
+    for k in ("lp_max_columns", "lp_coarsen", "lp_time_limit_s", "lp_slots", "lp_refine_s",
+              "lp_lossless"):
         opts.pop(k, None)  # lp-bound's
     if opts:
         raise TypeError(f"simulate() got unknown option(s) {sorted(opts)}")

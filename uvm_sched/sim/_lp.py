@@ -137,6 +137,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._errors import Error
+from ._lp_lossless import held_to_free
 from ._lp_slots import Slots, family
 from ._prep import Prepared
 
@@ -417,13 +418,12 @@ def _classes(prep: Prepared, acc, part: Slots, merge: bool = True):
 
 
 def _fit(prep: Prepared, hw, budget: int, max_columns: int, coarsen: int | None,
-         merge: bool, slots="uniform"):
-    """The program at coarseness ``coarsen`` of the partition family ``slots``
-    (``_lp_slots.family``; uniform: ticks per slot), or (None) at about the finest that
-    keeps it within ``max_columns``: (builder, D, S, C, k, partition). Levels are tried on
-    an estimate of the columns (cheap: the classes only) and the program is built only for
-    one that fits by it; a build over the limit scales the estimate and coarsens further."""
-    acc = _accesses(prep)
+         merge: bool, slots="uniform", lossless: bool = False):
+    """The program at level ``coarsen`` of partition family ``slots`` (``family``), or
+    (None) about the finest within ``max_columns``: (builder, D, S, C, k, partition).
+    Levels are tried on a cheap estimate of the columns; a build over the limit scales
+    the estimate and coarsens further."""
+    acc = held_to_free(prep, _accesses(prep)) if lossless else _accesses(prep)
     part_at, k_max = family(prep, budget, slots)
     ratio = 1.0
     lo = 0  # the largest level known to be over the limit
@@ -612,21 +612,21 @@ def _add_transitions(L: "_Builder", run, idx, at_start, w_, pop, cyclic: bool, b
 def lp_bound(prep: Prepared, hw, budget: int, *, max_columns: int = MAX_COLUMNS,
              coarsen: int | None = None, time_limit_s: float = 600.0,
              options: dict | None = None, merge: bool = True,
-             primal: bool = False, slots="uniform") -> LpResult:
+             primal: bool = False, slots="uniform", lossless: bool = False) -> LpResult:
     """Solve the program of Note [The LP bound] for the measured window of ``prep`` under
     ``budget`` bytes on ``hw``. ``slots``: the time partition (Note [Slot partitions]):
     ``"uniform"`` (``coarsen`` ticks per slot), ``"weighted"`` (boundaries where they
     matter, ``coarsen`` its level) or the slot starts themselves (window ticks, the first
     0); ``coarsen``: default 1 (exact), or about the finest level that brings the program
-    under ``max_columns``; ``time_limit_s``: HiGHS's
-    limit (s); ``options``: other HiGHS options by name; ``merge``: one sub-program per
-    block class (Note [Block classes]; False: one per block, the same optimum); ``primal``:
-    also return the optimum's residency per block and slot boundary (``LpResult``). Raises
+    under ``max_columns``; ``time_limit_s``: HiGHS's limit (s); ``options``: other HiGHS
+    options by name; ``merge``: one sub-program per block class (Note [Block classes];
+    False: one per block, the same optimum); ``primal``: also the optimum's residency per
+    block and slot boundary; ``lossless``: Note [Lossless schedules]. Raises
     ``LpTooLarge`` when even merging the whole window into a few slots would not,
     ``LpOverBudget`` when HiGHS reaches ``time_limit_s`` first, ``RuntimeError`` when it
     stops otherwise before the optimum (its status and the program's size in the message)."""
     t0 = time.perf_counter()
-    L, D, S, C, k, part = _fit(prep, hw, budget, max_columns, coarsen, merge, slots)
+    L, D, S, C, k, part = _fit(prep, hw, budget, max_columns, coarsen, merge, slots, lossless)
     if not (isinstance(slots, str) and slots == "uniform"):
         k = part.widest  # what ``coarsen`` reports: the most ticks merged in one slot
     slot_words = f"{part.S:,} slot(s) of up to {k} tick(s)"

@@ -33,24 +33,26 @@ GROWTH = 2.0  # the cap's factor per refinement
 
 def lp_bound_within(prep: Prepared, hw, budget: int, seconds: float, *,
                     start_columns: int = MAX_COLUMNS, slots="weighted",
-                    growth: float = GROWTH) -> LpResult:
+                    growth: float = GROWTH, lossless: bool = False) -> LpResult:
     """The largest LP bound (``lp_bound`` over ``slots``) found within about ``seconds``
     of wall time under ``budget`` bytes on ``hw``: solved at ``start_columns`` columns,
     then at ``growth`` times more while the next solve is predicted to fit (Note [Refining
-    within a time budget]). Raises what ``lp_bound`` raises on the first solve."""
+    within a time budget]; ``lossless``: as ``lp_bound``). Raises what ``lp_bound`` raises
+    on the first solve."""
     if seconds <= 0:
         raise ValueError(f"the LP bound's time budget must be positive; got {seconds} s")
     t0 = time.perf_counter()
     cols = int(start_columns)
     best = last = lp_bound(prep, hw, budget, max_columns=cols, slots=slots,
-                           time_limit_s=seconds)
+                           time_limit_s=seconds, lossless=lossless)
     while last.coarsen > 1:
         left = seconds - (time.perf_counter() - t0)
         if (last.build_s + last.solve_s) * growth ** 1.5 > left:
             break
         cols = int(cols * growth)
         try:
-            r = lp_bound(prep, hw, budget, max_columns=cols, slots=slots, time_limit_s=left)
+            r = lp_bound(prep, hw, budget, max_columns=cols, slots=slots, time_limit_s=left,
+                         lossless=lossless)
         except LpOverBudget:
             break
         # the same program again where no finer level fits the larger cap yet (uniform
