@@ -13,7 +13,9 @@ Steps (``schedule``):
 
 1. The program, for the pattern's representative iteration (the window of the plan), on
    the trace's accesses, with its primal (per block and slot boundary, the fraction
-   resident: clean + dirty; dead data: no row, taken as 0).
+   resident: clean + dirty; dead data: no row, taken as 0). The lossless program (Note
+   [Lossless schedules]): the plan keeps every block's data to its FREE, so an optimum
+   that drops data still allocated points at gaps the plan would pay for in write-backs.
 2. Rounding: a candidate gap of the builder (``_core``, Note [Candidate gaps]; each gap at
    its widest guard, the safest) is a *candidate seed* when the optimum holds at most
    ``LP_OFF`` of the block at some slot boundary inside the gap and the gap's window covers
@@ -119,7 +121,7 @@ def _solve(trace, pat, prof, budget: int, opts: dict):
 
     prep = prepare(trace, prof.va_block_bytes, prof.page_bytes,
                    window=(int(pat.start_tick), int(pat.stop_tick)))
-    res = lp_bound(prep, prof, budget, primal=True,
+    res = lp_bound(prep, prof, budget, primal=True, lossless=True,
                    max_columns=int(opts.get("lp_max_columns", MAX_COLUMNS)),
                    time_limit_s=float(opts.get("lp_time_limit_s", 120.0)))
     return res, prep.block_id
