@@ -33,16 +33,22 @@ def test_a_copy_issued_while_the_other_direction_runs_gets_what_the_cap_leaves(c
     assert copy_end(2.0, 50 * GB, 25 * GB, 2.0, 25 * GB, 25 * GB) == 4.0
 
 
-def test_the_compiled_copy_engine_applies_the_same_cap():
+def _compiled_copies(cap: float):
+    """``xfer(d2h, start, bytes, rate)``: the compiled copy engines under ``cap`` (B/s)."""
     pytest.importorskip("numba")
     from uvm_sched.sim import _fast_memory as fm
     I = np.zeros(fm.NI, np.int64)
     F = np.zeros(fm.NF)
-    F[fm.DUPLEX] = 36 * GB
+    F[fm.DUPLEX] = cap
     trf, tri = np.zeros((4, 2)), np.zeros((4, 4), np.int64)
-    assert fm._xfer(I, F, trf, tri, 1, 0.0, 50 * GB, 25 * GB, 0, -1, 0.0) == 2.0
-    assert fm._xfer(I, F, trf, tri, 0, 0.0, 50 * GB, 25 * GB, 0, -1, 0.0) == \
-        copy_end(0.0, 50 * GB, 25 * GB, 2.0, 25 * GB, 36 * GB)
+    return lambda d2h, s, n, bw: fm._xfer(I, F, trf, tri, d2h, s, n, bw, 0, -1, 0.0)
+
+
+def test_the_compiled_copy_engine_applies_the_same_cap():
+    xfer = _compiled_copies(36 * GB)
+    assert xfer(1, 0.0, 50 * GB, 25 * GB) == 2.0
+    assert xfer(0, 0.0, 50 * GB, 25 * GB) == copy_end(0.0, 50 * GB, 25 * GB, 2.0, 25 * GB,
+                                                      36 * GB)
 
 
 
@@ -52,18 +58,12 @@ def test_the_compiled_copy_engine_applies_the_same_cap():
                    "prefetch) lets a new copy run at its full rate while the faster one still "
                    "runs: the two directions together above duplex_Bps")
 def test_the_two_directions_together_never_run_above_the_duplex_cap():
-    pytest.importorskip("numba")
-    from uvm_sched.sim import _fast_memory as fm
-    I = np.zeros(fm.NI, np.int64)
-    F = np.zeros(fm.NF)
-    F[fm.DUPLEX] = 36 * GB
-    trf, tri = np.zeros((4, 2)), np.zeros((4, 4), np.int64)
+    xfer = _compiled_copies(36 * GB)
     # H2D: 50 GB at 25 GB/s (0-2 s), then 6 GB at 6 GB/s (2-3 s); then D2H: 25 GB at 25
     # GB/s from 0: 11 GB/s while the first runs (22 GB by 2 s), then the 3 GB left at 25
-    assert fm._xfer(I, F, trf, tri, 0, 0.0, 50 * GB, 25 * GB, 0, -1, 0.0) == 2.0
-    assert fm._xfer(I, F, trf, tri, 0, 0.0, 6 * GB, 6 * GB, 0, -1, 0.0) == 3.0
-    end = fm._xfer(I, F, trf, tri, 1, 0.0, 25 * GB, 25 * GB, 0, -1, 0.0)
-    assert end == pytest.approx(2.12)
+    assert xfer(0, 0.0, 50 * GB, 25 * GB) == 2.0
+    assert xfer(0, 0.0, 6 * GB, 6 * GB) == 3.0
+    assert xfer(1, 0.0, 25 * GB, 25 * GB) == pytest.approx(2.12)
 
 def _swap_trace():
     """P and Q (2 MiB each, persistent) written in warm-up; per iteration, 1 ms ticks:

@@ -11,6 +11,7 @@ from uvm_sched.sim import LP_BOUND, compare, simulate
 from uvm_sched.trace import AccessMode, TraceBuilder
 
 from test_sim_books import MS, MiB, _hw  # noqa: E402  (tests/ is on the path)
+from test_sim_lp import zoo_cases  # noqa: E402,F401  (the fixture)
 
 needs_highspy = pytest.mark.skipif(importlib.util.find_spec("highspy") is None,
                                    reason="the LP bound needs HiGHS: pip install highspy")
@@ -52,14 +53,6 @@ def test_data_held_to_its_free_must_be_written_back_for_the_room_and_the_optimum
     assert held.bytes_d2h >= 2 * MiB * (1 - 1e-6)
     for policy in ("demand", "uvm-sched"):
         assert simulate(t, policy, _hw(), 2 * MiB).iteration_time_s >= held.iteration_time_s
-
-
-@pytest.fixture(scope="module")
-def zoo_cases():
-    from uvm_sched.trace import zoo
-
-    return {"unet": zoo.record("unet", batch=2, image=64, iters=3),
-            "gpt2_small": zoo.record("gpt2_small", batch=1, seq=64, iters=3)}
 
 
 @needs_highspy
