@@ -99,18 +99,19 @@ def run_case(trace, pat, hw: str, pct: int, args) -> dict:
     row["lp_meta"] = lp
     row["lp_chosen"] = p.meta.get("pricing", {}).get("chosen")
     row["lp_raw"] = p.meta.get("pricing", {}).get("plan_s")
-    if "fallback" not in lp and window == (pat.start_tick, pat.stop_tick):
-        # the plan's LP is the simulator's (same window, budget, profile, column cap)
-        row.update({"lp-bound": lp["bound_s"], "lp_ticks_per_slot": lp["ticks_per_slot"],
-                    "lp_columns": lp["columns"], "lp_solve_s": lp["solve_s"]})
-    else:
-        row.update(_lp_bound(trace, hw, B, cache, args.max_columns, args.time_limit))
+    row.update(_lp_bound(trace, hw, B, cache, args.max_columns, args.time_limit))
+    # the plan's LP is the simulator's lossless one over uniform slots where the windows
+    # match (same budget, profile, column cap): not solved twice
+    held_of: dict = {}
+    if "fallback" not in lp and lp.get("lossless") and window == (pat.start_tick, pat.stop_tick):
+        held_of["uniform"] = {"lp-bound": lp["bound_s"], "lp_ticks_per_slot": lp["ticks_per_slot"],
+                              "lp_columns": lp["columns"], "lp_solve_s": lp["solve_s"]}
     before = _lp_bound(trace, hw, B, cache, args.before_columns, args.time_limit)
     row.update({f"before_{k}": v for k, v in before.items()})
     # the lossless LP over both partitions (either bounds the plans; the larger stands)
     for slots in ("uniform", "weighted") if args.weighted else ("uniform",):
-        held = _lp_bound(trace, hw, B, cache, args.max_columns, args.time_limit, slots,
-                         lossless=True)
+        held = held_of.get(slots) or _lp_bound(trace, hw, B, cache, args.max_columns,
+                                               args.time_limit, slots, lossless=True)
         row.update({f"lossless_{slots}_{k}": v for k, v in held.items()})
         if "lp-bound" in held:
             row["lp-lossless"] = max(row.get("lp-lossless", 0.0), held["lp-bound"])
