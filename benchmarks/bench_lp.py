@@ -99,13 +99,16 @@ def run_case(trace, pat, hw: str, pct: int, args) -> dict:
     row["lp_meta"] = lp
     row["lp_chosen"] = p.meta.get("pricing", {}).get("chosen")
     row["lp_raw"] = p.meta.get("pricing", {}).get("plan_s")
-    row.update(_lp_bound(trace, hw, B, cache, args.max_columns, args.time_limit))
-    # the plan's LP is the simulator's lossless one over uniform slots where the windows
-    # match (same budget, profile, column cap): not solved twice
-    held_of: dict = {}
-    if "fallback" not in lp and lp.get("lossless") and window == (pat.start_tick, pat.stop_tick):
-        held_of["uniform"] = {"lp-bound": lp["bound_s"], "lp_ticks_per_slot": lp["ticks_per_slot"],
-                              "lp_columns": lp["columns"], "lp_solve_s": lp["solve_s"]}
+    # the plan's LP is the simulator's over uniform slots where the windows match (same
+    # budget, profile, column cap): not solved twice (``meta["lp"]["lossless"]``: which)
+    own = None
+    if "fallback" not in lp and window == (pat.start_tick, pat.stop_tick):
+        own = {"lp-bound": lp["bound_s"], "lp_ticks_per_slot": lp["ticks_per_slot"],
+               "lp_columns": lp["columns"], "lp_solve_s": lp["solve_s"]}
+    lossless_own = bool(lp.get("lossless"))
+    row.update(own if own and not lossless_own else
+               _lp_bound(trace, hw, B, cache, args.max_columns, args.time_limit))
+    held_of = {"uniform": own} if own and lossless_own else {}
     before = _lp_bound(trace, hw, B, cache, args.before_columns, args.time_limit)
     row.update({f"before_{k}": v for k, v in before.items()})
     # the lossless LP over both partitions (either bounds the plans; the larger stands)

@@ -13,9 +13,10 @@ Steps (``schedule``):
 
 1. The program, for the pattern's representative iteration (the window of the plan), on
    the trace's accesses, with its primal (per block and slot boundary, the fraction
-   resident: clean + dirty; dead data: no row, taken as 0). The lossless program (Note
-   [Lossless schedules]): the plan keeps every block's data to its FREE, so an optimum
-   that drops data still allocated points at gaps the plan would pay for in write-backs.
+   resident: clean + dirty; dead data: no row, taken as 0). The unrestricted program, not
+   the lossless one (Note [Lossless schedules]), though the plan keeps its data: seeded
+   from the lossless optimum the priced plan was faster in 5 and slower in 9 of 62
+   cases of ``bench_lp.py`` (``results/lp.md``, "Reading").
 2. Rounding: a candidate gap of the builder (``_core``, Note [Candidate gaps]; each gap at
    its widest guard, the safest) is a *candidate seed* when the optimum holds at most
    ``LP_OFF`` of the block at some slot boundary inside the gap and the gap's window covers
@@ -103,7 +104,7 @@ def schedule(trace, pat, prob, budget: int, prof, guards, mode: str, opts: dict)
         return _seeds_needed(tl, gaps, off)
 
     sched = build_schedule(prob, budget, guards=guards, rounds=rounds, seed=seed)
-    meta = {"lp_s": time.perf_counter() - t0, "bound_s": res.time_s, "lossless": True,
+    meta = {"lp_s": time.perf_counter() - t0, "bound_s": res.time_s, "lossless": False,
             "columns": res.columns,
             "ticks_per_slot": res.coarsen, "solve_s": res.solve_s, "threshold": LP_OFF,
             "bytes_in": float(res.bytes_in.sum()), "bytes_out": float(res.bytes_out.sum()),
@@ -122,7 +123,7 @@ def _solve(trace, pat, prof, budget: int, opts: dict):
 
     prep = prepare(trace, prof.va_block_bytes, prof.page_bytes,
                    window=(int(pat.start_tick), int(pat.stop_tick)))
-    res = lp_bound(prep, prof, budget, primal=True, lossless=True,
+    res = lp_bound(prep, prof, budget, primal=True,
                    max_columns=int(opts.get("lp_max_columns", MAX_COLUMNS)),
                    time_limit_s=float(opts.get("lp_time_limit_s", 120.0)))
     return res, prep.block_id
