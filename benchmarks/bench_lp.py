@@ -99,22 +99,18 @@ def run_case(trace, pat, hw: str, pct: int, args) -> dict:
     row["lp_meta"] = lp
     row["lp_chosen"] = p.meta.get("pricing", {}).get("chosen")
     row["lp_raw"] = p.meta.get("pricing", {}).get("plan_s")
-    # the plan's LP is the simulator's over uniform slots where the windows match (same
-    # budget, profile, column cap): not solved twice (``meta["lp"]["lossless"]``: which)
-    own = None
     if "fallback" not in lp and window == (pat.start_tick, pat.stop_tick):
-        own = {"lp-bound": lp["bound_s"], "lp_ticks_per_slot": lp["ticks_per_slot"],
-               "lp_columns": lp["columns"], "lp_solve_s": lp["solve_s"]}
-    lossless_own = bool(lp.get("lossless"))
-    row.update(own if own and not lossless_own else
-               _lp_bound(trace, hw, B, cache, args.max_columns, args.time_limit))
-    held_of = {"uniform": own} if own and lossless_own else {}
+        # the plan's LP is the simulator's (same window, budget, profile, column cap)
+        row.update({"lp-bound": lp["bound_s"], "lp_ticks_per_slot": lp["ticks_per_slot"],
+                    "lp_columns": lp["columns"], "lp_solve_s": lp["solve_s"]})
+    else:
+        row.update(_lp_bound(trace, hw, B, cache, args.max_columns, args.time_limit))
     before = _lp_bound(trace, hw, B, cache, args.before_columns, args.time_limit)
     row.update({f"before_{k}": v for k, v in before.items()})
     # the lossless LP over both partitions (either bounds the plans; the larger stands)
     for slots in ("uniform", "weighted") if args.weighted else ("uniform",):
-        held = held_of.get(slots) or _lp_bound(trace, hw, B, cache, args.max_columns,
-                                               args.time_limit, slots, lossless=True)
+        held = _lp_bound(trace, hw, B, cache, args.max_columns, args.time_limit, slots,
+                         lossless=True)
         row.update({f"lossless_{slots}_{k}": v for k, v in held.items()})
         if "lp-bound" in held:
             row["lp-lossless"] = max(row.get("lp-lossless", 0.0), held["lp-bound"])

@@ -104,8 +104,7 @@ def schedule(trace, pat, prob, budget: int, prof, guards, mode: str, opts: dict)
         return _seeds_needed(tl, gaps, off)
 
     sched = build_schedule(prob, budget, guards=guards, rounds=rounds, seed=seed)
-    meta = {"lp_s": time.perf_counter() - t0, "bound_s": res.time_s, "lossless": False,
-            "columns": res.columns,
+    meta = {"lp_s": time.perf_counter() - t0, "bound_s": res.time_s, "columns": res.columns,
             "ticks_per_slot": res.coarsen, "solve_s": res.solve_s, "threshold": LP_OFF,
             "bytes_in": float(res.bytes_in.sum()), "bytes_out": float(res.bytes_out.sum()),
             # the gaps of the builds kept (build_schedule may build twice)
