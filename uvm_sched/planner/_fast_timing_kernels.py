@@ -235,30 +235,31 @@ def saved_by_tick(blk, dead, t_off, t_on, chosen, bad, size, live_to, T):
 
 @jit
 def prefetch_stall(issue_tick, issue_at, p_start, p_end, u2, C):
-    """``_stall.prefetch_stall``'s loop over the prefetches in issue order: the waits
-    accumulated along the h2d queue (ns), a Fenwick tree over deadline ticks."""
+    """``_stall.prefetch_stall``'s loop over the prefetches in issue order: the compute's
+    delay at the iteration's end (ns), a Fenwick tree of maxima over deadline ticks."""
     n = C.shape[0]
     tree = np.zeros(n + 1)
-    total = 0.0
+    delay = 0.0
     free_at = 0.0
     for j in range(issue_tick.shape[0]):
-        start = max(issue_at[j] + fenwick_upto(tree, issue_tick[j]), free_at)
+        start = max(issue_at[j] + fenwick_most(tree, issue_tick[j]), free_at)
         free_at = start + (p_end[j] - p_start[j])
-        need_at = C[u2[j]] + fenwick_upto(tree, u2[j] - 1)
-        if free_at > need_at:
+        late = free_at - C[u2[j]]
+        if late > delay:
+            delay = late
+        if late > 0:
             i = u2[j] + 1
             while i <= n:
-                tree[i] += free_at - need_at
+                tree[i] = max(tree[i], late)
                 i += i & -i
-            total += free_at - need_at
-    return total
+    return delay
 
 
 @jit
-def fenwick_upto(tree, i):  # the sum of the entries at indices <= i
+def fenwick_most(tree, i):  # the largest of the entries at indices <= i (0 where none)
     i += 1
-    total = 0.0
+    most = 0.0
     while i > 0:
-        total += tree[i]
+        most = max(most, tree[i])
         i -= i & -i
-    return total
+    return most
