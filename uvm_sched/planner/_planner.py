@@ -20,6 +20,7 @@ import numpy as np
 from .._budget import resolve_budget
 from ._choice import ROLES, as_tables, priced
 from ._core import Problem, Schedule
+from ._instants import judged_on, planned_merged
 from ._known_view import judged_view
 from ._lp_guided import schedule
 from ..trace._model import EventKind
@@ -69,6 +70,8 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "auto", **opts: Any) -> Pla
     ``method`` (``"greedy"``, default, or ``"lp"``: offline, sampled mode only, the LP
     bound's optimum seeds the selection and the greedy plan is priced beside it; options
     ``lp_max_columns``, ``lp_time_limit_s`` (s); ``meta["lp"]``; ``_lp_guided``).
+    Ticks of no device time (a snapshot's) are merged into the tick after them unless
+    ``samples`` are given: ``meta["ticks_merged"]``, ``_instants.planned_merged``.
     Returns a ``Plan`` whose ``meta["predicted"]`` holds the planner's own estimate
     (seconds, bytes), ``meta["pricing"]`` the candidates' iteration times (s; ``at_least``:
     lower bounds) and the choice, and, when the full plan lost, ``meta["fallback"]`` why.
@@ -76,17 +79,14 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "auto", **opts: Any) -> Pla
     from ..hw import load_profile
 
     t0 = time.perf_counter()
-    requested = mode
+    requested, judge = mode, opts.pop("_judged_on", None)  # Note [Ticks of no device time]
     mode, mode_reason = resolve_mode(trace, mode, opts.get("samples"))
-    unknown = sorted(set(opts) - PLAN_OPTIONS)
-    if unknown:
+    if unknown := sorted(set(opts) - PLAN_OPTIONS):
         raise TypeError(f"plan() got unknown option(s) {unknown}; known: {sorted(PLAN_OPTIONS)}")
     prof = load_profile(hw)
-    pat = opts.get("pattern")
-    if pat is None:
-        from ..pattern import analyze
-
-        pat = analyze(trace)
+    if (out := planned_merged(trace, budget, prof, requested, opts)) is not None:
+        return out  # Note [Ticks of no device time]
+    pat = opts["pattern"] if opts.get("pattern") is not None else _analyzed(trace)
     budget_bytes = resolve_budget(budget, trace.peak_bytes, default_bytes=prof.device_capacity_bytes)
     guards = _guards(opts.get("guard", "auto"))
     samples, complete, touch_guard = _samples(trace, pat, mode, opts)
@@ -155,16 +155,22 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "auto", **opts: Any) -> Pla
         extra, roles_of = _candidates(pat, prob, info, sched, greedy, act_opts, roles)
         if opts.get("price") is _AS_CANDIDATES:  # _oblivious_actions: the tables, unpriced
             return as_tables(mode, out, extra, roles_of)
-        # the schedule's arrays (hundreds of bytes per event) are not needed to price it:
-        # dropped before the simulator's own arrays are built (peak memory)
-        del prob, info, sched, greedy, samples
-        view, accesses = judged_view(trace, pat, mode, opts.get("samples"))
+        del prob, info, sched, greedy, samples  # not needed to price it (peak memory)
+        judged, starts = judged_on(trace, pat, judge)
+        view, accesses = judged_view(judged, pat, mode, opts.get("samples"))
         # given samples do not make the trace's accesses known: no oblivious candidate
         out = priced(view, out, extra, roles_of, budget_bytes, prof, accesses,
-                     [a for a, _ in pat.iterations], mode == "oblivious",
+                     starts, mode == "oblivious",
                      (pat, opts) if opts.get("samples") is None else None)
     pred["plan_time_s"] = time.perf_counter() - t0
     return out
+
+
+def _analyzed(trace):
+    """``pattern.analyze(trace)``, imported where it is first needed."""
+    from ..pattern import analyze
+
+    return analyze(trace)
 
 
 def _remote_fallback_option(opts: dict):
