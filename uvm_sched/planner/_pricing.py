@@ -75,7 +75,8 @@ Note [One unseen use] -- oblivious mode, a third view. Measured on the ground tr
 lose to a use the allocator events do not show -- an activation evicted for a gap it is in
 fact read in (an LSTM's recurrent state, read at every time step: lstm-s13 at 60% of peak
 1.95x demand paging, 1.13x without its evictions; LLaMA-7B planned from a snapshot at 75%:
-1.17x, 1.07x without its activation moves), and populates and discards at 90% of peak
+1.17x, 1.07x without its activation moves, a loss that came of the snapshot's ticks of no
+time: ``_instants``), and populates and discards at 90% of peak
 (finetune-s3: the populates alone 1.19x, without them 0.97x: blocks first touched up to
 10 ticks after their ALLOC, populated at it and evicting, least recently migrated first,
 what those ticks read). The first two views
