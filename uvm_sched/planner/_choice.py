@@ -91,7 +91,8 @@ def priced(trace, full: Plan, extra: dict, roles_of: dict, budget: int, prof, ac
     and its advice alone where the accesses are known) and no plan, judged
     by the simulator on the trace's allocator events (``_pricing``); the choice is noted
     in its meta (``oblivious``: the plan was made without samples). ``source``: the
-    pattern and options the plan was made from; with ``accesses``, the oblivious plan's
+    trace (as planned on: ``trace`` is what it is priced on), pattern and options the plan
+    was made from; with ``accesses``, the oblivious plan's
     tables are priced too (Note [The oblivious plan as a candidate]). ``roles_of``: per
     label, each row's role in its table (``ROLES``, ``_actions``)."""
     from ..sim import BudgetError
@@ -105,7 +106,8 @@ def priced(trace, full: Plan, extra: dict, roles_of: dict, budget: int, prof, ac
                                 "the plan cannot be timed against no plan"}
         return full
     if accesses and source is not None:
-        extra = {**extra, **_oblivious_actions(trace, budget, prof, *source)}
+        planned_on, pat, opts = source
+        extra = {**extra, **_oblivious_actions(planned_on, budget, prof, pat, opts)}
     cands = {"plan": full, **{k: Plan(a, dict(full.meta)) for k, a in extra.items()},
              "none": Plan(extra["advice-only"].iloc[:0], dict(full.meta))}
     exact: dict = {}  # (view, label) -> iteration s, of the runs made to their end

@@ -158,10 +158,12 @@ def plan(trace, budget, hw="h200-pcie5", mode: str = "auto", **opts: Any) -> Pla
         del prob, info, sched, greedy, samples  # not needed to price it (peak memory)
         judged, starts = judged_on(trace, pat, judge)
         view, accesses = judged_view(judged, pat, mode, opts.get("samples"))
-        # given samples do not make the trace's accesses known: no oblivious candidate
-        out = priced(view, out, extra, roles_of, budget_bytes, prof, accesses,
-                     starts, mode == "oblivious",
-                     (pat, opts) if opts.get("samples") is None else None)
+        # given samples do not make the trace's accesses known: no oblivious candidate; the
+        # oblivious plans are made on the ticks this one was (Note [Ticks of no device time])
+        source = None if opts.get("samples") is not None else (
+            trace, pat, opts if judge is None else {**opts, "_judged_on": judge})
+        out = priced(view, out, extra, roles_of, budget_bytes, prof, accesses, starts,
+                     mode == "oblivious", source)
     pred["plan_time_s"] = time.perf_counter() - t0
     return out
 
