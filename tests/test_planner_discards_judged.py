@@ -41,7 +41,8 @@ def _fake(monkeypatch, times, bare):
             raise sim.BudgetError("refused")
         t = times[j][0 if (p.actions["action"] == "discard").any() else 1]
         return SimpleNamespace(iteration_time_s=min(t, _stop_above_s * 1.5),
-                               counters={"stopped": t > _stop_above_s})
+                               counters={"stopped": t > _stop_above_s},
+                               stall_breakdown={"host": 0.0})
 
     monkeypatch.setattr(sim, "simulate", simulate)
     return calls
@@ -72,13 +73,22 @@ def test_discards_one_view_shows_paying_are_kept(monkeypatch, bare):
     assert calls == [1, 1]  # decided in the kept reads, run first: no other view is run
     calls = _fake(monkeypatch, [(2.0, 2.1), (3.0, 3.0), (3.0, 2.9)], bare)
     assert _judge(bare, p)[1].endswith("slower with the allocator events alone")
-    assert calls == [1, 1, 2, 2, 0, 0]
+    assert calls == [1, 1, 0, 0]  # the one-unseen-use view is not run (below)
+
+
+def test_the_one_unseen_use_view_does_not_judge_rows(monkeypatch, bare):
+    # it refutes only what the events alone show slower too (Note [One unseen use]), which
+    # they refute by themselves: shown slower only there, the discards are left out
+    calls = _fake(monkeypatch, [(2.0, 2.0), (3.0, 3.0), (3.0, 3.9)], bare)
+    out, why, _ = _judge(bare, _plan(2))
+    assert "discard" not in set(out.actions["action"]) and "any of 2 views" in why
+    assert 2 not in calls
 
 
 def test_a_view_the_simulator_refuses_judges_nothing(monkeypatch, bare):
     _fake(monkeypatch, [None, (3.0, 3.0), (3.0, 2.9)], bare)
     out, why, _ = _judge(bare, _plan(1))
-    assert "discard" not in set(out.actions["action"]) and "any of 2 views" in why
+    assert "discard" not in set(out.actions["action"]) and "any of 1 view" in why
     _fake(monkeypatch, [None, None, None], bare)
     p = _plan(1)
     assert _judge(bare, p) == (p, "kept: 1 discards, no view could judge them", None)
@@ -116,12 +126,16 @@ def test_any_rows_are_judged_as_the_discards_are(monkeypatch, bare):
         def simulate(view, plan, prof, budget, _stop_above_s=float("inf"), **_):
             t = 3.0 if (plan.actions["action"] == "prefetch_to_device").any() else kept_s
             return SimpleNamespace(iteration_time_s=min(t, _stop_above_s * 1.5),
-                                   counters={"stopped": t > _stop_above_s})
+                                   counters={"stopped": t > _stop_above_s},
+                                   stall_breakdown={"host": t / 10})
 
         monkeypatch.setattr(sim, "simulate", simulate)
+        hosts = {0: 0.3}
         out, why, times = without_rows(views, p, marked, "populates", 1 << 30, None,
-                                       accesses=False)
+                                       accesses=False, hosts=hosts)
         assert (out is not p) is left_out and why.startswith(
             "left out: 1 populates" if left_out else "kept: 1 populates"), why
         assert "prefetch_to_device" not in set(out.actions["action"]) or not left_out
-        assert times == ({1: kept_s, 2: kept_s, 0: kept_s} if left_out else {1: 3.0})
+        assert times == ({1: kept_s, 0: kept_s} if left_out else {1: 3.0})
+        # the host stalls follow the plan returned (calls_hidden reads them)
+        assert hosts == ({1: kept_s / 10, 0: kept_s / 10} if left_out else {0: 0.3, 1: 0.3})

@@ -90,6 +90,18 @@ def test_the_kept_reads_are_simulated_where_their_time_is_not_known(monkeypatch)
     assert calls_hidden(views, None, {0: 1.0, 1: 5.0}, {}, 1 << 30, None) == (True, None)
 
 
+def test_a_host_stall_already_recorded_is_not_simulated_again(monkeypatch):
+    # the judgements before it ran the plan to its end in the events alone: their figures
+    # decide, as the run would have (here the run would say hidden, they say withheld)
+    views = _fake(monkeypatch, 0.9, 0.0, kept_s=4.0)
+    got, why = calls_hidden(views, None, {0: 1.0, 1: 5.0}, {0: 3.0, 1: 4.0}, 1 << 30, None,
+                            {0: 2.0})
+    assert not got and "2 s per iteration" in why
+    # a host stall with no time beside it is not enough: the run is made
+    assert calls_hidden(views, None, {0: 1.0, 1: 5.0}, {1: 4.0}, 1 << 30, None,
+                        {0: 2.0}) == (True, None)
+
+
 # unet-s193 at 90% of peak: its advice alone, 248 populates of resident ranges, 3.0x no
 # plan in the events alone and 0.993x with the kept reads, was 1.34x demand paging on
 # gh200-c2c (1.16x h200-pcie5, 1.11x a100-40gb-pcie4): the calls' host stall beside the

@@ -48,7 +48,8 @@ def _fake(monkeypatch) -> list:
         keys = [5 if pers else int(b) for b, pers in zip(moved["block"], moved["persistent"])]
         t = 10.0 + sum(_COST[k][view] for k in keys)
         return SimpleNamespace(iteration_time_s=min(t, _stop_above_s * 1.5),
-                               counters={"stopped": t > _stop_above_s})
+                               counters={"stopped": t > _stop_above_s},
+                               stall_breakdown={"host": t / 100})
 
     monkeypatch.setattr(sim, "simulate", simulate)
     return calls
@@ -60,7 +61,8 @@ _VIEWS = [lambda j=j: j for j in range(4)]
 def test_moves_no_view_shows_paying_are_left_out_block_by_block(monkeypatch):
     _fake(monkeypatch)
     p, moved = _moves_plan()
-    out, kept, why, known = without_losing_moves(_VIEWS, p, moved, 1 << 30, None, {})
+    hosts: dict = {}
+    out, kept, why, known = without_losing_moves(_VIEWS, p, moved, 1 << 30, None, {}, hosts)
     left = out.actions
     # block 1 (loses everywhere) and block 3 (changes nothing) lose their moves
     assert sorted(left.loc[left["action"] == "prefetch_to_host", "block"]) == [0, 2, 5]
@@ -72,6 +74,7 @@ def test_moves_no_view_shows_paying_are_left_out_block_by_block(monkeypatch):
     assert why.startswith("left out: the moves of 2 of 4 freed blocks (4 rows)")
     # the times returned are the plan's as emitted
     assert known == {j: 10.0 + sum(_COST[k][j] for k in (0, 2, 5)) for j in range(4)}
+    assert hosts == {j: t / 100 for j, t in known.items()}  # as are the host stalls
 
 
 def test_moves_judged_in_runs_of_blocks_where_there_are_more_than_max_trials(monkeypatch):

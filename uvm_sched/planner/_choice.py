@@ -111,11 +111,12 @@ def priced(trace, full: Plan, extra: dict, roles_of: dict, budget: int, prof, ac
     cands = {"plan": full, **{k: Plan(a, dict(full.meta)) for k, a in extra.items()},
              "none": Plan(extra["advice-only"].iloc[:0], dict(full.meta))}
     exact: dict = {}  # (view, label) -> iteration s, of the runs made to their end
+    host_of: dict = {}  # (view, label) -> their host stall, s (for calls_hidden)
     views = _views(trace, budget, starts, accesses)  # once: the discards are judged in them too
     try:
         best, times, at_least = price(trace, cands, budget, prof, accesses=accesses,
                                       starts=starts, oblivious=oblivious, exact=exact,
-                                      views=views)
+                                      views=views, hosts=host_of)
     except BudgetError as e:
         full.meta["pricing"] = {"chosen": "plan", "unpriced": str(e)}
         return full
@@ -127,18 +128,21 @@ def priced(trace, full: Plan, extra: dict, roles_of: dict, budget: int, prof, ac
     roles = roles_of.get(best, np.zeros(len(out.actions), np.int8))
     # Note [Moves the views doubt] (``_lean``); the runs it makes are added to ``exact``
     doubt = oblivious and not accesses and best == "plan" and \
-        doubted(views, out, cands["advice-only"], exact, budget, prof) is not None
+        doubted(views, out, cands["advice-only"], exact, budget, prof, host_of) is not None
     known = {j: t for (j, k), t in exact.items() if k == best}
+    # the lean judgements below keep both in step with ``out`` (the events alone is not
+    # run again for its host stall where one of them ran it to its end)
+    hosts = {j: s for (j, k), s in host_of.items() if k == best}
     if doubt:
         lean, kept, why, known = without_losing_moves(views, out, roles == ROLES["move"],
-                                                      budget, prof, known)
+                                                      budget, prof, known, hosts)
         out.meta["pricing"]["moves"] = why
         out, roles = lean, roles[kept]
     idle = roles == ROLES["idle populate"]
     if best.endswith("advice-only"):  # Note [Discards judged against keeping them]
         disc = (out.actions["action"] == "discard").to_numpy()
         lean, why, known = without_rows(views, out, disc, "discards", budget, prof,
-                                        accesses=accesses, known=known)
+                                        accesses=accesses, known=known, hosts=hosts)
         if why:
             out.meta["pricing"]["discards"] = why
         if lean is not out:
@@ -148,7 +152,7 @@ def priced(trace, full: Plan, extra: dict, roles_of: dict, budget: int, prof, ac
         out = lean
     # Note [Populates that move nothing] (``_populates``): judged the same way
     lean, why, known = without_rows(views, out, idle, "populates that move nothing", budget,
-                                    prof, accesses=accesses, known=known)
+                                    prof, accesses=accesses, known=known, hosts=hosts)
     if why:
         out.meta["pricing"]["populates"] = why
     if lean is not out and accesses:
@@ -156,7 +160,7 @@ def priced(trace, full: Plan, extra: dict, roles_of: dict, budget: int, prof, ac
     out = lean
     if oblivious and not accesses and best != "none":  # Note [Calls the host cannot hide]
         none_s = {j: t for (j, k), t in exact.items() if k == "none"}
-        hidden, why = calls_hidden(views, out, none_s, known, budget, prof)
+        hidden, why = calls_hidden(views, out, none_s, known, budget, prof, hosts)
         if not hidden:
             why = f"{best} not emitted: {why}"
             pricing = dict(out.meta["pricing"], chosen="none", calls=why)

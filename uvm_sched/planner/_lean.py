@@ -50,6 +50,10 @@ MAX_TRIALS = 64
 # the kept reads first: of the views, it showed discards paying most often, so it decides
 # soonest (gru-s700 1.47x, mlp-s1008 1.13x without them; the LLM traces of bench_scale)
 _ORDER = (1, 2, 0)
+# the views that judge a plan without some of its rows (``without_rows``): the one-unseen-use
+# view refutes only what the allocator events alone show slower too (Note [One unseen use],
+# ``_pricing``), which they refute by themselves, so it is not run there
+_ROWS_ORDER = tuple(j for j in _ORDER if j != 2)
 
 
 class _Views:
@@ -70,21 +74,25 @@ class _Views:
         return made
 
 
-def _no_slower(views: _Views, order, current, trial, known: dict, budget: int, prof):
+def _no_slower(views: _Views, order, current, trial, known: dict, budget: int, prof,
+               hosts: tuple[dict, dict] | None = None):
     """``(times, j)``: ``trial``'s iteration times (s, ``{view: s}``) in the views of
     ``order`` where no view shows it slower than ``current`` (``known``: ``current``'s
     times, ``{view: s}``; those missing are simulated and added), else ``(None, j)``, ``j``
-    the view that shows it slower. A view whose reads cannot be held judges nothing."""
+    the view that shows it slower. A view whose reads cannot be held judges nothing.
+    ``hosts``: ``current``'s and ``trial``'s ``{view: s}``, which get the host stall (s)
+    of each of their runs made to its end (``calls_hidden`` reads it)."""
     from ..sim import BudgetError, simulate
 
     times: dict = {}
+    hosts = ({}, {}) if hosts is None else hosts
     for j in order:
         try:
             view, cache = views(j)
-            t = known.get(j) or float(simulate(
-                view, current, prof, budget, _cache=cache, _figures_only=True).iteration_time_s)
-            known[j] = t
-            at = t * (1 + _ROUNDING)
+            if not known.get(j):
+                r = simulate(view, current, prof, budget, _cache=cache, _figures_only=True)
+                known[j], hosts[0][j] = float(r.iteration_time_s), _host_s(r)
+            at = known[j] * (1 + _ROUNDING)
             r = simulate(view, trial, prof, budget, _cache=cache, _figures_only=True,
                          _stop_above_s=at * (1 + 1e3 * _ROUNDING))
         except BudgetError:
@@ -92,19 +100,27 @@ def _no_slower(views: _Views, order, current, trial, known: dict, budget: int, p
         seconds = float(r.iteration_time_s)
         if r.counters.get("stopped") or seconds > at:
             return None, j
-        times[j] = seconds
+        times[j], hosts[1][j] = seconds, _host_s(r)
     return times, None
 
 
+def _host_s(result) -> float:
+    """The host stall (s) of a simulation's measured iteration (Note [Calls the host cannot
+    hide], ``_pricing``)."""
+    return float(result.stall_breakdown["host"])
+
+
 def without_rows(views: list, chosen, drop, what: str, budget: int, prof, *, accesses: bool,
-                 known: dict | None = None):
+                 known: dict | None = None, hosts: dict | None = None):
     """``(plan, why, times)``: ``chosen`` (a priced ``Plan``) without the rows of its table
     that ``drop`` (a bool per row) marks, where that is no slower in any of ``views``
     (``_views``: those ``price`` judged it in), judged against ``chosen`` itself rather
     than against no plan, else ``chosen``; why in words, naming the rows ``what`` (None
     where ``drop`` marks none); and ``{view: s}``, the returned plan's iteration times
-    simulated to their end (``known``: ``chosen``'s, already simulated). Note [Discards
-    judged against keeping them], Note [Populates that move nothing] (``_populates``)."""
+    simulated to their end (``known``: ``chosen``'s, already simulated). ``hosts``, given:
+    ``{view: s}``, ``chosen``'s host stall in those runs, updated in place to the returned
+    plan's. Note [Discards judged against keeping them], Note [Populates that move
+    nothing] (``_populates``)."""
     from ._plan import Plan
 
     drop = np.asarray(drop, bool)
@@ -113,8 +129,10 @@ def without_rows(views: list, chosen, drop, what: str, budget: int, prof, *, acc
         return chosen, None, known
     kept = Plan(chosen.actions[~drop].reset_index(drop=True), dict(chosen.meta))
     names = _VIEW_NAMES[4:] if accesses else _VIEW_NAMES[:4]
-    times, j = _no_slower(_Views(views, False), (0,) if accesses else _ORDER, chosen, kept,
-                          known, budget, prof)
+    hosts = {} if hosts is None else hosts
+    trial_hosts: dict = {}
+    times, j = _no_slower(_Views(views, False), (0,) if accesses else _ROWS_ORDER, chosen,
+                          kept, known, budget, prof, (hosts, trial_hosts))
     if times is None:
         return chosen, (f"kept: {int(drop.sum())} {what}, without them the plan is "
                         f"slower with {names[j]}"), known
@@ -122,6 +140,8 @@ def without_rows(views: list, chosen, drop, what: str, budget: int, prof, *, acc
         return chosen, f"kept: {int(drop.sum())} {what}, no view could judge them", known
     why = (f"left out: {int(drop.sum())} {what}, the plan is no slower without them in "
            f"any of {len(times)} view{'s' * (len(times) > 1)}")
+    hosts.clear()
+    hosts.update(trial_hosts)
     return kept, why, times
 
 
@@ -139,18 +159,20 @@ def without_discards(views: list, chosen, budget: int, prof, *, accesses: bool,
     return out, why, times.get(0) if accesses and out is not chosen else None
 
 
-def doubted(views: list, chosen, advice, exact: dict, budget: int, prof) -> int | None:
+def doubted(views: list, chosen, advice, exact: dict, budget: int, prof,
+            hosts: dict | None = None) -> int | None:
     """The first of the views that rank (of ``views``, the events alone and the kept reads:
     its index) in which ``advice`` (the chosen full plan's advice alone) is faster than
     ``chosen``, or None: Note [Moves the views doubt].
     ``exact``: ``{(view, label): s}`` of the runs made to their end, labels ``"plan"`` and
-    ``"advice-only"``; the runs missing are made, to their end, and added."""
+    ``"advice-only"``; the runs missing are made, to their end, and added (their host
+    stall to ``hosts``, given: ``runs_to_end``)."""
     from ..sim import BudgetError
 
     for j in range(min(2, len(views))):
         try:
             runs_to_end(views, j, {"plan": chosen, "advice-only": advice}, exact, budget,
-                        prof)
+                        prof, hosts)
         except BudgetError:
             continue  # a view that cannot hold the budget judges nothing
         if exact[j, "advice-only"] < exact[j, "plan"] * (1 - _ROUNDING):
@@ -158,14 +180,16 @@ def doubted(views: list, chosen, advice, exact: dict, budget: int, prof) -> int 
     return None
 
 
-def without_losing_moves(views: list, chosen, moved, budget: int, prof, known: dict):
+def without_losing_moves(views: list, chosen, moved, budget: int, prof, known: dict,
+                         hosts: dict | None = None):
     """``(plan, kept, why, known)``: ``chosen`` (a priced full ``Plan``, oblivious mode)
     without the moves of the freed blocks whose moves no view shows paying (Note [Moves the
     views doubt]), each block judged against the plan as it stands; which of ``chosen``'s
     rows it keeps (a bool per row); why in words (None where ``chosen`` moves no freed
     block); and the returned plan's iteration times ``{view: s}``. ``moved``: a bool
     per row, the schedule's evictions and the prefetches that bring blocks back (``_actions``);
-    ``known``: ``chosen``'s times."""
+    ``known``: ``chosen``'s times; ``hosts``, given: ``{view: s}``, ``chosen``'s host stall
+    in those runs, updated in place to the returned plan's."""
     from ._plan import Plan
 
     acts = chosen.actions
@@ -177,14 +201,18 @@ def without_losing_moves(views: list, chosen, moved, budget: int, prof, known: d
         return chosen, keep, None, known
     judge = _Views(views, True)
     current, known = chosen, dict(known)
+    hosts = {} if hosts is None else hosts
     left, runs = [], np.array_split(order, min(len(order), MAX_TRIALS))
     for run in runs:
         trial = keep & ~(moved & np.isin(blocks, run))
         plan = Plan(acts[trial].reset_index(drop=True), dict(chosen.meta))
+        trial_hosts: dict = {}
         times, _ = _no_slower(judge, (*_ORDER, 3)[:len(views)], current, plan, known,
-                              budget, prof)
+                              budget, prof, (hosts, trial_hosts))
         if times:  # None: a view shows it slower; {}: no view could judge it
             keep, current, known = trial, plan, times
+            hosts.clear()
+            hosts.update(trial_hosts)
             left.extend(run.tolist())
     why = (f"left out: the moves of {len(left)} of {len(order)} freed blocks "
            f"({int((~keep).sum())} rows), the plan is no slower without them in any view; "

@@ -443,21 +443,28 @@ _VIEW_NAMES = ("the allocator events alone", "the kept reads", "one unseen use p
                "the trace as the planner knows it")
 
 
-def calls_hidden(views: list, chosen, none_s: dict, known: dict, budget: int, prof):
+def calls_hidden(views: list, chosen, none_s: dict, known: dict, budget: int, prof,
+                 hosts: dict | None = None):
     """``(hidden, why)``: whether ``chosen`` (a priced ``Plan``, oblivious mode, not no plan)
     is still faster than no plan in a view that ranks (``_views``: 0 the allocator events
     alone, 1 the kept reads) once its calls are taken to overlap no stall: its time in the
     kept reads plus the host stall (s) its calls make in the events alone, Note [Calls the
     host cannot hide]. ``none_s``: ``{view: s}``, no plan's iteration times; ``known``:
-    ``{view: s}``, ``chosen``'s, already simulated. ``why``: None where hidden."""
+    ``{view: s}``, ``chosen``'s, already simulated; ``hosts``: ``{view: s}``, the host
+    stall in those of them that recorded it (the events alone is not run again where it
+    did). ``why``: None where hidden."""
     from ..sim import BudgetError, simulate
 
-    try:
-        r = simulate(views[0](), chosen, prof, budget, _figures_only=True)
-    except BudgetError:
-        return True, None  # a view that cannot hold the budget judges nothing
-    host = float(r.stall_breakdown["host"])
-    if host <= 0 or 0 not in none_s or float(r.iteration_time_s) < none_s[0] * (1 - _ROUNDING):
+    hosts = hosts or {}
+    if 0 in hosts and known.get(0):
+        host, t0 = hosts[0], known[0]
+    else:
+        try:
+            r = simulate(views[0](), chosen, prof, budget, _figures_only=True)
+        except BudgetError:
+            return True, None  # a view that cannot hold the budget judges nothing
+        host, t0 = float(r.stall_breakdown["host"]), float(r.iteration_time_s)
+    if host <= 0 or 0 not in none_s or t0 < none_s[0] * (1 - _ROUNDING):
         return True, None
     if 1 not in none_s:
         return True, None
@@ -474,7 +481,8 @@ def calls_hidden(views: list, chosen, none_s: dict, known: dict, budget: int, pr
 
 def price(trace, candidates: dict, budget: int, prof, *, accesses: bool = False,
           starts=(), oblivious: bool = True, exact: dict | None = None,
-          views: list | None = None, _prune: bool = True) -> tuple[str, dict, tuple[str, ...]]:
+          views: list | None = None, hosts: dict | None = None,
+          _prune: bool = True) -> tuple[str, dict, tuple[str, ...]]:
     """Simulate each of ``candidates`` (``{label: Plan}``, in order of preference) on
     ``trace`` (its allocator events only, unless ``accesses``: the planner knows them) at
     ``budget`` bytes on ``prof``; returns the label chosen (the fastest; among ties, in
@@ -486,7 +494,8 @@ def price(trace, candidates: dict, budget: int, prof, *, accesses: bool = False,
     Note [Refuted candidates run no further views], or by a run stopped once it refuted
     them, Note [Runs stopped once decided]; ``_prune`` False runs every view, each run to
     its end, for tests; ``exact``, given, gets ``{(view, label): s}`` for the runs made to
-    their end; ``views``: ``_views``'s, where the caller made them). ``starts``: the
+    their end, and ``hosts``, given, their host stall (s); ``views``: ``_views``'s, where
+    the caller made them). ``starts``: the
     iteration start ticks (for the reads of the never-freed blocks, see the module
     docstring). Raises ``BudgetError`` where a tick's reads, spilled (Note [Reads no tick
     can hold]), exceed the budget."""
@@ -567,6 +576,8 @@ def price(trace, candidates: dict, budget: int, prof, *, accesses: bool = False,
                 run[label] = (t, float(r.stall_time_s))
                 if not r.counters.get("stopped"):
                     exact[j, label] = t
+                    if hosts is not None:
+                        hosts[j, label] = float(r.stall_breakdown["host"])
                 del r
         except BudgetError:
             if not j:
@@ -588,14 +599,16 @@ def price(trace, candidates: dict, budget: int, prof, *, accesses: bool = False,
     at_least = tuple(k for k in candidates if k in cut)
     if not oblivious:
         return tied[0], times, at_least  # the samples are knowledge the views do not hold
-    return _oblivious_choice(tied, ratios, views, candidates, prof, budget, exact), \
+    return _oblivious_choice(tied, ratios, views, candidates, prof, budget, exact, hosts), \
         times, at_least
 
 
-def runs_to_end(views: list, j: int, plans: dict, exact: dict, budget: int, prof) -> None:
+def runs_to_end(views: list, j: int, plans: dict, exact: dict, budget: int, prof,
+                hosts: dict | None = None) -> None:
     """Simulate each of ``plans`` (``{label: Plan}``) whose run in view ``j`` of ``views``
-    is not in ``exact`` (``{(view, label): s}``) to its end, and add its iteration time (s).
-    Raises ``BudgetError`` where the view cannot hold the budget."""
+    is not in ``exact`` (``{(view, label): s}``) to its end, and add its iteration time (s)
+    (and to ``hosts``, given, its host stall, s). Raises ``BudgetError`` where the view
+    cannot hold the budget."""
     from ..sim import simulate
 
     todo = [k for k in plans if (j, k) not in exact]
@@ -603,12 +616,14 @@ def runs_to_end(views: list, j: int, plans: dict, exact: dict, budget: int, prof
         view = views[j]()
         cache: dict = {}
         for k in todo:
-            exact[j, k] = float(simulate(view, plans[k], prof, budget, _cache=cache,
-                                         _figures_only=True).iteration_time_s)
+            r = simulate(view, plans[k], prof, budget, _cache=cache, _figures_only=True)
+            exact[j, k] = float(r.iteration_time_s)
+            if hosts is not None:
+                hosts[j, k] = float(r.stall_breakdown["host"])
 
 
 def _oblivious_choice(tied: list, ratios: dict, views: list, candidates: dict, prof,
-                      budget: int, exact: dict) -> str:
+                      budget: int, exact: dict, hosts: dict | None = None) -> str:
     """The label oblivious mode emits of ``tied`` (labels priced equal, in order; their
     ratios to no plan ``{label: [ratio per view]}``): of those some view shows faster than
     no plan, the ones whose worst regret over the views that rank (the events alone and
@@ -616,14 +631,16 @@ def _oblivious_choice(tied: list, ratios: dict, views: list, candidates: dict, p
     least, equal up to float rounding (Note [The hint that costs least when wrong]), then
     Note [Ties broken by the other views]; where no view shows any faster, the one acting
     least (Note [A tie acts less]). ``exact``: ``{(view, label): s}`` of the runs made to
-    their end; a run stopped once decided is made again, to its end, and added."""
+    their end; a run stopped once decided is made again, to its end, and added (and its
+    host stall to ``hosts``)."""
     shown = [k for k in tied if min(ratios[k]) < 1 - _ROUNDING]
     if len(shown) > 1:
         regret = dict.fromkeys(shown, 1.0)
         for j in (0, 1)[:len(views)]:
             if (j, "none") not in exact:
                 continue  # a view that could not hold the budget judges nothing
-            runs_to_end(views, j, {k: candidates[k] for k in shown}, exact, budget, prof)
+            runs_to_end(views, j, {k: candidates[k] for k in shown}, exact, budget, prof,
+                        hosts)
             # no plan's run is made to its end: the fastest is among the runs made there
             fastest = min(t for (v, _), t in exact.items() if v == j)
             for k in shown:
