@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._pricing import _ROUNDING, _VIEW_NAMES, runs_to_end
+from ._pricing import _ROUNDING, _VIEW_NAMES, host_stall_s, runs_to_end
 
 __all__ = ["without_rows", "without_discards", "doubted", "without_losing_moves",
            "MAX_TRIALS"]
@@ -91,7 +91,7 @@ def _no_slower(views: _Views, order, current, trial, known: dict, budget: int, p
             view, cache = views(j)
             if not known.get(j):
                 r = simulate(view, current, prof, budget, _cache=cache, _figures_only=True)
-                known[j], hosts[0][j] = float(r.iteration_time_s), _host_s(r)
+                known[j], hosts[0][j] = float(r.iteration_time_s), host_stall_s(r)
             at = known[j] * (1 + _ROUNDING)
             r = simulate(view, trial, prof, budget, _cache=cache, _figures_only=True,
                          _stop_above_s=at * (1 + 1e3 * _ROUNDING))
@@ -100,14 +100,8 @@ def _no_slower(views: _Views, order, current, trial, known: dict, budget: int, p
         seconds = float(r.iteration_time_s)
         if r.counters.get("stopped") or seconds > at:
             return None, j
-        times[j], hosts[1][j] = seconds, _host_s(r)
+        times[j], hosts[1][j] = seconds, host_stall_s(r)
     return times, None
-
-
-def _host_s(result) -> float:
-    """The host stall (s) of a simulation's measured iteration (Note [Calls the host cannot
-    hide], ``_pricing``)."""
-    return float(result.stall_breakdown["host"])
 
 
 def without_rows(views: list, chosen, drop, what: str, budget: int, prof, *, accesses: bool,

@@ -149,8 +149,10 @@ demand paging; without its discards it is 1.00x and 0.95x there, 0.95x on the gr
 truth). So advice alone, once chosen, is run again without its discards, against itself
 rather than against no plan, in the same views: the discards are left out where no view
 shows it slower without them (``_lean.without_discards``), and kept where any view shows them
-paying. The words go in ``plan.meta["pricing"]["discards"]``; sampled mode prices the
-oblivious advice without its discards beside the rest. No constant.
+paying (of the views, the one-unseen-use view is not run there: it refutes only what the
+events alone show slower too, Note [One unseen use]). The words go in
+``plan.meta["pricing"]["discards"]``; sampled mode prices the oblivious advice without its
+discards beside the rest. No constant.
 
 Note [Calls the host cannot hide] -- oblivious mode. Every prefetch and advise call holds
 the thread that launches the kernels (``sim/_mechanisms.py``, Note [Host calls]). In the
@@ -221,7 +223,7 @@ from __future__ import annotations
 
 from functools import partial
 
-__all__ = ["price", "calls_hidden", "runs_to_end", "CANDIDATES"]
+__all__ = ["price", "calls_hidden", "host_stall_s", "runs_to_end", "CANDIDATES"]
 
 CANDIDATES = ("plan", "advice-only", "none")
 _ROUNDING = 1e-9  # relative: iteration times equal up to float rounding are equal
@@ -443,6 +445,12 @@ _VIEW_NAMES = ("the allocator events alone", "the kept reads", "one unseen use p
                "the trace as the planner knows it")
 
 
+def host_stall_s(result) -> float:
+    """The host stall (s) of a simulation's measured iteration: what the launching thread's
+    calls held the kernels back (Note [Calls the host cannot hide])."""
+    return float(result.stall_breakdown["host"])
+
+
 def calls_hidden(views: list, chosen, none_s: dict, known: dict, budget: int, prof,
                  hosts: dict | None = None):
     """``(hidden, why)``: whether ``chosen`` (a priced ``Plan``, oblivious mode, not no plan)
@@ -463,7 +471,7 @@ def calls_hidden(views: list, chosen, none_s: dict, known: dict, budget: int, pr
             r = simulate(views[0](), chosen, prof, budget, _figures_only=True)
         except BudgetError:
             return True, None  # a view that cannot hold the budget judges nothing
-        host, t0 = float(r.stall_breakdown["host"]), float(r.iteration_time_s)
+        host, t0 = host_stall_s(r), float(r.iteration_time_s)
     if host <= 0 or 0 not in none_s or t0 < none_s[0] * (1 - _ROUNDING):
         return True, None
     if 1 not in none_s:
@@ -577,7 +585,7 @@ def price(trace, candidates: dict, budget: int, prof, *, accesses: bool = False,
                 if not r.counters.get("stopped"):
                     exact[j, label] = t
                     if hosts is not None:
-                        hosts[j, label] = float(r.stall_breakdown["host"])
+                        hosts[j, label] = host_stall_s(r)
                 del r
         except BudgetError:
             if not j:
@@ -619,7 +627,7 @@ def runs_to_end(views: list, j: int, plans: dict, exact: dict, budget: int, prof
             r = simulate(view, plans[k], prof, budget, _cache=cache, _figures_only=True)
             exact[j, k] = float(r.iteration_time_s)
             if hosts is not None:
-                hosts[j, k] = float(r.stall_breakdown["host"])
+                hosts[j, k] = host_stall_s(r)
 
 
 def _oblivious_choice(tied: list, ratios: dict, views: list, candidates: dict, prof,
