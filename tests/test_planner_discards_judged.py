@@ -73,14 +73,21 @@ def test_discards_one_view_shows_paying_are_kept(monkeypatch, bare):
     assert calls == [1, 1]  # decided in the kept reads, run first: no other view is run
     calls = _fake(monkeypatch, [(2.0, 2.1), (3.0, 3.0), (3.0, 2.9)], bare)
     assert _judge(bare, p)[1].endswith("slower with the allocator events alone")
-    assert calls == [1, 1, 0, 0]  # the one-unseen-use view is not run (below)
+    assert calls == [1, 1, 2, 2, 0, 0]
 
 
-def test_the_one_unseen_use_view_does_not_judge_rows(monkeypatch, bare):
-    # it refutes only what the events alone show slower too (Note [One unseen use]), which
-    # they refute by themselves: shown slower only there, the discards are left out
+def test_the_one_unseen_use_view_judges_the_discards_not_the_populates(monkeypatch, bare):
+    # shown slower only there, the discards stay; rows judged without it (the populates
+    # that move nothing, ``_lean._POPULATES_ORDER``) are left out
     calls = _fake(monkeypatch, [(2.0, 2.0), (3.0, 3.0), (3.0, 3.9)], bare)
-    out, why, _ = _judge(bare, _plan(2))
+    p = _plan(2)
+    out, why, _ = _judge(bare, p)
+    assert out is p and why.endswith("slower with one unseen use per freed block")
+    calls.clear()
+    views = _views(bare, 1 << 30, bare.iteration_starts, False)
+    disc = (p.actions["action"] == "discard").to_numpy()
+    out, why, _ = without_rows(views, p, disc, "rows", 1 << 30, None, accesses=False,
+                               unseen_use=False)
     assert "discard" not in set(out.actions["action"]) and "any of 2 views" in why
     assert 2 not in calls
 
@@ -88,7 +95,7 @@ def test_the_one_unseen_use_view_does_not_judge_rows(monkeypatch, bare):
 def test_a_view_the_simulator_refuses_judges_nothing(monkeypatch, bare):
     _fake(monkeypatch, [None, (3.0, 3.0), (3.0, 2.9)], bare)
     out, why, _ = _judge(bare, _plan(1))
-    assert "discard" not in set(out.actions["action"]) and "any of 1 view" in why
+    assert "discard" not in set(out.actions["action"]) and "any of 2 views" in why
     _fake(monkeypatch, [None, None, None], bare)
     p = _plan(1)
     assert _judge(bare, p) == (p, "kept: 1 discards, no view could judge them", None)
@@ -136,6 +143,7 @@ def test_any_rows_are_judged_as_the_discards_are(monkeypatch, bare):
         assert (out is not p) is left_out and why.startswith(
             "left out: 1 populates" if left_out else "kept: 1 populates"), why
         assert "prefetch_to_device" not in set(out.actions["action"]) or not left_out
-        assert times == ({1: kept_s, 0: kept_s} if left_out else {1: 3.0})
+        assert times == ({1: kept_s, 2: kept_s, 0: kept_s} if left_out else {1: 3.0})
         # the host stalls follow the plan returned (calls_hidden reads them)
-        assert hosts == ({1: kept_s / 10, 0: kept_s / 10} if left_out else {0: 0.3, 1: 0.3})
+        assert hosts == ({j: kept_s / 10 for j in (1, 2, 0)} if left_out else
+                         {0: 0.3, 1: 0.3})

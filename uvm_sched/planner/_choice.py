@@ -152,7 +152,8 @@ def priced(trace, full: Plan, extra: dict, roles_of: dict, budget: int, prof, ac
         out = lean
     # Note [Populates that move nothing] (``_populates``): judged the same way
     lean, why, known = without_rows(views, out, idle, "populates that move nothing", budget,
-                                    prof, accesses=accesses, known=known, hosts=hosts)
+                                    prof, accesses=accesses, known=known, hosts=hosts,
+                                    unseen_use=False)
     if why:
         out.meta["pricing"]["populates"] = why
     if lean is not out and accesses:

@@ -86,9 +86,11 @@ adds nothing: its range holds no resident bytes at the FREE). What the replay ca
 a freed range the driver evicted under pressure, whose block's first touch then faults the
 dead bytes back where the populate would have brought them before it. So the replay only
 marks these populates (``_planner._actions``); the plan the pricing chose is judged
-without them against itself, in the views it was priced in, as its discards are
-(``_lean.without_rows``, Note [Discards judged against keeping them]), and they are left
-out where no view shows it slower without them (the words go in
+without them against itself, in the views it was priced in but the one-unseen-use view
+(``_lean._POPULATES_ORDER``: its invented reads change what the driver evicts, which is
+what the replay cannot see), as its discards are (``_lean.without_rows``, Note [Discards
+judged against keeping them]), and they are left out where no view shows it slower without
+them (the words go in
 ``plan.meta["pricing"]["populates"]``). Where per-batch shapes resize allocations
 (``pattern.alloc_varies``, issue 22), the run-time queue is not the one replayed on the
 planned sizes, and no populate is marked. No constant. Measured (gru-s174, unet-s246,
