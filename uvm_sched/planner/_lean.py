@@ -53,12 +53,10 @@ _ORDER = (1, 2, 0)
 # the views that judge a plan without its populates that move nothing (``without_rows``
 # with ``unseen_use`` False): not the one-unseen-use view. Its invented reads change which
 # freed ranges the driver evicts, the one thing the pool replay that marks these populates
-# cannot see (Note [Populates that move nothing], ``_populates``), so it showed them paying
-# where they did not: bench_robust's 300 cases, 17 plans over 5% faster on the ground truth
-# without the populates that view alone kept (cnn_skip-s276 on gh200-c2c at 50% of peak
-# 0.24x -> 0.15x demand paging), 2 slower by 1.5% and 0.9%. The discards keep it: it alone
-# showed them paying in gru-s204 (gh200-c2c, 90%) and gru-s299 (50%), whose recurrent state
-# is read where the allocator events show no use; without them, 1.78x and 1.26x slower.
+# cannot see (Note [Populates that move nothing], ``_populates``), so there it shows them
+# paying where they do not. The discards keep it: its extra pressure stands for the reads
+# the allocator events do not show (a recurrent state read at every time step), and the
+# room a discard frees pays under it. Measured on bench_robust's 300 cases (no constant):
 # benchmarks/results/robust.md, "Before / after: the one-unseen-use view and the rows left
 # out"
 _POPULATES_ORDER = tuple(j for j in _ORDER if j != 2)
