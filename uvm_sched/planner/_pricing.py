@@ -490,22 +490,20 @@ def price(trace, candidates: dict, budget: int, prof, *, accesses: bool = False,
           starts=(), oblivious: bool = True, exact: dict | None = None,
           views: list | None = None, hosts: dict | None = None,
           _prune: bool = True) -> tuple[str, dict, tuple[str, ...]]:
-    """Simulate each of ``candidates`` (``{label: Plan}``, in order of preference) on
-    ``trace`` (its allocator events only, unless ``accesses``: the planner knows them) at
-    ``budget`` bytes on ``prof``; returns the label chosen (the fastest; among ties, in
-    oblivious mode, ``_oblivious_choice``, else the earliest) and ``{label: iteration
-    seconds}`` (the worst of the views, as a ratio to ``none``'s time in the same view,
-    times ``none``'s extremal time; the one-unseen-use view and the kept reads in reverse
-    order count only where they refute, Note [One unseen use], Note [Kept reads in either
-    order]) and the labels whose figure is a lower bound (refuted before their last view,
-    Note [Refuted candidates run no further views], or by a run stopped once it refuted
-    them, Note [Runs stopped once decided]; ``_prune`` False runs every view, each run to
-    its end, for tests; ``exact``, given, gets ``{(view, label): s}`` for the runs made to
-    their end, and ``hosts``, given, their host stall (s); ``views``: ``_views``'s, where
-    the caller made them). ``starts``: the
-    iteration start ticks (for the reads of the never-freed blocks, see the module
-    docstring). Raises ``BudgetError`` where a tick's reads, spilled (Note [Reads no tick
-    can hold]), exceed the budget."""
+    """Simulate each of ``candidates`` (``{label: Plan}``, in order of preference) on ``trace`` (its
+    allocator events only, unless ``accesses``: the planner knows them) at ``budget`` bytes on
+    ``prof``; returns the label chosen (the fastest; among ties, in oblivious mode,
+    ``_oblivious_choice``, else the earliest) and ``{label: iteration seconds}`` (the worst of the
+    views, as a ratio to ``none``'s time in the same view, times ``none``'s extremal time; the
+    one-unseen-use view and the kept reads in reverse order count only where they refute, Note [One
+    unseen use], Note [Kept reads in either order]) and the labels whose figure is a lower bound
+    (refuted before their last view, Note [Refuted candidates run no further views], or by a run
+    stopped once it refuted them, Note [Runs stopped once decided]; ``_prune`` False runs every
+    view, each run to its end, for tests; ``exact``, given, gets ``{(view, label): s}`` for the
+    runs made to their end, and ``hosts``, given, their host stall (s); ``views``: ``_views``'s,
+    where the caller made them). ``starts``: the iteration start ticks (for the reads of the
+    never-freed blocks, see the module docstring). Raises ``BudgetError`` where a tick's reads,
+    spilled (Note [Reads no tick can hold]), exceed the budget."""
     from ..sim import BudgetError, simulate
 
     views = _views(trace, budget, starts, accesses) if views is None else views
