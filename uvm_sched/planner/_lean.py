@@ -81,23 +81,25 @@ class _Views:
 
 
 def _no_slower(views: _Views, order, current, trial, known: dict, budget: int, prof,
-               hosts: tuple[dict, dict] | None = None):
+               hosts: dict | None = None):
     """``(times, j)``: ``trial``'s iteration times (s, ``{view: s}``) in the views of
     ``order`` where no view shows it slower than ``current`` (``known``: ``current``'s
     times, ``{view: s}``; those missing are simulated and added), else ``(None, j)``, ``j``
     the view that shows it slower. A view whose reads cannot be held judges nothing.
-    ``hosts``: ``current``'s and ``trial``'s ``{view: s}``, which get the host stall (s)
-    of each of their runs made to its end (``calls_hidden`` reads it)."""
+    ``hosts``: ``current``'s host stalls (s, ``{view: s}``, for ``calls_hidden``), which get
+    those of its runs made here, and are replaced by ``trial``'s where times are returned
+    (as the callers then take ``trial``'s times for ``known``)."""
     from ..sim import BudgetError, simulate
 
     times: dict = {}
-    hosts = ({}, {}) if hosts is None else hosts
+    trial_hosts: dict = {}
+    hosts = {} if hosts is None else hosts
     for j in order:
         try:
             view, cache = views(j)
             if not known.get(j):
                 r = simulate(view, current, prof, budget, _cache=cache, _figures_only=True)
-                known[j], hosts[0][j] = float(r.iteration_time_s), host_stall_s(r)
+                known[j], hosts[j] = float(r.iteration_time_s), host_stall_s(r)
             at = known[j] * (1 + _ROUNDING)
             r = simulate(view, trial, prof, budget, _cache=cache, _figures_only=True,
                          _stop_above_s=at * (1 + 1e3 * _ROUNDING))
@@ -106,7 +108,10 @@ def _no_slower(views: _Views, order, current, trial, known: dict, budget: int, p
         seconds = float(r.iteration_time_s)
         if r.counters.get("stopped") or seconds > at:
             return None, j
-        times[j], hosts[1][j] = seconds, host_stall_s(r)
+        times[j], trial_hosts[j] = seconds, host_stall_s(r)
+    if times:
+        hosts.clear()
+        hosts.update(trial_hosts)
     return times, None
 
 
@@ -131,11 +136,9 @@ def without_rows(views: list, chosen, drop, what: str, budget: int, prof, *, acc
         return chosen, None, known
     kept = Plan(chosen.actions[~drop].reset_index(drop=True), dict(chosen.meta))
     names = _VIEW_NAMES[4:] if accesses else _VIEW_NAMES[:4]
-    hosts = {} if hosts is None else hosts
-    trial_hosts: dict = {}
     order = (0,) if accesses else _ORDER if unseen_use else _POPULATES_ORDER
     times, j = _no_slower(_Views(views, False), order, chosen, kept, known, budget, prof,
-                          (hosts, trial_hosts))
+                          hosts)
     if times is None:
         return chosen, (f"kept: {int(drop.sum())} {what}, without them the plan is "
                         f"slower with {names[j]}"), known
@@ -143,8 +146,6 @@ def without_rows(views: list, chosen, drop, what: str, budget: int, prof, *, acc
         return chosen, f"kept: {int(drop.sum())} {what}, no view could judge them", known
     why = (f"left out: {int(drop.sum())} {what}, the plan is no slower without them in "
            f"any of {len(times)} view{'s' * (len(times) > 1)}")
-    hosts.clear()
-    hosts.update(trial_hosts)
     return kept, why, times
 
 
@@ -204,18 +205,14 @@ def without_losing_moves(views: list, chosen, moved, budget: int, prof, known: d
         return chosen, keep, None, known
     judge = _Views(views, True)
     current, known = chosen, dict(known)
-    hosts = {} if hosts is None else hosts
     left, runs = [], np.array_split(order, min(len(order), MAX_TRIALS))
     for run in runs:
         trial = keep & ~(moved & np.isin(blocks, run))
         plan = Plan(acts[trial].reset_index(drop=True), dict(chosen.meta))
-        trial_hosts: dict = {}
         times, _ = _no_slower(judge, (*_ORDER, 3)[:len(views)], current, plan, known,
-                              budget, prof, (hosts, trial_hosts))
+                              budget, prof, hosts)
         if times:  # None: a view shows it slower; {}: no view could judge it
             keep, current, known = trial, plan, times
-            hosts.clear()
-            hosts.update(trial_hosts)
             left.extend(run.tolist())
     why = (f"left out: the moves of {len(left)} of {len(order)} freed blocks "
            f"({int((~keep).sum())} rows), the plan is no slower without them in any view; "

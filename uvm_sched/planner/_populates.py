@@ -90,10 +90,9 @@ without them against itself, in the views it was priced in but the one-unseen-us
 (``_lean._POPULATES_ORDER``: its invented reads change what the driver evicts, which is
 what the replay cannot see), as its discards are (``_lean.without_rows``, Note [Discards
 judged against keeping them]), and they are left out where no view shows it slower without
-them (the words go in
-``plan.meta["pricing"]["populates"]``). Where per-batch shapes resize allocations
-(``pattern.alloc_varies``, issue 22), the run-time queue is not the one replayed on the
-planned sizes, and no populate is marked. No constant. Measured (gru-s174, unet-s246,
+them (the words go in ``plan.meta["pricing"]["populates"]``). Where per-batch shapes resize
+allocations (``pattern.alloc_varies``, issue 22), the run-time queue is not the one replayed
+on the planned sizes, and no populate is marked. No constant. Measured (gru-s174, unet-s246,
 bench_loops' dynamic padding and the rest): benchmarks/results/robust.md, "Before / after:
 populates that move nothing, judged".
 """

@@ -149,9 +149,8 @@ demand paging; without its discards it is 1.00x and 0.95x there, 0.95x on the gr
 truth). So advice alone, once chosen, is run again without its discards, against itself
 rather than against no plan, in the same views: the discards are left out where no view
 shows it slower without them (``_lean.without_discards``), and kept where any view shows them
-paying. The words go in
-``plan.meta["pricing"]["discards"]``; sampled mode prices the oblivious advice without its
-discards beside the rest. No constant.
+paying. The words go in ``plan.meta["pricing"]["discards"]``; sampled mode prices the
+oblivious advice without its discards beside the rest. No constant.
 
 Note [Calls the host cannot hide] -- oblivious mode. Every prefetch and advise call holds
 the thread that launches the kernels (``sim/_mechanisms.py``, Note [Host calls]). In the
